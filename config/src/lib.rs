@@ -1,0 +1,1 @@
+//! Felix configuration.

@@ -1,0 +1,1 @@
+//! felixbackend.proto messages.

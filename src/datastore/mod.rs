@@ -1,0 +1,1 @@
+//! Datastore syncers: the file datastore (and, later, etcd v3).

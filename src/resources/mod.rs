@@ -1,0 +1,1 @@
+//! Calico v3 resources: serde types, validation, conversion to [`crate::model`].

@@ -1,0 +1,1 @@
+//! The Calico selector language (owned by the selector work; see issue 2).
