@@ -15,6 +15,7 @@
 
 pub mod calc;
 pub mod datastore;
+pub mod dataplane;
 pub mod model;
 pub mod resources;
 pub mod selector;
