@@ -367,12 +367,22 @@ pub struct Policy {
 }
 
 /// A tier.
-#[derive(Clone, Debug, PartialEq, Default)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Tier {
     pub order: Option<f64>,
     /// Action for traffic that reaches the end of the tier without a
-    /// verdict: `Deny` (default) or `Pass`.
+    /// verdict: `Deny` (the default when the resource does not say) or
+    /// `Pass`.
     pub default_action: Action,
+}
+
+impl Default for Tier {
+    fn default() -> Self {
+        Tier {
+            order: None,
+            default_action: Action::Deny,
+        }
+    }
 }
 
 /// A profile: rules plus labels that endpoints inherit.
