@@ -244,8 +244,9 @@ pub enum Port {
 /// An IP protocol as written in a rule: a well-known name or a number.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Protocol {
-    /// Upper-case name as upstream normalises it: `TCP`, `UDP`, `ICMP`,
-    /// `ICMPv6`, `SCTP`, `UDPLite`.
+    /// Lower-case (v1) name, as upstream's v3-to-model conversion leaves
+    /// it: `tcp`, `udp`, `icmp`, `icmpv6`, `sctp`, `udplite`.  Consumers
+    /// compare case-insensitively all the same.
     Name(String),
     Number(u8),
 }
