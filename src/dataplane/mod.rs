@@ -1,3 +1,7 @@
 //! The Linux dataplane: managers (convert calc-graph messages into desired
 //! kernel state), drivers (reconcile desired state with the kernel) and the
 //! kernel seams every kernel operation goes through.
+
+pub mod generictables;
+pub mod iptables;
+pub mod kernel;

@@ -1,0 +1,18 @@
+//! The iptables driver: one [`IptablesTable`] per (table, IP version),
+//! programming through `iptables-restore --noflush` and reading back with
+//! `iptables-save -t <table>`, with nft/legacy backend selection.
+
+mod backend;
+mod render;
+mod save_parse;
+mod table;
+#[cfg(test)]
+mod tests;
+
+pub use backend::{
+    backend_binaries_present, detect_backend, find_best_binary, legacy_modules_loaded,
+    IptablesBackend, ResolvedBackend,
+};
+pub use render::{render_action, render_match_criteria, render_rule, IptablesRenderer};
+pub use save_parse::{parse_save, SavedRule, SavedTable};
+pub use table::{IptablesMode, IptablesOptions, IptablesTable};

@@ -1,0 +1,608 @@
+//! [`IptablesTable`]: reconciles one iptables table (per IP version) with
+//! the desired chains and inserted rules.
+//!
+//! Invariants:
+//! - Chains whose names start with one of our prefixes (`cali-`) are ours
+//!   outright; any such chain that is not desired is swept when kernel state
+//!   is read back (the first apply always reads back).
+//! - In kernel chains we touch only rules carrying our hash comment (or
+//!   jumping to one of our chains); ours sit at the top, in desired order.
+//! - A rule whose hash matches the kernel's is never rewritten, so its
+//!   counters survive; all writes of one apply are one `iptables-restore
+//!   --noflush` transaction.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::dataplane::generictables::{
+    ApplyStats, Chain, IpVersion, Rule, Table, TableError, RULE_HASH_PREFIX,
+};
+use crate::dataplane::kernel::{Commands, KernelError};
+
+use super::backend::{
+    backend_binaries_present, find_best_binary, legacy_modules_loaded, ResolvedBackend,
+};
+use super::render::IptablesRenderer;
+use super::save_parse::{parse_save, SavedRule, SavedTable};
+
+/// What the table does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IptablesMode {
+    /// Program the desired state.
+    Program,
+    /// Only remove our state (used on the backend we are not programming).
+    /// Never panics; sweeps are paced by the refresh interval and a failed
+    /// sweep is retried only at the next pacing point.
+    CleanupOnly,
+}
+
+/// Tunables; `Default` gives upstream's values.
+#[derive(Clone)]
+pub struct IptablesOptions {
+    /// Hash comment prefix (`cali:`).
+    pub hash_prefix: String,
+    /// Prefixes of chains we own (`cali-`).
+    pub chain_prefixes: Vec<String>,
+    /// Retries after a failed write within one apply.
+    pub max_retries: u32,
+    /// First backoff; doubles per retry up to `max_backoff`.
+    pub initial_backoff: Duration,
+    /// Backoff cap.
+    pub max_backoff: Duration,
+    /// xtables lock wait passed as `-w <secs>` (zero: do not wait).
+    pub lock_timeout: Duration,
+    /// Lock probe interval passed as `-W <usecs>`.
+    pub lock_probe_interval: Duration,
+    /// Pacing of sweeps in [`IptablesMode::CleanupOnly`].
+    pub refresh_interval: Duration,
+    /// Sleeps between retries (injectable for tests).
+    pub sleep: Arc<dyn Fn(Duration) + Send + Sync>,
+    /// Clock (injectable for tests).
+    pub now: Arc<dyn Fn() -> Instant + Send + Sync>,
+}
+
+impl std::fmt::Debug for IptablesOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IptablesOptions")
+            .field("chain_prefixes", &self.chain_prefixes)
+            .field("max_retries", &self.max_retries)
+            .field("lock_timeout", &self.lock_timeout)
+            .field("refresh_interval", &self.refresh_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for IptablesOptions {
+    fn default() -> Self {
+        IptablesOptions {
+            hash_prefix: RULE_HASH_PREFIX.into(),
+            chain_prefixes: vec!["cali-".into()],
+            max_retries: 10,
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_secs(1),
+            lock_timeout: Duration::from_secs(10),
+            lock_probe_interval: Duration::from_millis(50),
+            refresh_interval: Duration::from_secs(90),
+            sleep: Arc::new(std::thread::sleep),
+            now: Arc::new(Instant::now),
+        }
+    }
+}
+
+struct Desired {
+    rules: Vec<Rule>,
+    hashes: Vec<String>,
+}
+
+/// One iptables table for one IP version and backend.
+pub struct IptablesTable {
+    table: String,
+    ipv: IpVersion,
+    backend: ResolvedBackend,
+    mode: IptablesMode,
+    cmds: Commands,
+    opts: IptablesOptions,
+    renderer: IptablesRenderer,
+    restore_cmd: Option<String>,
+    save_cmd: Option<String>,
+    chains: BTreeMap<String, Desired>,
+    inserts: BTreeMap<String, Desired>,
+    /// Kernel state as of the last read-back plus our successful writes;
+    /// `None` forces a read-back before the next write.
+    actual: Option<SavedTable>,
+    dirty_chains: BTreeSet<String>,
+    dirty_inserts: BTreeSet<String>,
+    next_cleanup: Option<Instant>,
+}
+
+impl std::fmt::Debug for IptablesTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IptablesTable")
+            .field("table", &self.table)
+            .field("ipv", &self.ipv)
+            .field("backend", &self.backend)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Built-in chains of each table (they always exist, even if a dump omits them).
+fn builtin_chains(table: &str) -> &'static [&'static str] {
+    match table {
+        "filter" => &["INPUT", "FORWARD", "OUTPUT"],
+        "nat" => &["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"],
+        "mangle" => &["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"],
+        "raw" => &["PREROUTING", "OUTPUT"],
+        _ => &[],
+    }
+}
+
+struct Plan {
+    script: String,
+    new_actual: SavedTable,
+    stats: ApplyStats,
+}
+
+impl IptablesTable {
+    /// A table driver. `cmds` carries the seam, hook and actor name.
+    pub fn new(
+        table: &str,
+        ipv: IpVersion,
+        backend: ResolvedBackend,
+        mode: IptablesMode,
+        cmds: Commands,
+        opts: IptablesOptions,
+    ) -> Self {
+        let restore_cmd = find_best_binary(&cmds, ipv, backend, "restore");
+        let save_cmd = find_best_binary(&cmds, ipv, backend, "save");
+        IptablesTable {
+            table: table.into(),
+            ipv,
+            backend,
+            mode,
+            renderer: IptablesRenderer::new(&opts.hash_prefix),
+            cmds,
+            opts,
+            restore_cmd,
+            save_cmd,
+            chains: BTreeMap::new(),
+            inserts: BTreeMap::new(),
+            actual: None,
+            dirty_chains: BTreeSet::new(),
+            dirty_inserts: BTreeSet::new(),
+            next_cleanup: None,
+        }
+    }
+
+    /// The backend this table programs.
+    pub fn backend(&self) -> ResolvedBackend {
+        self.backend
+    }
+
+    /// The renderer (hashes and rule lines) this table uses.
+    pub fn renderer(&self) -> &IptablesRenderer {
+        &self.renderer
+    }
+
+    /// Hashes the kernel holds for a chain, as last read back or written
+    /// (`None` if unknown).
+    pub fn actual_hashes(&self, chain: &str) -> Option<Vec<Option<String>>> {
+        let a = self.actual.as_ref()?;
+        Some(
+            a.chains
+                .get(chain)?
+                .iter()
+                .map(|r| r.hash.clone())
+                .collect(),
+        )
+    }
+
+    fn is_our_chain(&self, name: &str) -> bool {
+        self.opts
+            .chain_prefixes
+            .iter()
+            .any(|p| name.starts_with(p.as_str()))
+    }
+
+    fn desc(&self) -> String {
+        format!(
+            "{}/v{}/{}",
+            self.table,
+            self.ipv.number(),
+            self.backend.mode()
+        )
+    }
+
+    fn read_back(&self) -> Result<SavedTable, TableError> {
+        let Some(save) = &self.save_cmd else {
+            return Err(TableError::ReadBack {
+                table: self.desc(),
+                source: KernelError::Failed {
+                    command: format!(
+                        "ip{}tables-save",
+                        if self.ipv == IpVersion::V6 { "6" } else { "" }
+                    ),
+                    status: None,
+                    stderr: "binary not found".into(),
+                },
+            });
+        };
+        let out = self
+            .cmds
+            .run("iptables-save", save, &["-t", &self.table], None)
+            .map_err(|source| TableError::ReadBack {
+                table: self.desc(),
+                source,
+            })?;
+        parse_save(
+            &out.stdout,
+            &self.opts.hash_prefix,
+            &self.opts.chain_prefixes,
+        )
+        .map_err(|e| TableError::Parse {
+            table: self.desc(),
+            detail: e.to_string(),
+        })
+    }
+
+    fn ours_as_saved(hashes: &[String]) -> Vec<SavedRule> {
+        hashes
+            .iter()
+            .map(|h| SavedRule {
+                hash: Some(h.clone()),
+                jumps_to_ours: false,
+            })
+            .collect()
+    }
+
+    fn plan(&self, actual: &SavedTable, full: bool) -> Plan {
+        let mut decls = Vec::new();
+        let mut body = Vec::new();
+        let mut flushes = Vec::new();
+        let mut deletes = Vec::new();
+        let mut new_actual = actual.clone();
+        let mut stats = ApplyStats::default();
+
+        let candidates: BTreeSet<String> = if full {
+            self.chains
+                .keys()
+                .chain(actual.chains.keys().filter(|n| self.is_our_chain(n)))
+                .cloned()
+                .collect()
+        } else {
+            self.dirty_chains.clone()
+        };
+        for name in &candidates {
+            match (self.chains.get(name), actual.chains.get(name)) {
+                (Some(d), None) => {
+                    decls.push(format!(":{name} - -"));
+                    stats.chains_created += 1;
+                    for (rule, hash) in d.rules.iter().zip(&d.hashes) {
+                        body.push(self.renderer.line(&format!("-A {name}"), hash, rule));
+                        stats.rules_written += 1;
+                    }
+                    new_actual
+                        .chains
+                        .insert(name.clone(), Self::ours_as_saved(&d.hashes));
+                }
+                (Some(d), Some(a)) => {
+                    for (i, (rule, hash)) in d.rules.iter().zip(&d.hashes).enumerate() {
+                        match a.get(i) {
+                            Some(r) if r.hash.as_deref() == Some(hash.as_str()) => {}
+                            Some(_) => {
+                                body.push(self.renderer.line(
+                                    &format!("-R {name} {}", i + 1),
+                                    hash,
+                                    rule,
+                                ));
+                                stats.rules_written += 1;
+                            }
+                            None => {
+                                body.push(self.renderer.line(&format!("-A {name}"), hash, rule));
+                                stats.rules_written += 1;
+                            }
+                        }
+                    }
+                    for _ in d.rules.len()..a.len() {
+                        body.push(format!("-D {name} {}", d.rules.len() + 1));
+                        stats.rules_deleted += 1;
+                    }
+                    new_actual
+                        .chains
+                        .insert(name.clone(), Self::ours_as_saved(&d.hashes));
+                }
+                (None, Some(a)) if self.is_our_chain(name) => {
+                    if !a.is_empty() {
+                        flushes.push(format!("-F {name}"));
+                    }
+                    deletes.push(format!("-X {name}"));
+                    stats.rules_deleted += a.len();
+                    stats.chains_deleted += 1;
+                    new_actual.chains.remove(name);
+                }
+                _ => {}
+            }
+        }
+
+        let kernel_candidates: BTreeSet<String> = if full {
+            self.inserts
+                .keys()
+                .chain(
+                    actual
+                        .chains
+                        .iter()
+                        .filter(|(n, rules)| {
+                            !self.is_our_chain(n) && rules.iter().any(SavedRule::is_ours)
+                        })
+                        .map(|(n, _)| n),
+                )
+                .cloned()
+                .collect()
+        } else {
+            self.dirty_inserts.clone()
+        };
+        let empty = Desired {
+            rules: Vec::new(),
+            hashes: Vec::new(),
+        };
+        for k in &kernel_candidates {
+            if self.is_our_chain(k) {
+                continue;
+            }
+            let d = self.inserts.get(k).unwrap_or(&empty);
+            let current: Vec<SavedRule> = match actual.chains.get(k) {
+                Some(r) => r.clone(),
+                None if builtin_chains(&self.table).contains(&k.as_str()) => Vec::new(),
+                None => {
+                    if !d.rules.is_empty() {
+                        tracing::warn!(table = %self.desc(), chain = %k, "kernel chain missing; cannot insert rules");
+                    }
+                    continue;
+                }
+            };
+            let ours: Vec<usize> = current
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.is_ours())
+                .map(|(i, _)| i)
+                .collect();
+            let in_place = ours.len() == d.hashes.len()
+                && ours.iter().enumerate().all(|(i, &pos)| {
+                    pos == i && current[pos].hash.as_deref() == Some(d.hashes[i].as_str())
+                });
+            if in_place {
+                continue;
+            }
+            for &pos in ours.iter().rev() {
+                body.push(format!("-D {k} {}", pos + 1));
+                stats.rules_deleted += 1;
+            }
+            for (i, (rule, hash)) in d.rules.iter().zip(&d.hashes).enumerate() {
+                body.push(self.renderer.line(&format!("-I {k} {}", i + 1), hash, rule));
+                stats.rules_written += 1;
+            }
+            let mut rules = Self::ours_as_saved(&d.hashes);
+            rules.extend(current.into_iter().filter(|r| !r.is_ours()));
+            new_actual.chains.insert(k.clone(), rules);
+        }
+
+        let mut script = String::new();
+        if !(decls.is_empty() && body.is_empty() && flushes.is_empty() && deletes.is_empty()) {
+            let _ = writeln!(script, "*{}", self.table);
+            for l in decls.iter().chain(&body).chain(&flushes).chain(&deletes) {
+                script.push_str(l);
+                script.push('\n');
+            }
+            script.push_str("COMMIT\n");
+        }
+        Plan {
+            script,
+            new_actual,
+            stats,
+        }
+    }
+
+    fn restore(&self, script: &str) -> Result<(), KernelError> {
+        let Some(restore) = &self.restore_cmd else {
+            return Err(KernelError::Failed {
+                command: "iptables-restore".into(),
+                status: None,
+                stderr: "binary not found".into(),
+            });
+        };
+        let mut args: Vec<String> = vec!["--noflush".into()];
+        if !self.opts.lock_timeout.is_zero() {
+            args.push("-w".into());
+            args.push(self.opts.lock_timeout.as_secs().max(1).to_string());
+            args.push("-W".into());
+            args.push(self.opts.lock_probe_interval.as_micros().to_string());
+        }
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.cmds
+            .run("iptables-restore", restore, &argv, Some(script.as_bytes()))
+            .map(|_| ())
+    }
+
+    fn apply_program(&mut self) -> Result<ApplyStats, TableError> {
+        let mut total = ApplyStats::default();
+        let mut backoff = self.opts.initial_backoff;
+        let mut attempt: u32 = 0;
+        loop {
+            let full = self.actual.is_none();
+            let result = (|| -> Result<Plan, Result<KernelError, TableError>> {
+                if self.actual.is_none() {
+                    let a = self.read_back().map_err(Err)?;
+                    self.actual = Some(a);
+                    total.read_backs += 1;
+                }
+                let actual = self.actual.as_ref().ok_or_else(|| {
+                    Err(TableError::Parse {
+                        table: self.desc(),
+                        detail: "no kernel state".into(),
+                    })
+                })?;
+                let plan = self.plan(actual, full);
+                if !plan.script.is_empty() {
+                    self.restore(&plan.script).map_err(Ok)?;
+                }
+                Ok(plan)
+            })();
+            match result {
+                Ok(plan) => {
+                    if !plan.script.is_empty() {
+                        total.transactions += 1;
+                    }
+                    total.rules_written += plan.stats.rules_written;
+                    total.rules_deleted += plan.stats.rules_deleted;
+                    total.chains_created += plan.stats.chains_created;
+                    total.chains_deleted += plan.stats.chains_deleted;
+                    self.actual = Some(plan.new_actual);
+                    self.dirty_chains.clear();
+                    self.dirty_inserts.clear();
+                    return Ok(total);
+                }
+                Err(err) => {
+                    // Our picture of the kernel may be wrong: re-read it.
+                    self.actual = None;
+                    if attempt >= self.opts.max_retries {
+                        return Err(match err {
+                            Ok(source) => TableError::GaveUp {
+                                table: self.desc(),
+                                attempts: attempt + 1,
+                                source,
+                            },
+                            Err(e) => e,
+                        });
+                    }
+                    tracing::warn!(table = %self.desc(), attempt, "iptables apply failed; retrying");
+                    attempt += 1;
+                    total.retries += 1;
+                    (self.opts.sleep)(backoff);
+                    backoff = (backoff * 2).min(self.opts.max_backoff);
+                }
+            }
+        }
+    }
+
+    fn apply_cleanup(&mut self) -> Result<ApplyStats, TableError> {
+        let now = (self.opts.now)();
+        if self.next_cleanup.is_some_and(|t| now < t) {
+            return Ok(ApplyStats::default());
+        }
+        self.next_cleanup = Some(now + self.opts.refresh_interval);
+        // Without the backend's own binaries the fallback would be the
+        // backend we program; without its modules nothing of ours exists.
+        if !backend_binaries_present(&self.cmds, self.ipv, self.backend)
+            || (self.backend == ResolvedBackend::Legacy
+                && !legacy_modules_loaded(&self.cmds, self.ipv))
+        {
+            return Ok(ApplyStats::default());
+        }
+        let mut stats = ApplyStats {
+            read_backs: 1,
+            ..Default::default()
+        };
+        let actual = self.read_back()?;
+        let plan = self.plan(&actual, true);
+        if !plan.script.is_empty() {
+            self.restore(&plan.script)
+                .map_err(|source| TableError::GaveUp {
+                    table: self.desc(),
+                    attempts: 1,
+                    source,
+                })?;
+            stats.transactions = 1;
+            stats.rules_written = plan.stats.rules_written;
+            stats.rules_deleted = plan.stats.rules_deleted;
+            stats.chains_deleted = plan.stats.chains_deleted;
+        }
+        self.actual = Some(plan.new_actual);
+        Ok(stats)
+    }
+}
+
+impl Table for IptablesTable {
+    fn name(&self) -> String {
+        self.desc()
+    }
+
+    fn ip_version(&self) -> IpVersion {
+        self.ipv
+    }
+
+    fn set_chain(&mut self, chain: Chain) {
+        if self.mode == IptablesMode::CleanupOnly {
+            return;
+        }
+        let hashes = self.renderer.hashes(&chain.name, &chain.rules);
+        if self
+            .chains
+            .get(&chain.name)
+            .is_some_and(|d| d.hashes == hashes)
+        {
+            return;
+        }
+        self.dirty_chains.insert(chain.name.clone());
+        self.chains.insert(
+            chain.name,
+            Desired {
+                rules: chain.rules,
+                hashes,
+            },
+        );
+    }
+
+    fn remove_chain(&mut self, name: &str) {
+        if self.chains.remove(name).is_some() {
+            self.dirty_chains.insert(name.to_string());
+        }
+    }
+
+    fn set_insert_rules(&mut self, kernel_chain: &str, rules: Vec<Rule>) {
+        if self.mode == IptablesMode::CleanupOnly {
+            return;
+        }
+        let hashes = self.renderer.hashes(kernel_chain, &rules);
+        let unchanged = match self.inserts.get(kernel_chain) {
+            Some(d) => d.hashes == hashes,
+            None => hashes.is_empty(),
+        };
+        if unchanged {
+            return;
+        }
+        self.dirty_inserts.insert(kernel_chain.to_string());
+        if rules.is_empty() {
+            self.inserts.remove(kernel_chain);
+        } else {
+            self.inserts
+                .insert(kernel_chain.to_string(), Desired { rules, hashes });
+        }
+    }
+
+    fn queue_resync(&mut self) {
+        self.actual = None;
+        if self.mode == IptablesMode::CleanupOnly {
+            self.next_cleanup = None;
+        }
+    }
+
+    fn apply(&mut self) -> Result<ApplyStats, TableError> {
+        match self.mode {
+            IptablesMode::Program => self.apply_program(),
+            IptablesMode::CleanupOnly => self.apply_cleanup(),
+        }
+    }
+
+    fn is_dirty(&self) -> bool {
+        match self.mode {
+            IptablesMode::Program => {
+                self.actual.is_none()
+                    || !self.dirty_chains.is_empty()
+                    || !self.dirty_inserts.is_empty()
+            }
+            IptablesMode::CleanupOnly => self.next_cleanup.is_none_or(|t| (self.opts.now)() >= t),
+        }
+    }
+}

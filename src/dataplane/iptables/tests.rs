@@ -1,0 +1,468 @@
+//! Tests of the iptables table: scripted-seam unit tests for the diff,
+//! retry and cleanup logic, and kernel tests in throwaway namespaces.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::*;
+use crate::dataplane::generictables::{
+    Action, Chain, IpVersion, MatchCriteria, Rule, Table, TableError,
+};
+use crate::dataplane::kernel::{CommandRequest, Commands, FakeResponse, ScriptedCommands};
+
+const EMPTY_FILTER: &str =
+    "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n";
+
+fn rule(proto: &str, a: Action) -> Rule {
+    Rule::new(MatchCriteria::new().protocol(proto), a)
+}
+
+fn test_opts(sleeps: Arc<Mutex<Vec<Duration>>>) -> IptablesOptions {
+    IptablesOptions {
+        sleep: Arc::new(move |d| sleeps.lock().push(d)),
+        ..IptablesOptions::default()
+    }
+}
+
+fn fake_with_save(save: &'static str) -> Arc<ScriptedCommands> {
+    ScriptedCommands::new(move |req: &CommandRequest| {
+        if req.program.contains("save") {
+            FakeResponse::Ok(save.into())
+        } else {
+            FakeResponse::Ok(String::new())
+        }
+    })
+}
+
+fn fake_table(fake: &Arc<ScriptedCommands>, sleeps: Arc<Mutex<Vec<Duration>>>) -> IptablesTable {
+    IptablesTable::new(
+        "filter",
+        IpVersion::V4,
+        ResolvedBackend::Nft,
+        IptablesMode::Program,
+        Commands::unhooked(fake.clone(), "iptables-filter-v4"),
+        test_opts(sleeps),
+    )
+}
+
+fn restores(fake: &ScriptedCommands) -> Vec<String> {
+    fake.calls()
+        .into_iter()
+        .filter(|c| c.program.contains("restore"))
+        .map(|c| String::from_utf8(c.stdin.unwrap_or_default()).unwrap())
+        .collect()
+}
+
+fn desired(t: &mut IptablesTable, last: Action) {
+    t.set_chain(Chain::new(
+        "cali-a",
+        vec![rule("tcp", Action::Accept), rule("udp", last)],
+    ));
+    t.set_insert_rules(
+        "INPUT",
+        vec![Rule::new(
+            MatchCriteria::new(),
+            Action::Jump("cali-a".into()),
+        )],
+    );
+}
+
+#[test]
+fn first_apply_writes_once_and_second_apply_writes_nothing() {
+    let fake = fake_with_save(EMPTY_FILTER);
+    let mut t = fake_table(&fake, Default::default());
+    desired(&mut t, Action::Drop);
+    assert!(t.is_dirty());
+    let s = t.apply().unwrap();
+    assert_eq!(
+        (
+            s.transactions,
+            s.read_backs,
+            s.chains_created,
+            s.rules_written
+        ),
+        (1, 1, 1, 3)
+    );
+    let scripts = restores(&fake);
+    assert_eq!(scripts.len(), 1);
+    let lines: Vec<&str> = scripts[0].lines().collect();
+    assert_eq!(lines[0], "*filter");
+    assert_eq!(lines[1], ":cali-a - -");
+    assert!(lines[2].starts_with("-A cali-a -m comment --comment \"cali:"));
+    assert!(lines[4].starts_with("-I INPUT 1 -m comment --comment \"cali:"));
+    assert_eq!(*lines.last().unwrap(), "COMMIT");
+    // The restore call carried --noflush and the lock options.
+    let call = fake
+        .calls()
+        .into_iter()
+        .find(|c| c.program.contains("restore"))
+        .unwrap();
+    assert_eq!(call.args[0], "--noflush");
+    assert!(call.args.contains(&"-w".to_string()));
+
+    fake.clear_calls();
+    assert!(!t.is_dirty());
+    desired(&mut t, Action::Drop);
+    assert!(
+        !t.is_dirty(),
+        "re-setting identical state must not dirty the table"
+    );
+    let s = t.apply().unwrap();
+    assert!(s.no_writes());
+    assert!(fake.calls().is_empty());
+}
+
+#[test]
+fn changed_last_rule_is_replaced_alone() {
+    let fake = fake_with_save(EMPTY_FILTER);
+    let mut t = fake_table(&fake, Default::default());
+    desired(&mut t, Action::Drop);
+    t.apply().unwrap();
+    fake.clear_calls();
+    desired(&mut t, Action::Return);
+    let s = t.apply().unwrap();
+    assert_eq!((s.rules_written, s.rules_deleted, s.read_backs), (1, 0, 0));
+    let scripts = restores(&fake);
+    let body: Vec<&str> = scripts[0].lines().filter(|l| l.starts_with('-')).collect();
+    assert_eq!(body.len(), 1);
+    assert!(body[0].starts_with("-R cali-a 2 "), "{body:?}");
+    // Shrinking the chain deletes from the end.
+    fake.clear_calls();
+    t.set_chain(Chain::new("cali-a", vec![rule("tcp", Action::Accept)]));
+    t.apply().unwrap();
+    let scripts = restores(&fake);
+    assert!(scripts[0].contains("-D cali-a 2\n"), "{}", scripts[0]);
+}
+
+#[test]
+fn read_back_sweeps_orphans_and_keeps_foreign_rules() {
+    const SAVE: &str = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
+:cali-old - [0:0]\n:KEEP - [0:0]\n\
+-A INPUT -s 1.2.3.4/32 -j ACCEPT\n-A INPUT -m comment --comment \"cali:stalehashstale\" -j cali-old\n\
+-A FORWARD -j cali-old\n-A cali-old -j DROP\n-A KEEP -j ACCEPT\nCOMMIT\n";
+    let fake = fake_with_save(SAVE);
+    let mut t = fake_table(&fake, Default::default());
+    t.set_chain(Chain::new("cali-new", vec![rule("tcp", Action::Accept)]));
+    let s = t.apply().unwrap();
+    assert_eq!((s.chains_created, s.chains_deleted), (1, 1));
+    let script = &restores(&fake)[0];
+    let lines: Vec<&str> = script.lines().collect();
+    assert!(lines.contains(&"-D INPUT 2"));
+    assert!(lines.contains(&"-D FORWARD 1"));
+    assert!(lines.contains(&"-F cali-old"));
+    assert!(lines.contains(&"-X cali-old"));
+    assert!(!script.contains("KEEP"));
+    assert!(!script.contains("-D INPUT 1\n"));
+    // Deletions of chains come after everything that referenced them.
+    let pos = |s: &str| lines.iter().position(|l| *l == s).unwrap();
+    assert!(pos("-D INPUT 2") < pos("-F cali-old") && pos("-F cali-old") < pos("-X cali-old"));
+}
+
+#[test]
+fn retries_with_doubling_backoff_and_rereads_after_failure() {
+    let fake = fake_with_save(EMPTY_FILTER);
+    let sleeps = Arc::new(Mutex::new(Vec::new()));
+    let mut t = fake_table(&fake, sleeps.clone());
+    desired(&mut t, Action::Drop);
+    fake.fail_next(3, Some("iptables-nft-restore"));
+    let s = t.apply().unwrap();
+    assert_eq!(s.retries, 3);
+    assert_eq!(s.read_backs, 4, "each failure forces a re-read");
+    assert_eq!(s.transactions, 1);
+    assert_eq!(
+        *sleeps.lock(),
+        vec![
+            Duration::from_millis(1),
+            Duration::from_millis(2),
+            Duration::from_millis(4)
+        ]
+    );
+    assert!(!t.is_dirty());
+}
+
+#[test]
+fn gives_up_after_max_retries_and_stays_dirty() {
+    let fake = fake_with_save(EMPTY_FILTER);
+    let mut t = fake_table(&fake, Default::default());
+    desired(&mut t, Action::Drop);
+    fake.fail_next(100, Some("iptables-nft-restore"));
+    match t.apply() {
+        Err(TableError::GaveUp {
+            attempts, source, ..
+        }) => {
+            assert_eq!(attempts, 11);
+            assert!(source.to_string().contains("injected failure"));
+            assert!(source.to_string().contains("iptables-nft-restore"));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(t.is_dirty());
+    fake.fail_next(0, None);
+    let s = t.apply().unwrap();
+    assert_eq!(s.transactions, 1);
+}
+
+#[test]
+fn unparseable_save_is_a_typed_error() {
+    let fake = fake_with_save("# Table `filter' is incompatible, use 'nft' tool.\n");
+    let mut t = IptablesTable::new(
+        "filter",
+        IpVersion::V4,
+        ResolvedBackend::Nft,
+        IptablesMode::Program,
+        Commands::unhooked(fake.clone(), "t"),
+        IptablesOptions {
+            max_retries: 0,
+            ..IptablesOptions::default()
+        },
+    );
+    desired(&mut t, Action::Drop);
+    assert!(matches!(t.apply(), Err(TableError::Parse { .. })));
+}
+
+#[test]
+fn cleanup_only_is_paced_and_latched() {
+    const SAVE: &str =
+        "*filter\n:INPUT ACCEPT [0:0]\n:cali-x - [0:0]\n-A INPUT -j cali-x\nCOMMIT\n";
+    let fake = fake_with_save(SAVE);
+    fake.set_paths(&["/proc/net/ip_tables_names"]);
+    let clock = Arc::new(Mutex::new(Instant::now()));
+    let c2 = clock.clone();
+    let opts = IptablesOptions {
+        refresh_interval: Duration::from_secs(60),
+        now: Arc::new(move || *c2.lock()),
+        ..IptablesOptions::default()
+    };
+    let mut t = IptablesTable::new(
+        "filter",
+        IpVersion::V4,
+        ResolvedBackend::Legacy,
+        IptablesMode::CleanupOnly,
+        Commands::unhooked(fake.clone(), "cleanup"),
+        opts,
+    );
+    // Desired state is ignored in cleanup mode.
+    desired(&mut t, Action::Drop);
+    fake.fail_next(1, Some("iptables-legacy-restore"));
+    assert!(t.apply().is_err());
+    fake.clear_calls();
+    // Latched: no retry before the interval.
+    assert!(!t.is_dirty());
+    assert!(t.apply().unwrap().no_writes());
+    assert!(fake.calls().is_empty());
+    *clock.lock() += Duration::from_secs(61);
+    assert!(t.is_dirty());
+    let s = t.apply().unwrap();
+    assert_eq!((s.chains_deleted, s.rules_deleted), (1, 1));
+    let script = &restores(&fake)[0];
+    assert!(script.contains("-D INPUT 1") && script.contains("-X cali-x"));
+    assert!(!script.contains("-A") && !script.contains("-I"));
+}
+
+#[test]
+fn cleanup_only_skips_backend_without_binaries_or_modules() {
+    let fake = fake_with_save(EMPTY_FILTER);
+    // Legacy modules not loaded (no paths): nothing is run at all.
+    let mut t = IptablesTable::new(
+        "filter",
+        IpVersion::V4,
+        ResolvedBackend::Legacy,
+        IptablesMode::CleanupOnly,
+        Commands::unhooked(fake.clone(), "cleanup"),
+        IptablesOptions::default(),
+    );
+    assert!(t.apply().unwrap().no_writes());
+    assert!(fake.calls().is_empty());
+}
+
+// ---- kernel tests -------------------------------------------------------
+
+mod kernel {
+    use super::*;
+    use crate::dataplane::kernel::testns::TestNetns;
+
+    fn tools(b: ResolvedBackend) -> Vec<&'static str> {
+        match b {
+            ResolvedBackend::Nft => vec!["iptables-nft-save", "iptables-nft-restore"],
+            ResolvedBackend::Legacy => vec!["iptables-legacy-save", "iptables-legacy-restore"],
+        }
+    }
+
+    fn table(ns: &TestNetns, b: ResolvedBackend, mode: IptablesMode) -> IptablesTable {
+        IptablesTable::new(
+            "filter",
+            IpVersion::V4,
+            b,
+            mode,
+            ns.commands("iptables"),
+            IptablesOptions::default(),
+        )
+    }
+
+    fn save_cmd(b: ResolvedBackend) -> &'static str {
+        match b {
+            ResolvedBackend::Nft => "iptables-nft-save",
+            ResolvedBackend::Legacy => "iptables-legacy-save",
+        }
+    }
+
+    /// (packets, line) for each rule line of `chain` in `iptables-save -c`.
+    fn counters(ns: &TestNetns, b: ResolvedBackend, chain: &str) -> Vec<(u64, String)> {
+        ns.sh(save_cmd(b), &["-c", "-t", "filter"])
+            .lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix('[')?;
+                let (c, line) = rest.split_once("] ")?;
+                if !line.starts_with(&format!("-A {chain} ")) {
+                    return None;
+                }
+                let pkts = c.split(':').next()?.parse().ok()?;
+                Some((pkts, line.to_string()))
+            })
+            .collect()
+    }
+
+    fn in_chain(last_proto: &str) -> Chain {
+        Chain::new(
+            "cali-in",
+            vec![
+                rule("icmp", Action::Jump("cali-count".into())),
+                rule(last_proto, Action::Drop),
+            ],
+        )
+    }
+
+    fn program_and_check_counters(b: ResolvedBackend) {
+        let Some(ns) = TestNetns::create(&tools(b)) else {
+            return;
+        };
+        let mut t = table(&ns, b, IptablesMode::Program);
+        t.set_chain(Chain::new("cali-count", vec![]));
+        t.set_chain(in_chain("udp"));
+        t.set_insert_rules(
+            "INPUT",
+            vec![Rule::new(
+                MatchCriteria::new(),
+                Action::Jump("cali-in".into()),
+            )],
+        );
+        let s = t.apply().unwrap();
+        assert_eq!(s.transactions, 1);
+        let saved = ns.sh(save_cmd(b), &["-t", "filter"]);
+        assert!(
+            saved.contains(":cali-in") && saved.contains(":cali-count"),
+            "{saved}"
+        );
+        assert!(
+            saved
+                .lines()
+                .any(|l| l.starts_with("-A INPUT -m comment --comment \"cali:")),
+            "{saved}"
+        );
+
+        // No change: nothing written, even after a forced read-back.
+        assert!(t.apply().unwrap().no_writes());
+        t.queue_resync();
+        let s = t.apply().unwrap();
+        assert_eq!(s.read_backs, 1);
+        assert!(s.no_writes(), "{s:?}");
+
+        // Traffic through the first rule.
+        ns.sh("ping", &["-c", "3", "-i", "0.2", "-W", "1", "127.0.0.1"]);
+        let before = counters(&ns, b, "cali-in");
+        assert_eq!(before.len(), 2);
+        assert!(before[0].0 >= 3, "{before:?}");
+
+        // Change only the last rule: one rule rewritten, first keeps counters.
+        t.set_chain(in_chain("tcp"));
+        let s = t.apply().unwrap();
+        assert_eq!(
+            (s.rules_written, s.rules_deleted, s.transactions),
+            (1, 0, 1)
+        );
+        let after = counters(&ns, b, "cali-in");
+        assert_eq!(after[0], before[0], "unchanged rule must keep its counters");
+        assert!(after[1].1.contains("-p tcp"));
+
+        // A fresh driver with no memory and a different desired state.
+        ns.sh(
+            "sh",
+            &[
+                "-c",
+                &format!(
+                    "printf '*filter\\n:KEEP-ME - [0:0]\\n-A KEEP-ME -j ACCEPT\\n-A INPUT -s 1.2.3.4/32 -j ACCEPT\\nCOMMIT\\n' | {} --noflush",
+                    save_cmd(b).replace("save", "restore")
+                ),
+            ],
+        );
+        let mut fresh = table(&ns, b, IptablesMode::Program);
+        fresh.set_chain(Chain::new("cali-new", vec![rule("tcp", Action::Accept)]));
+        let s = fresh.apply().unwrap();
+        assert_eq!(s.chains_deleted, 2);
+        let saved = ns.sh(save_cmd(b), &["-t", "filter"]);
+        assert!(
+            !saved.contains("cali-in") && !saved.contains("cali-count"),
+            "{saved}"
+        );
+        assert!(saved.contains(":cali-new"));
+        assert!(saved.contains("-A KEEP-ME -j ACCEPT"), "{saved}");
+        assert!(
+            saved.contains("-A INPUT -s 1.2.3.4/32 -j ACCEPT"),
+            "{saved}"
+        );
+        assert!(
+            !saved.contains("cali:") || !saved.contains("-A INPUT -m comment"),
+            "{saved}"
+        );
+    }
+
+    #[test]
+    fn kernel_iptables_nft_program_counters_and_sweep() {
+        program_and_check_counters(ResolvedBackend::Nft);
+    }
+
+    #[test]
+    fn kernel_iptables_legacy_program_counters_and_sweep() {
+        program_and_check_counters(ResolvedBackend::Legacy);
+    }
+
+    #[test]
+    fn kernel_iptables_backend_switch_leaves_nothing_behind() {
+        let mut all = tools(ResolvedBackend::Nft);
+        all.extend(tools(ResolvedBackend::Legacy));
+        let Some(ns) = TestNetns::create(&all) else {
+            return;
+        };
+        let program = |t: &mut IptablesTable| {
+            t.set_chain(Chain::new("cali-x", vec![rule("tcp", Action::Accept)]));
+            t.set_insert_rules(
+                "FORWARD",
+                vec![Rule::new(
+                    MatchCriteria::new(),
+                    Action::Jump("cali-x".into()),
+                )],
+            );
+            t.apply().unwrap();
+        };
+        for (from, to) in [
+            (ResolvedBackend::Legacy, ResolvedBackend::Nft),
+            (ResolvedBackend::Nft, ResolvedBackend::Legacy),
+        ] {
+            program(&mut table(&ns, from, IptablesMode::Program));
+            assert!(ns.sh(save_cmd(from), &["-t", "filter"]).contains("cali-x"));
+            // Restart on the other backend: program it and sweep the old one.
+            program(&mut table(&ns, to, IptablesMode::Program));
+            let mut cleanup = table(&ns, from, IptablesMode::CleanupOnly);
+            let s = cleanup.apply().unwrap();
+            assert_eq!(s.chains_deleted, 1, "{from:?}");
+            let old = ns.sh(save_cmd(from), &["-t", "filter"]);
+            assert!(!old.contains("cali"), "{old}");
+            assert!(ns.sh(save_cmd(to), &["-t", "filter"]).contains("cali-x"));
+            // Clear the programmed side for the next round.
+            let mut c = table(&ns, to, IptablesMode::CleanupOnly);
+            c.apply().unwrap();
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! The command seam: run a program with arguments and optional stdin,
+//! capturing its output, optionally inside a network namespace.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{KernelError, NoopHook, OpHook};
+
+/// One program invocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandRequest {
+    /// Program name (looked up on `PATH`) or path.
+    pub program: String,
+    /// Arguments, not including the program.
+    pub args: Vec<String>,
+    /// Bytes fed to standard input; `None` means stdin is closed.
+    pub stdin: Option<Vec<u8>>,
+}
+
+impl CommandRequest {
+    /// The command line, space separated, for errors and logs.
+    pub fn display(&self) -> String {
+        let mut s = self.program.clone();
+        for a in &self.args {
+            s.push(' ');
+            s.push_str(a);
+        }
+        s
+    }
+}
+
+/// What a finished program produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// Exit code; `None` if the process was killed by a signal.
+    pub status: Option<i32>,
+    /// Captured standard output.
+    pub stdout: String,
+    /// Captured standard error.
+    pub stderr: String,
+}
+
+impl CommandOutput {
+    /// True if the program exited with status 0.
+    pub fn success(&self) -> bool {
+        self.status == Some(0)
+    }
+}
+
+/// Runs programs. Implementations: [`SystemCommands`] (real processes) and
+/// [`super::ScriptedCommands`] (tests).
+pub trait CommandSeam: Send + Sync {
+    /// Runs the program to completion. Returns `Err` only if it could not be
+    /// started; a non-zero exit is reported in [`CommandOutput::status`].
+    fn exec(&self, req: &CommandRequest) -> Result<CommandOutput, KernelError>;
+    /// True if `program` can be found (on `PATH` or as a path).
+    fn program_exists(&self, program: &str) -> bool;
+    /// True if `path` exists on the host file system (used for probes such
+    /// as `/proc/net/ip_tables_names` that must not autoload modules).
+    fn path_exists(&self, path: &str) -> bool {
+        std::path::Path::new(path).exists()
+    }
+}
+
+/// Runs real processes, optionally inside a named network namespace (by
+/// prefixing `ip netns exec <ns>`).
+#[derive(Debug, Clone, Default)]
+pub struct SystemCommands {
+    netns: Option<String>,
+}
+
+impl SystemCommands {
+    /// Runs commands in the caller's network namespace.
+    pub fn new() -> Self {
+        SystemCommands { netns: None }
+    }
+
+    /// Runs every command inside the named network namespace.
+    pub fn in_netns(netns: impl Into<String>) -> Self {
+        SystemCommands {
+            netns: Some(netns.into()),
+        }
+    }
+
+    /// The namespace commands run in, if any.
+    pub fn netns(&self) -> Option<&str> {
+        self.netns.as_deref()
+    }
+}
+
+impl CommandSeam for SystemCommands {
+    fn exec(&self, req: &CommandRequest) -> Result<CommandOutput, KernelError> {
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns.as_str(), req.program.as_str()]);
+                c
+            }
+            None => Command::new(&req.program),
+        };
+        cmd.args(&req.args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(if req.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            });
+        let spawn_err = |source| KernelError::Spawn {
+            command: req.display(),
+            source,
+        };
+        let mut child = cmd.spawn().map_err(spawn_err)?;
+        // Feed stdin from a separate thread so a program that writes a lot of
+        // output before reading all its input cannot deadlock us.
+        let writer = match (child.stdin.take(), req.stdin.clone()) {
+            (Some(mut pipe), Some(data)) => Some(std::thread::spawn(move || {
+                // A broken pipe means the program exited early; its exit
+                // status reports the real problem.
+                let _ = pipe.write_all(&data);
+            })),
+            _ => None,
+        };
+        let out = child.wait_with_output().map_err(spawn_err)?;
+        if let Some(w) = writer {
+            let _ = w.join();
+        }
+        Ok(CommandOutput {
+            status: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    fn program_exists(&self, program: &str) -> bool {
+        if program.contains('/') {
+            return std::path::Path::new(program).is_file();
+        }
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs: Vec<std::path::PathBuf> = std::env::split_paths(&path).collect();
+        // Root's tools live in sbin directories that are not always on PATH.
+        for extra in ["/usr/sbin", "/sbin", "/usr/local/sbin"] {
+            dirs.push(extra.into());
+        }
+        dirs.iter().any(|d| d.join(program).is_file())
+    }
+}
+
+/// A driver's handle on the command seam: every call goes through the
+/// [`OpHook`] with the driver's actor name.
+#[derive(Clone)]
+pub struct Commands {
+    seam: Arc<dyn CommandSeam>,
+    hook: Arc<dyn OpHook>,
+    actor: String,
+}
+
+impl std::fmt::Debug for Commands {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Commands")
+            .field("actor", &self.actor)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Commands {
+    /// A handle for `actor` over `seam`, reporting to `hook`.
+    pub fn new(
+        seam: Arc<dyn CommandSeam>,
+        hook: Arc<dyn OpHook>,
+        actor: impl Into<String>,
+    ) -> Self {
+        Commands {
+            seam,
+            hook,
+            actor: actor.into(),
+        }
+    }
+
+    /// A handle with the no-op hook.
+    pub fn unhooked(seam: Arc<dyn CommandSeam>, actor: impl Into<String>) -> Self {
+        Self::new(seam, Arc::new(NoopHook), actor)
+    }
+
+    /// The same seam and hook under another actor name.
+    pub fn for_actor(&self, actor: impl Into<String>) -> Self {
+        Commands {
+            seam: self.seam.clone(),
+            hook: self.hook.clone(),
+            actor: actor.into(),
+        }
+    }
+
+    /// The actor name operations are reported under.
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+
+    /// True if the program exists.
+    pub fn program_exists(&self, program: &str) -> bool {
+        self.seam.program_exists(program)
+    }
+
+    /// True if the host path exists.
+    pub fn path_exists(&self, path: &str) -> bool {
+        self.seam.path_exists(path)
+    }
+
+    /// Runs the program; a non-zero exit is an error naming the command,
+    /// status and stderr.
+    pub fn run(
+        &self,
+        op: &str,
+        program: &str,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+    ) -> Result<CommandOutput, KernelError> {
+        let req = CommandRequest {
+            program: program.to_string(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            stdin: stdin.map(|s| s.to_vec()),
+        };
+        let out = self.run_unchecked(op, &req)?;
+        if out.success() {
+            Ok(out)
+        } else {
+            Err(KernelError::Failed {
+                command: req.display(),
+                status: out.status,
+                stderr: out.stderr.trim().to_string(),
+            })
+        }
+    }
+
+    /// Runs the program and returns its output whatever its exit status.
+    pub fn run_unchecked(
+        &self,
+        op: &str,
+        req: &CommandRequest,
+    ) -> Result<CommandOutput, KernelError> {
+        self.hook.before(&self.actor, op)?;
+        let start = Instant::now();
+        let res = self.seam.exec(req);
+        let ok = matches!(&res, Ok(o) if o.success());
+        self.hook.after(&self.actor, op, ok, start.elapsed());
+        res
+    }
+}
