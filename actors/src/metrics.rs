@@ -1,0 +1,274 @@
+//! Runtime metrics and their Prometheus text rendering.
+//!
+//! Families (upstream names where upstream has them):
+//! * `felix_int_dataplane_apply_time_seconds` — histogram of apply() durations;
+//! * `felix_int_dataplane_msg_batch_size` — histogram of messages coalesced per apply;
+//! * `felix_int_dataplane_failures` — counter of failed applies;
+//! * `felix_int_dataplane_initial_resync_time_seconds` — gauge, duration of the first
+//!   successful apply after in-sync (the full read-back-and-reconcile);
+//! * `felix_actor_restarts_total{actor}` — supervised restarts;
+//! * `felix_seam_ops_total{actor,op}`, `felix_seam_op_errors_total{actor,op}`,
+//!   `felix_seam_op_seconds_sum{actor,op}` — per kernel-seam operation.
+//!
+//! Other components can append their own families with [`Metrics::add_collector`].
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+/// A text collector appended verbatim to the Prometheus output.
+pub type Collector = Arc<dyn Fn() -> String + Send + Sync>;
+
+#[derive(Debug, Clone)]
+struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    fn observe(&mut self, v: f64) {
+        for (i, b) in self.bounds.iter().enumerate() {
+            if v <= *b {
+                self.counts[i] += 1;
+            }
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {c}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", self.sum, self.count);
+    }
+}
+
+const APPLY_BOUNDS: &[f64] = &[0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+const BATCH_BOUNDS: &[f64] = &[1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0];
+
+#[derive(Debug, Clone, Default)]
+struct SeamStat {
+    count: u64,
+    errors: u64,
+    seconds: f64,
+}
+
+/// Apply counts and durations since the previous summary (for the periodic log line).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ApplySummary {
+    /// Applies finished in the period.
+    pub applies: u64,
+    /// Of which failed.
+    pub failed: u64,
+    /// Sum of their durations.
+    pub total: Duration,
+    /// Longest one.
+    pub max: Duration,
+}
+
+struct Inner {
+    apply_time: Histogram,
+    batch_size: Histogram,
+    failures: u64,
+    initial_resync: Option<f64>,
+    restarts: BTreeMap<String, u64>,
+    seam: BTreeMap<(String, String), SeamStat>,
+    period: ApplySummary,
+    collectors: Vec<Collector>,
+}
+
+/// Shared metric registry. Cloning shares it.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Inner {
+                apply_time: Histogram::new(APPLY_BOUNDS),
+                batch_size: Histogram::new(BATCH_BOUNDS),
+                failures: 0,
+                initial_resync: None,
+                restarts: BTreeMap::new(),
+                seam: BTreeMap::new(),
+                period: ApplySummary::default(),
+                collectors: Vec::new(),
+            })),
+        }
+    }
+
+    /// Records one finished apply.
+    pub fn observe_apply(&self, duration: Duration, ok: bool) {
+        let mut g = self.inner.lock();
+        g.apply_time.observe(duration.as_secs_f64());
+        if !ok {
+            g.failures += 1;
+            g.period.failed += 1;
+        }
+        g.period.applies += 1;
+        g.period.total += duration;
+        g.period.max = g.period.max.max(duration);
+    }
+
+    /// Records how many messages one apply coalesced.
+    pub fn observe_batch(&self, messages: u64) {
+        self.inner.lock().batch_size.observe(messages as f64);
+    }
+
+    /// Sets the initial-resync gauge.
+    pub fn set_initial_resync(&self, duration: Duration) {
+        self.inner.lock().initial_resync = Some(duration.as_secs_f64());
+    }
+
+    /// Counts one supervised restart of `actor`.
+    pub fn inc_restart(&self, actor: &str) {
+        *self.inner.lock().restarts.entry(actor.to_string()).or_default() += 1;
+    }
+
+    /// Records one kernel-seam operation.
+    pub fn record_seam_op(&self, actor: &str, op: &str, duration: Duration, ok: bool) {
+        let mut g = self.inner.lock();
+        let s = g.seam.entry((actor.to_string(), op.to_string())).or_default();
+        s.count += 1;
+        if !ok {
+            s.errors += 1;
+        }
+        s.seconds += duration.as_secs_f64();
+    }
+
+    /// `(count, errors)` recorded for one seam operation.
+    pub fn seam_op_counts(&self, actor: &str, op: &str) -> (u64, u64) {
+        let g = self.inner.lock();
+        g.seam
+            .get(&(actor.to_string(), op.to_string()))
+            .map_or((0, 0), |s| (s.count, s.errors))
+    }
+
+    /// Returns the period summary and starts a new period.
+    pub fn take_summary(&self) -> ApplySummary {
+        std::mem::take(&mut self.inner.lock().period)
+    }
+
+    /// Appends a collector whose text is added to [`Metrics::render_prometheus`].
+    pub fn add_collector(&self, collector: Collector) {
+        self.inner.lock().collectors.push(collector);
+    }
+
+    /// Renders every family in Prometheus text exposition format.
+    pub fn render_prometheus(&self) -> String {
+        let (mut out, collectors) = {
+            let g = self.inner.lock();
+            let mut out = String::new();
+            g.apply_time.render(
+                &mut out,
+                "felix_int_dataplane_apply_time_seconds",
+                "Time in seconds for each dataplane apply.",
+            );
+            g.batch_size.render(
+                &mut out,
+                "felix_int_dataplane_msg_batch_size",
+                "Number of messages coalesced into one dataplane apply.",
+            );
+            let _ = writeln!(
+                out,
+                "# HELP felix_int_dataplane_failures Number of failed dataplane applies.\n\
+                 # TYPE felix_int_dataplane_failures counter\nfelix_int_dataplane_failures {}",
+                g.failures
+            );
+            let _ = writeln!(
+                out,
+                "# HELP felix_int_dataplane_initial_resync_time_seconds Duration of the first \
+                 apply after in-sync.\n# TYPE felix_int_dataplane_initial_resync_time_seconds gauge\n\
+                 felix_int_dataplane_initial_resync_time_seconds {}",
+                g.initial_resync.unwrap_or(0.0)
+            );
+            let _ = writeln!(
+                out,
+                "# HELP felix_actor_restarts_total Supervised actor restarts.\n\
+                 # TYPE felix_actor_restarts_total counter"
+            );
+            for (actor, n) in &g.restarts {
+                let _ = writeln!(out, "felix_actor_restarts_total{{actor=\"{}\"}} {n}", esc(actor));
+            }
+            let _ = writeln!(
+                out,
+                "# HELP felix_seam_ops_total Kernel seam operations.\n# TYPE felix_seam_ops_total counter\n\
+                 # HELP felix_seam_op_errors_total Failed kernel seam operations.\n\
+                 # TYPE felix_seam_op_errors_total counter\n\
+                 # HELP felix_seam_op_seconds_sum Total time in kernel seam operations.\n\
+                 # TYPE felix_seam_op_seconds_sum counter"
+            );
+            for ((actor, op), s) in &g.seam {
+                let l = format!("actor=\"{}\",op=\"{}\"", esc(actor), esc(op));
+                let _ = writeln!(out, "felix_seam_ops_total{{{l}}} {}", s.count);
+                let _ = writeln!(out, "felix_seam_op_errors_total{{{l}}} {}", s.errors);
+                let _ = writeln!(out, "felix_seam_op_seconds_sum{{{l}}} {}", s.seconds);
+            }
+            (out, g.collectors.clone())
+        };
+        for c in collectors {
+            out.push_str(&c());
+        }
+        out
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_upstream_families_and_seam_labels() {
+        let m = Metrics::new();
+        m.observe_apply(Duration::from_millis(20), false);
+        m.observe_batch(300);
+        m.record_seam_op("driver/ipsets-v4", "restore", Duration::from_millis(1), false);
+        let text = m.render_prometheus();
+        assert!(text.contains("felix_int_dataplane_apply_time_seconds_count 1"));
+        assert!(text.contains("felix_int_dataplane_msg_batch_size_bucket{le=\"1000\"} 1"));
+        assert!(text.contains("felix_int_dataplane_msg_batch_size_bucket{le=\"100\"} 0"));
+        assert!(text.contains("felix_int_dataplane_failures 1"));
+        assert!(text.contains(
+            "felix_seam_op_errors_total{actor=\"driver/ipsets-v4\",op=\"restore\"} 1"
+        ));
+        let s = m.take_summary();
+        assert_eq!((s.applies, s.failed), (1, 1));
+        assert_eq!(m.take_summary().applies, 0);
+    }
+}
