@@ -5,3 +5,4 @@
 pub mod generictables;
 pub mod iptables;
 pub mod kernel;
+pub mod nftables;

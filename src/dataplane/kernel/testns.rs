@@ -54,19 +54,6 @@ impl TestNetns {
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
-
-    /// Runs a command inside the namespace, returning (success, stdout).
-    pub fn try_sh(&self, program: &str, args: &[&str]) -> (bool, String) {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.name, program])
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        )
-    }
 }
 
 impl Drop for TestNetns {

@@ -1,0 +1,142 @@
+//! Native nftables sets for IP sets: kinds, nft type declarations and the
+//! canonical member form shared by desired state and read-back.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use crate::dataplane::generictables::IpVersion;
+
+/// The kind of an IP set, mirroring the ipset types Calico uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum NftSetKind {
+    /// Single addresses (`hash:ip`).
+    Ip,
+    /// CIDRs (`hash:net`), an interval set.
+    Net,
+    /// (address, protocol, port) triples (`hash:ip,port`).
+    IpPort,
+}
+
+impl NftSetKind {
+    /// The set declaration body (type and flags) for `ipv`.
+    pub fn declaration(self, ipv: IpVersion) -> String {
+        let addr = match ipv {
+            IpVersion::V4 => "ipv4_addr",
+            IpVersion::V6 => "ipv6_addr",
+        };
+        match self {
+            NftSetKind::Ip => format!("type {addr};"),
+            NftSetKind::Net => format!("type {addr}; flags interval; auto-merge;"),
+            NftSetKind::IpPort => format!("type {addr} . inet_proto . inet_service;"),
+        }
+    }
+}
+
+fn proto_name(p: &str) -> Option<String> {
+    let p = p.to_ascii_lowercase();
+    Some(match p.as_str() {
+        "6" | "tcp" => "tcp".into(),
+        "17" | "udp" => "udp".into(),
+        "132" | "sctp" => "sctp".into(),
+        "1" | "icmp" => "icmp".into(),
+        "58" | "icmpv6" | "ipv6-icmp" => "ipv6-icmp".into(),
+        _ => return None,
+    })
+}
+
+/// Canonical form of a member: addresses as Rust prints them, full-length
+/// CIDRs as bare addresses, other CIDRs with host bits cleared, IP+port as
+/// `addr,proto:port`. `None` for a member that does not parse or is of the
+/// wrong family.
+pub fn canonical_member(kind: NftSetKind, ipv: IpVersion, member: &str) -> Option<String> {
+    let family_ok = |a: &IpAddr| {
+        matches!(
+            (a, ipv),
+            (IpAddr::V4(_), IpVersion::V4) | (IpAddr::V6(_), IpVersion::V6)
+        )
+    };
+    match kind {
+        NftSetKind::Ip => {
+            let a: IpAddr = member.trim().parse().ok()?;
+            family_ok(&a).then(|| a.to_string())
+        }
+        NftSetKind::Net => {
+            let m = member.trim();
+            let net: IpNet = match m.parse::<IpNet>() {
+                Ok(n) => n.trunc(),
+                Err(_) => IpNet::from(m.parse::<IpAddr>().ok()?),
+            };
+            if !family_ok(&net.addr()) {
+                return None;
+            }
+            Some(if net.prefix_len() == net.max_prefix_len() {
+                net.addr().to_string()
+            } else {
+                net.to_string()
+            })
+        }
+        NftSetKind::IpPort => {
+            let (addr, rest) = member.trim().rsplit_once(',')?;
+            let (proto, port) = rest.split_once(':')?;
+            let a: IpAddr = addr.trim_matches(|c| c == '[' || c == ']').parse().ok()?;
+            let port: u16 = port.parse().ok()?;
+            if !family_ok(&a) {
+                return None;
+            }
+            Some(format!("{a},{}:{port}", proto_name(proto)?))
+        }
+    }
+}
+
+/// Renders a canonical member as an nft set element.
+pub(crate) fn element(kind: NftSetKind, canonical: &str) -> String {
+    match kind {
+        NftSetKind::Ip | NftSetKind::Net => canonical.to_string(),
+        NftSetKind::IpPort => match canonical
+            .rsplit_once(',')
+            .and_then(|(a, r)| Some((a, r.split_once(':')?)))
+        {
+            Some((a, (p, port))) => format!("{a} . {p} . {port}"),
+            None => canonical.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_forms() {
+        use IpVersion::*;
+        use NftSetKind::*;
+        assert_eq!(
+            canonical_member(Ip, V4, "10.0.0.1").as_deref(),
+            Some("10.0.0.1")
+        );
+        assert_eq!(canonical_member(Ip, V4, "fd00::1"), None);
+        assert_eq!(
+            canonical_member(Ip, V6, "fd00:0::1").as_deref(),
+            Some("fd00::1")
+        );
+        assert_eq!(
+            canonical_member(Net, V4, "10.0.0.1/32").as_deref(),
+            Some("10.0.0.1")
+        );
+        assert_eq!(
+            canonical_member(Net, V4, "10.0.0.7/24").as_deref(),
+            Some("10.0.0.0/24")
+        );
+        assert_eq!(
+            canonical_member(IpPort, V4, "10.0.0.1,TCP:80").as_deref(),
+            Some("10.0.0.1,tcp:80")
+        );
+        assert_eq!(
+            canonical_member(IpPort, V4, "10.0.0.1,6:80").as_deref(),
+            Some("10.0.0.1,tcp:80")
+        );
+        assert_eq!(canonical_member(IpPort, V4, "10.0.0.1,tcp:x"), None);
+        assert_eq!(element(IpPort, "10.0.0.1,tcp:80"), "10.0.0.1 . tcp . 80");
+    }
+}

@@ -1,0 +1,808 @@
+//! [`NftablesTable`]: reconciles our own nftables table (`calico` in family
+//! `ip` or `ip6`) with the desired chains, base-chain rules and sets.
+//!
+//! Invariants:
+//! - Everything in our table is ours: chains and sets that are not desired
+//!   are deleted when kernel state is read back (the first apply reads back;
+//!   only our table is ever listed, never the whole ruleset).
+//! - One apply is one `nft -f -` transaction; a chain whose rule hashes
+//!   match the kernel is not touched; a changed chain is flushed and
+//!   re-added; set membership changes are element deltas.
+//! - After `rebuild_after_failures` consecutive failed transactions the
+//!   next attempt deletes and re-adds the table and everything in it in a
+//!   single transaction, so a failed rebuild leaves the old table in place.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::dataplane::generictables::{
+    ApplyStats, Chain, IpVersion, Rule, Table, TableError, RULE_HASH_PREFIX,
+};
+use crate::dataplane::kernel::{Commands, KernelError};
+
+use super::json::{parse_table, ActualSet, NftState};
+use super::render::{legalize_set_name, NftRenderer};
+use super::sets::{canonical_member, element, NftSetKind};
+
+/// nftables address family of a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NftFamily {
+    /// `ip`
+    Ip,
+    /// `ip6`
+    Ip6,
+}
+
+impl NftFamily {
+    /// The family for an IP version.
+    pub fn for_version(ipv: IpVersion) -> Self {
+        match ipv {
+            IpVersion::V4 => NftFamily::Ip,
+            IpVersion::V6 => NftFamily::Ip6,
+        }
+    }
+    /// `ip` or `ip6`.
+    pub fn name(self) -> &'static str {
+        match self {
+            NftFamily::Ip => "ip",
+            NftFamily::Ip6 => "ip6",
+        }
+    }
+}
+
+/// A base chain of our table: hook, chain type and priority, as upstream
+/// lays them out (so that they order correctly against kube-proxy's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BaseChain {
+    /// Chain name, e.g. `filter-INPUT`.
+    pub name: &'static str,
+    /// Netfilter hook.
+    pub hook: &'static str,
+    /// Chain type (`filter`, `nat`, `route`).
+    pub kind: &'static str,
+    /// Priority.
+    pub priority: i32,
+}
+
+const BASE_CHAINS: &[BaseChain] = &[
+    BaseChain {
+        name: "filter-INPUT",
+        hook: "input",
+        kind: "filter",
+        priority: 0,
+    },
+    BaseChain {
+        name: "filter-FORWARD",
+        hook: "forward",
+        kind: "filter",
+        priority: 0,
+    },
+    BaseChain {
+        name: "filter-OUTPUT",
+        hook: "output",
+        kind: "filter",
+        priority: 0,
+    },
+    BaseChain {
+        name: "nat-PREROUTING",
+        hook: "prerouting",
+        kind: "nat",
+        priority: -100,
+    },
+    BaseChain {
+        name: "nat-INPUT",
+        hook: "input",
+        kind: "nat",
+        priority: -100,
+    },
+    BaseChain {
+        name: "nat-OUTPUT",
+        hook: "output",
+        kind: "nat",
+        priority: 110,
+    },
+    BaseChain {
+        name: "nat-POSTROUTING",
+        hook: "postrouting",
+        kind: "nat",
+        priority: 110,
+    },
+    BaseChain {
+        name: "mangle-PREROUTING",
+        hook: "prerouting",
+        kind: "filter",
+        priority: -150,
+    },
+    BaseChain {
+        name: "mangle-INPUT",
+        hook: "input",
+        kind: "filter",
+        priority: -150,
+    },
+    BaseChain {
+        name: "mangle-FORWARD",
+        hook: "forward",
+        kind: "filter",
+        priority: -150,
+    },
+    BaseChain {
+        name: "mangle-OUTPUT",
+        hook: "output",
+        kind: "route",
+        priority: -150,
+    },
+    BaseChain {
+        name: "mangle-POSTROUTING",
+        hook: "postrouting",
+        kind: "filter",
+        priority: -150,
+    },
+    BaseChain {
+        name: "raw-PREROUTING",
+        hook: "prerouting",
+        kind: "filter",
+        priority: -300,
+    },
+    BaseChain {
+        name: "raw-OUTPUT",
+        hook: "output",
+        kind: "filter",
+        priority: -300,
+    },
+];
+
+/// The base chain called `name`, if it is one of ours.
+pub fn base_chain(name: &str) -> Option<BaseChain> {
+    BASE_CHAINS.iter().copied().find(|b| b.name == name)
+}
+
+/// What the table does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NftablesMode {
+    /// Program the desired state.
+    Program,
+    /// Delete our table if present (iptables mode), paced by the refresh
+    /// interval; never terminates.
+    CleanupOnly,
+}
+
+/// Tunables; `Default` gives upstream-like values.
+#[derive(Clone)]
+pub struct NftablesOptions {
+    /// Our table's name (`calico`).
+    pub table_name: String,
+    /// Hash comment prefix (`cali:`).
+    pub hash_prefix: String,
+    /// Retries after a failed transaction within one apply.
+    pub max_retries: u32,
+    /// First backoff; doubles per retry up to `max_backoff`.
+    pub initial_backoff: Duration,
+    /// Backoff cap.
+    pub max_backoff: Duration,
+    /// Consecutive failures after which the table is rebuilt.
+    pub rebuild_after_failures: u32,
+    /// Pacing of [`NftablesMode::CleanupOnly`].
+    pub refresh_interval: Duration,
+    /// Sleeps between retries (injectable).
+    pub sleep: Arc<dyn Fn(Duration) + Send + Sync>,
+    /// Clock (injectable).
+    pub now: Arc<dyn Fn() -> Instant + Send + Sync>,
+}
+
+impl std::fmt::Debug for NftablesOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NftablesOptions")
+            .field("table_name", &self.table_name)
+            .field("max_retries", &self.max_retries)
+            .field("rebuild_after_failures", &self.rebuild_after_failures)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for NftablesOptions {
+    fn default() -> Self {
+        NftablesOptions {
+            table_name: "calico".into(),
+            hash_prefix: RULE_HASH_PREFIX.into(),
+            max_retries: 10,
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_secs(1),
+            rebuild_after_failures: 5,
+            refresh_interval: Duration::from_secs(90),
+            sleep: Arc::new(std::thread::sleep),
+            now: Arc::new(Instant::now),
+        }
+    }
+}
+
+struct DChain {
+    rules: Vec<Rule>,
+    hashes: Vec<String>,
+    base: Option<BaseChain>,
+}
+
+struct DSet {
+    kind: NftSetKind,
+    members: BTreeSet<String>,
+}
+
+struct Plan {
+    script: String,
+    new_actual: NftState,
+    stats: ApplyStats,
+}
+
+/// Elements per `add element` line.
+const ELEMENT_BATCH: usize = 1000;
+
+/// Our nftables table for one family.
+pub struct NftablesTable {
+    ipv: IpVersion,
+    family: NftFamily,
+    mode: NftablesMode,
+    cmds: Commands,
+    opts: NftablesOptions,
+    renderer: NftRenderer,
+    chains: BTreeMap<String, DChain>,
+    sets: BTreeMap<String, DSet>,
+    actual: Option<NftState>,
+    dirty_chains: BTreeSet<String>,
+    dirty_sets: BTreeSet<String>,
+    consecutive_failures: u32,
+    next_cleanup: Option<Instant>,
+}
+
+impl std::fmt::Debug for NftablesTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NftablesTable")
+            .field("family", &self.family)
+            .field("table", &self.opts.table_name)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NftablesTable {
+    /// Our table for `ipv`.
+    pub fn new(ipv: IpVersion, mode: NftablesMode, cmds: Commands, opts: NftablesOptions) -> Self {
+        NftablesTable {
+            ipv,
+            family: NftFamily::for_version(ipv),
+            mode,
+            renderer: NftRenderer::new(ipv, &opts.hash_prefix),
+            cmds,
+            opts,
+            chains: BTreeMap::new(),
+            sets: BTreeMap::new(),
+            actual: None,
+            dirty_chains: BTreeSet::new(),
+            dirty_sets: BTreeSet::new(),
+            consecutive_failures: 0,
+            next_cleanup: None,
+        }
+    }
+
+    /// The renderer this table uses.
+    pub fn renderer(&self) -> &NftRenderer {
+        &self.renderer
+    }
+
+    /// Consecutive failed transactions so far.
+    pub fn consecutive_failures(&self) -> u32 {
+        self.consecutive_failures
+    }
+
+    /// Sets the full membership of an IP set (by calc-graph kernel name,
+    /// e.g. `cali40s:abc`; legalised for nft). Members that do not parse or
+    /// are of the other family are dropped.
+    pub fn set_ip_set(
+        &mut self,
+        name: &str,
+        kind: NftSetKind,
+        members: impl IntoIterator<Item = String>,
+    ) {
+        let members: BTreeSet<String> = members
+            .into_iter()
+            .filter_map(|m| {
+                let c = canonical_member(kind, self.ipv, &m);
+                if c.is_none() {
+                    tracing::debug!(set = name, member = %m, "dropping unusable set member");
+                }
+                c
+            })
+            .collect();
+        let legal = legalize_set_name(name);
+        if self
+            .sets
+            .get(&legal)
+            .is_some_and(|s| s.kind == kind && s.members == members)
+        {
+            return;
+        }
+        self.dirty_sets.insert(legal.clone());
+        self.sets.insert(legal, DSet { kind, members });
+    }
+
+    /// Adds members to an existing desired set (no-op if unknown).
+    pub fn add_ip_set_members(&mut self, name: &str, members: impl IntoIterator<Item = String>) {
+        let legal = legalize_set_name(name);
+        let ipv = self.ipv;
+        if let Some(s) = self.sets.get_mut(&legal) {
+            let kind = s.kind;
+            s.members.extend(
+                members
+                    .into_iter()
+                    .filter_map(|m| canonical_member(kind, ipv, &m)),
+            );
+            self.dirty_sets.insert(legal);
+        }
+    }
+
+    /// Removes members from an existing desired set (no-op if unknown).
+    pub fn remove_ip_set_members(&mut self, name: &str, members: impl IntoIterator<Item = String>) {
+        let legal = legalize_set_name(name);
+        let ipv = self.ipv;
+        if let Some(s) = self.sets.get_mut(&legal) {
+            let kind = s.kind;
+            for m in members {
+                if let Some(c) = canonical_member(kind, ipv, &m) {
+                    s.members.remove(&c);
+                }
+            }
+            self.dirty_sets.insert(legal);
+        }
+    }
+
+    /// Removes a set (deleted at the next apply; callers must first stop
+    /// referencing it).
+    pub fn remove_ip_set(&mut self, name: &str) {
+        let legal = legalize_set_name(name);
+        if self.sets.remove(&legal).is_some() {
+            self.dirty_sets.insert(legal);
+        }
+    }
+
+    fn desc(&self) -> String {
+        format!("{} {}", self.family.name(), self.opts.table_name)
+    }
+
+    fn read_back(&self) -> Result<NftState, TableError> {
+        let fam = self.family.name();
+        let t = &self.opts.table_name;
+        match self.cmds.run(
+            "nft-list-table",
+            "nft",
+            &["-j", "list", "table", fam, t],
+            None,
+        ) {
+            Ok(out) => {
+                parse_table(&out.stdout, self.ipv, &self.opts.hash_prefix).map_err(|detail| {
+                    TableError::Parse {
+                        table: self.desc(),
+                        detail,
+                    }
+                })
+            }
+            Err(e) if e.stderr().contains("No such file or directory") => Ok(NftState::default()),
+            Err(source) => Err(TableError::ReadBack {
+                table: self.desc(),
+                source,
+            }),
+        }
+    }
+
+    fn chain_decl(&self, name: &str, base: Option<BaseChain>) -> String {
+        let fam = self.family.name();
+        let t = &self.opts.table_name;
+        match base {
+            Some(b) => format!(
+                "add chain {fam} {t} {name} {{ type {} hook {} priority {}; policy accept; }}",
+                b.kind, b.hook, b.priority
+            ),
+            None => format!("add chain {fam} {t} {name}"),
+        }
+    }
+
+    fn element_lines(
+        &self,
+        verb: &str,
+        set: &str,
+        kind: NftSetKind,
+        members: &[&String],
+        out: &mut Vec<String>,
+    ) {
+        let fam = self.family.name();
+        let t = &self.opts.table_name;
+        for chunk in members.chunks(ELEMENT_BATCH) {
+            let elems: Vec<String> = chunk.iter().map(|m| element(kind, m)).collect();
+            out.push(format!(
+                "{verb} element {fam} {t} {set} {{ {} }}",
+                elems.join(", ")
+            ));
+        }
+    }
+
+    fn plan(&self, actual: &NftState, full: bool, rebuild: bool) -> Plan {
+        let fam = self.family.name();
+        let t = &self.opts.table_name;
+        let empty = NftState::default();
+        let actual = if rebuild { &empty } else { actual };
+        let mut stats = ApplyStats::default();
+        let mut new_actual = actual.clone();
+        let (
+            mut add_chains,
+            mut flush_chains,
+            mut del_sets,
+            mut set_ops,
+            mut add_rules,
+            mut del_chains,
+        ) = (
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+        );
+
+        let all = full || rebuild;
+        let set_candidates: BTreeSet<String> = if all {
+            self.sets
+                .keys()
+                .chain(actual.sets.keys())
+                .cloned()
+                .collect()
+        } else {
+            self.dirty_sets.clone()
+        };
+        let mut recreated_sets = BTreeSet::new();
+        for name in &set_candidates {
+            match (self.sets.get(name), actual.sets.get(name)) {
+                (Some(d), a) => {
+                    let recreate = a.is_some_and(|a| a.kind != Some(d.kind));
+                    if recreate {
+                        del_sets.push(format!("delete set {fam} {t} {name}"));
+                        recreated_sets.insert(name.clone());
+                    }
+                    let current = match a {
+                        Some(a) if !recreate => a.members.clone(),
+                        _ => Some(BTreeSet::new()),
+                    };
+                    if a.is_none() || recreate {
+                        set_ops.push(format!(
+                            "add set {fam} {t} {name} {{ {} }}",
+                            d.kind.declaration(self.ipv)
+                        ));
+                    }
+                    match current {
+                        Some(cur) => {
+                            let removed: Vec<&String> = cur.difference(&d.members).collect();
+                            let added: Vec<&String> = d.members.difference(&cur).collect();
+                            self.element_lines("delete", name, d.kind, &removed, &mut set_ops);
+                            self.element_lines("add", name, d.kind, &added, &mut set_ops);
+                        }
+                        None => {
+                            set_ops.push(format!("flush set {fam} {t} {name}"));
+                            let all: Vec<&String> = d.members.iter().collect();
+                            self.element_lines("add", name, d.kind, &all, &mut set_ops);
+                        }
+                    }
+                    new_actual.sets.insert(
+                        name.clone(),
+                        ActualSet {
+                            kind: Some(d.kind),
+                            members: Some(d.members.clone()),
+                        },
+                    );
+                }
+                (None, Some(_)) => {
+                    del_sets.push(format!("delete set {fam} {t} {name}"));
+                    new_actual.sets.remove(name);
+                }
+                (None, None) => {}
+            }
+        }
+
+        let mut chain_candidates: BTreeSet<String> = if all {
+            self.chains
+                .keys()
+                .chain(actual.chains.keys())
+                .cloned()
+                .collect()
+        } else {
+            self.dirty_chains.clone()
+        };
+        // Chains referencing a recreated set must be re-added after it.
+        for (name, c) in &self.chains {
+            if c.rules.iter().any(|r| {
+                r.match_criteria
+                    .ip_set_names()
+                    .iter()
+                    .any(|s| recreated_sets.contains(&legalize_set_name(s)))
+            }) {
+                chain_candidates.insert(name.clone());
+            }
+        }
+        for name in &chain_candidates {
+            match (self.chains.get(name), actual.chains.get(name)) {
+                (Some(d), a) => {
+                    let want: Vec<Option<String>> = d.hashes.iter().cloned().map(Some).collect();
+                    let references_recreated = d.rules.iter().any(|r| {
+                        r.match_criteria
+                            .ip_set_names()
+                            .iter()
+                            .any(|s| recreated_sets.contains(&legalize_set_name(s)))
+                    });
+                    match a {
+                        None => {
+                            add_chains.push(self.chain_decl(name, d.base));
+                            stats.chains_created += 1;
+                        }
+                        Some(a) if *a == want && !references_recreated => continue,
+                        Some(a) => {
+                            flush_chains.push(format!("flush chain {fam} {t} {name}"));
+                            stats.rules_deleted += a.len();
+                        }
+                    }
+                    for (rule, hash) in d.rules.iter().zip(&d.hashes) {
+                        add_rules.push(self.renderer.add_rule(fam, t, name, hash, rule));
+                        stats.rules_written += 1;
+                    }
+                    new_actual.chains.insert(name.clone(), want);
+                }
+                (None, Some(a)) => {
+                    if !a.is_empty() {
+                        flush_chains.push(format!("flush chain {fam} {t} {name}"));
+                    }
+                    del_chains.push(format!("delete chain {fam} {t} {name}"));
+                    stats.rules_deleted += a.len();
+                    stats.chains_deleted += 1;
+                    new_actual.chains.remove(name);
+                }
+                (None, None) => {}
+            }
+        }
+
+        let mut lines = Vec::new();
+        let has_work = rebuild
+            || !(add_chains.is_empty()
+                && flush_chains.is_empty()
+                && del_sets.is_empty()
+                && set_ops.is_empty()
+                && add_rules.is_empty()
+                && del_chains.is_empty());
+        if has_work {
+            lines.push(format!("add table {fam} {t}"));
+            if rebuild {
+                lines.push(format!("delete table {fam} {t}"));
+                lines.push(format!("add table {fam} {t}"));
+            }
+            for group in [
+                add_chains,
+                flush_chains,
+                del_sets,
+                set_ops,
+                add_rules,
+                del_chains,
+            ] {
+                lines.extend(group);
+            }
+        }
+        let mut script = lines.join("\n");
+        if !script.is_empty() {
+            script.push('\n');
+        }
+        Plan {
+            script,
+            new_actual,
+            stats,
+        }
+    }
+
+    fn run_script(&self, script: &str) -> Result<(), KernelError> {
+        self.cmds
+            .run("nft-apply", "nft", &["-f", "-"], Some(script.as_bytes()))
+            .map(|_| ())
+    }
+
+    fn apply_program(&mut self) -> Result<ApplyStats, TableError> {
+        let mut total = ApplyStats::default();
+        let mut backoff = self.opts.initial_backoff;
+        let mut attempt: u32 = 0;
+        loop {
+            let rebuild = self.consecutive_failures >= self.opts.rebuild_after_failures;
+            let full = self.actual.is_none();
+            let outcome: Result<Plan, Result<KernelError, TableError>> = (|| {
+                let actual = if rebuild {
+                    NftState::default()
+                } else {
+                    match &self.actual {
+                        Some(a) => a.clone(),
+                        None => {
+                            total.read_backs += 1;
+                            let a = self.read_back().map_err(Err)?;
+                            self.actual = Some(a.clone());
+                            a
+                        }
+                    }
+                };
+                let plan = self.plan(&actual, full, rebuild);
+                if !plan.script.is_empty() {
+                    if rebuild {
+                        tracing::warn!(table = %self.desc(), "rebuilding nftables table after repeated failures");
+                    }
+                    self.run_script(&plan.script).map_err(Ok)?;
+                }
+                Ok(plan)
+            })();
+            match outcome {
+                Ok(plan) => {
+                    if !plan.script.is_empty() {
+                        total.transactions += 1;
+                    }
+                    total.rules_written += plan.stats.rules_written;
+                    total.rules_deleted += plan.stats.rules_deleted;
+                    total.chains_created += plan.stats.chains_created;
+                    total.chains_deleted += plan.stats.chains_deleted;
+                    self.actual = Some(plan.new_actual);
+                    self.dirty_chains.clear();
+                    self.dirty_sets.clear();
+                    self.consecutive_failures = 0;
+                    return Ok(total);
+                }
+                Err(err) => {
+                    self.consecutive_failures += 1;
+                    self.actual = None;
+                    if attempt >= self.opts.max_retries {
+                        return Err(match err {
+                            Ok(source) => TableError::GaveUp {
+                                table: self.desc(),
+                                attempts: attempt + 1,
+                                source,
+                            },
+                            Err(e) => e,
+                        });
+                    }
+                    tracing::warn!(table = %self.desc(), attempt, "nftables apply failed; retrying");
+                    attempt += 1;
+                    total.retries += 1;
+                    (self.opts.sleep)(backoff);
+                    backoff = (backoff * 2).min(self.opts.max_backoff);
+                }
+            }
+        }
+    }
+
+    fn apply_cleanup(&mut self) -> Result<ApplyStats, TableError> {
+        let now = (self.opts.now)();
+        if self.next_cleanup.is_some_and(|t| now < t) {
+            return Ok(ApplyStats::default());
+        }
+        self.next_cleanup = Some(now + self.opts.refresh_interval);
+        if !self.cmds.program_exists("nft") {
+            return Ok(ApplyStats::default());
+        }
+        let fam = self.family.name();
+        let t = self.opts.table_name.clone();
+        let out = self
+            .cmds
+            .run("nft-list-tables", "nft", &["list", "tables", fam], None)
+            .map_err(|source| TableError::ReadBack {
+                table: self.desc(),
+                source,
+            })?;
+        let wanted = format!("table {fam} {t}");
+        if !out.stdout.lines().any(|l| l.trim() == wanted) {
+            return Ok(ApplyStats {
+                read_backs: 1,
+                ..Default::default()
+            });
+        }
+        self.cmds
+            .run(
+                "nft-delete-table",
+                "nft",
+                &["delete", "table", fam, &t],
+                None,
+            )
+            .map_err(|source| TableError::GaveUp {
+                table: self.desc(),
+                attempts: 1,
+                source,
+            })?;
+        Ok(ApplyStats {
+            read_backs: 1,
+            transactions: 1,
+            chains_deleted: 1,
+            ..Default::default()
+        })
+    }
+
+    fn set_chain_inner(&mut self, chain: Chain, base: Option<BaseChain>) {
+        let hashes = self.renderer.hashes(&chain.name, &chain.rules);
+        if self
+            .chains
+            .get(&chain.name)
+            .is_some_and(|d| d.hashes == hashes && d.base == base)
+        {
+            return;
+        }
+        self.dirty_chains.insert(chain.name.clone());
+        self.chains.insert(
+            chain.name,
+            DChain {
+                rules: chain.rules,
+                hashes,
+                base,
+            },
+        );
+    }
+}
+
+impl Table for NftablesTable {
+    fn name(&self) -> String {
+        self.desc()
+    }
+
+    fn ip_version(&self) -> IpVersion {
+        self.ipv
+    }
+
+    fn set_chain(&mut self, chain: Chain) {
+        if self.mode == NftablesMode::CleanupOnly {
+            return;
+        }
+        let base = base_chain(&chain.name);
+        self.set_chain_inner(chain, base);
+    }
+
+    fn remove_chain(&mut self, name: &str) {
+        if self.chains.remove(name).is_some() {
+            self.dirty_chains.insert(name.to_string());
+        }
+    }
+
+    fn set_insert_rules(&mut self, kernel_chain: &str, rules: Vec<Rule>) {
+        if self.mode == NftablesMode::CleanupOnly {
+            return;
+        }
+        let Some(base) = base_chain(kernel_chain) else {
+            tracing::warn!(
+                chain = kernel_chain,
+                "not a base chain of our nftables table; ignoring insert rules"
+            );
+            return;
+        };
+        if rules.is_empty() {
+            self.remove_chain(kernel_chain);
+        } else {
+            self.set_chain_inner(Chain::new(kernel_chain, rules), Some(base));
+        }
+    }
+
+    fn queue_resync(&mut self) {
+        self.actual = None;
+        if self.mode == NftablesMode::CleanupOnly {
+            self.next_cleanup = None;
+        }
+    }
+
+    fn apply(&mut self) -> Result<ApplyStats, TableError> {
+        match self.mode {
+            NftablesMode::Program => self.apply_program(),
+            NftablesMode::CleanupOnly => self.apply_cleanup(),
+        }
+    }
+
+    fn is_dirty(&self) -> bool {
+        match self.mode {
+            NftablesMode::Program => {
+                self.actual.is_none()
+                    || !self.dirty_chains.is_empty()
+                    || !self.dirty_sets.is_empty()
+            }
+            NftablesMode::CleanupOnly => self.next_cleanup.is_none_or(|t| (self.opts.now)() >= t),
+        }
+    }
+}

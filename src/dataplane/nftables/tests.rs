@@ -1,0 +1,512 @@
+//! Tests of the nftables table and the iptables-nft cleanup: scripted-seam
+//! unit tests and kernel tests in throwaway namespaces.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::*;
+use crate::dataplane::generictables::{
+    Action, Chain, IpVersion, MatchCriteria, PortRange, Rule, Table, TableError,
+};
+use crate::dataplane::kernel::{
+    CommandOutput, CommandRequest, CommandSeam, Commands, FakeResponse, KernelError,
+    ScriptedCommands, SystemCommands,
+};
+
+fn rule(proto: &str, a: Action) -> Rule {
+    Rule::new(MatchCriteria::new().protocol(proto), a)
+}
+
+fn quiet_opts() -> NftablesOptions {
+    NftablesOptions {
+        sleep: Arc::new(|_| {}),
+        ..NftablesOptions::default()
+    }
+}
+
+fn no_table_fake() -> Arc<ScriptedCommands> {
+    ScriptedCommands::new(|req: &CommandRequest| {
+        if req.args.iter().any(|a| a == "list") {
+            FakeResponse::Fail(
+                1,
+                "Error: No such file or directory\nlist table ip calico".into(),
+            )
+        } else {
+            FakeResponse::Ok(String::new())
+        }
+    })
+}
+
+fn scripts(fake: &ScriptedCommands) -> Vec<String> {
+    fake.calls()
+        .into_iter()
+        .filter(|c| c.args.first().map(String::as_str) == Some("-f"))
+        .map(|c| String::from_utf8(c.stdin.unwrap_or_default()).unwrap())
+        .collect()
+}
+
+fn desired(t: &mut NftablesTable, last: Action) {
+    t.set_ip_set(
+        "cali40s:web",
+        NftSetKind::Ip,
+        vec!["10.0.0.1".to_string(), "10.0.0.2".into()],
+    );
+    t.set_chain(Chain::new(
+        "cali-a",
+        vec![
+            Rule::new(
+                MatchCriteria::new().source_ip_set("cali40s:web"),
+                Action::Accept,
+            ),
+            rule("udp", last),
+        ],
+    ));
+    t.set_chain(Chain::new("cali-b", vec![rule("tcp", Action::Accept)]));
+    t.set_insert_rules(
+        "filter-INPUT",
+        vec![Rule::new(
+            MatchCriteria::new(),
+            Action::Jump("cali-a".into()),
+        )],
+    );
+}
+
+#[test]
+fn first_apply_is_one_ordered_transaction_and_second_is_empty() {
+    let fake = no_table_fake();
+    let mut t = NftablesTable::new(
+        IpVersion::V4,
+        NftablesMode::Program,
+        Commands::unhooked(fake.clone(), "nft"),
+        quiet_opts(),
+    );
+    desired(&mut t, Action::Drop);
+    let s = t.apply().unwrap();
+    assert_eq!((s.transactions, s.read_backs, s.chains_created), (1, 1, 3));
+    let sc = scripts(&fake);
+    assert_eq!(sc.len(), 1);
+    let lines: Vec<&str> = sc[0].lines().collect();
+    assert_eq!(lines[0], "add table ip calico");
+    let pos = |p: &str| lines.iter().position(|l| l.starts_with(p)).unwrap();
+    assert!(lines
+        .iter()
+        .any(|l| l.contains("filter-INPUT { type filter hook input priority 0; policy accept; }")));
+    assert!(pos("add set ip calico cali40s-web") < pos("add rule ip calico cali-a"));
+    assert!(pos("add chain ip calico cali-a") < pos("add rule ip calico filter-INPUT"));
+    assert!(sc[0].contains("add element ip calico cali40s-web { 10.0.0.1, 10.0.0.2 }"));
+    assert!(sc[0].contains("comment \"cali:"));
+
+    fake.clear_calls();
+    desired(&mut t, Action::Drop);
+    assert!(!t.is_dirty());
+    assert!(t.apply().unwrap().no_writes());
+    assert!(fake.calls().is_empty());
+
+    // One chain changes: only it is flushed and re-added; a set delta is
+    // an element delta.
+    desired(&mut t, Action::Return);
+    t.set_ip_set(
+        "cali40s:web",
+        NftSetKind::Ip,
+        vec!["10.0.0.2".to_string(), "10.0.0.3".into()],
+    );
+    t.apply().unwrap();
+    let sc = scripts(&fake);
+    assert!(sc[0].contains("flush chain ip calico cali-a\n"));
+    assert!(!sc[0].contains("cali-b"));
+    assert!(!sc[0].contains("filter-INPUT"));
+    assert!(sc[0].contains("delete element ip calico cali40s-web { 10.0.0.1 }"));
+    assert!(sc[0].contains("add element ip calico cali40s-web { 10.0.0.3 }"));
+    assert!(!sc[0].contains("delete table"));
+}
+
+#[test]
+fn rebuilds_in_one_transaction_after_repeated_failures() {
+    let fake = no_table_fake();
+    let mut t = NftablesTable::new(
+        IpVersion::V4,
+        NftablesMode::Program,
+        Commands::unhooked(fake.clone(), "nft"),
+        quiet_opts(),
+    );
+    desired(&mut t, Action::Drop);
+    // Every `nft` call fails 5 times (list and -f alike).
+    fake.fail_next(5, Some("nft"));
+    let s = t.apply().unwrap();
+    assert_eq!(s.retries, 5);
+    let sc = scripts(&fake);
+    let last = sc.last().unwrap();
+    let lines: Vec<&str> = last.lines().collect();
+    assert_eq!(
+        &lines[..3],
+        &[
+            "add table ip calico",
+            "delete table ip calico",
+            "add table ip calico"
+        ]
+    );
+    assert!(last.contains("add set ip calico cali40s-web"));
+    assert!(last.contains("add rule ip calico filter-INPUT"));
+    assert_eq!(t.consecutive_failures(), 0);
+    // Earlier attempts never deleted the table.
+    assert!(sc[..sc.len() - 1]
+        .iter()
+        .all(|s| !s.contains("delete table")));
+}
+
+#[test]
+fn gives_up_with_typed_error_naming_the_command() {
+    let fake = no_table_fake();
+    let opts = NftablesOptions {
+        max_retries: 2,
+        ..quiet_opts()
+    };
+    let mut t = NftablesTable::new(
+        IpVersion::V6,
+        NftablesMode::Program,
+        Commands::unhooked(fake.clone(), "nft"),
+        opts,
+    );
+    t.set_chain(Chain::new("cali-a", vec![rule("tcp", Action::Accept)]));
+    fake.fail_next(100, Some("nft"));
+    match t.apply() {
+        Err(TableError::ReadBack {
+            source: KernelError::Failed { command, .. },
+            ..
+        }) => {
+            assert!(
+                command.starts_with("nft -j list table ip6 calico"),
+                "{command}"
+            )
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(t.is_dirty());
+}
+
+#[test]
+fn cleanup_mode_deletes_our_table_only_when_present() {
+    let fake = ScriptedCommands::new(|req: &CommandRequest| {
+        if req.args.iter().any(|a| a == "tables") {
+            FakeResponse::Ok("table ip other\ntable ip calico\n".into())
+        } else {
+            FakeResponse::Ok(String::new())
+        }
+    });
+    let mut t = NftablesTable::new(
+        IpVersion::V4,
+        NftablesMode::CleanupOnly,
+        Commands::unhooked(fake.clone(), "nft"),
+        quiet_opts(),
+    );
+    let s = t.apply().unwrap();
+    assert_eq!(s.chains_deleted, 1);
+    let deletes: Vec<_> = fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.args.first().map(String::as_str) == Some("delete"))
+        .collect();
+    assert_eq!(deletes.len(), 1);
+    assert_eq!(deletes[0].args, vec!["delete", "table", "ip", "calico"]);
+    // Paced: an immediate second apply does nothing.
+    fake.clear_calls();
+    t.apply().unwrap();
+    assert!(fake.calls().is_empty());
+}
+
+// ---- kernel tests -------------------------------------------------------
+
+/// Delegates to the real system but fails the first N `nft -f` calls.
+struct FailFirstApplies {
+    inner: SystemCommands,
+    remaining: Mutex<usize>,
+    scripts: Mutex<Vec<String>>,
+}
+
+impl CommandSeam for FailFirstApplies {
+    fn exec(&self, req: &CommandRequest) -> Result<CommandOutput, KernelError> {
+        if req.args.first().map(String::as_str) == Some("-f") {
+            self.scripts.lock().push(
+                String::from_utf8_lossy(req.stdin.as_deref().unwrap_or_default()).into_owned(),
+            );
+            let mut r = self.remaining.lock();
+            if *r > 0 {
+                *r -= 1;
+                return Ok(CommandOutput {
+                    status: Some(1),
+                    stdout: String::new(),
+                    stderr: "injected".into(),
+                });
+            }
+        }
+        self.inner.exec(req)
+    }
+    fn program_exists(&self, p: &str) -> bool {
+        self.inner.program_exists(p)
+    }
+}
+
+mod kernel {
+    use super::*;
+    use crate::dataplane::iptables::{
+        IptablesMode, IptablesOptions, IptablesTable, ResolvedBackend,
+    };
+    use crate::dataplane::kernel::testns::TestNetns;
+
+    fn table(ns: &TestNetns) -> NftablesTable {
+        NftablesTable::new(
+            IpVersion::V4,
+            NftablesMode::Program,
+            ns.commands("nft"),
+            NftablesOptions::default(),
+        )
+    }
+
+    fn add_foreign(ns: &TestNetns) {
+        ns.sh(
+            "nft",
+            &["add table ip other; add chain ip other keep; add rule ip other keep counter accept comment \"cali:notours\""],
+        );
+    }
+
+    fn foreign_intact(ns: &TestNetns) {
+        let o = ns.sh("nft", &["list", "table", "ip", "other"]);
+        assert!(o.contains("chain keep") && o.contains("accept"), "{o}");
+    }
+
+    /// Packet counter of the first rule of `chain` in our table.
+    fn first_counter(ns: &TestNetns, chain: &str) -> u64 {
+        let o = ns.sh("nft", &["list", "chain", "ip", "calico", chain]);
+        o.split("counter packets ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no counter in {o}"))
+    }
+
+    fn program(t: &mut NftablesTable, last_proto: &str) {
+        t.set_ip_set(
+            "cali40s:lo",
+            NftSetKind::Net,
+            vec!["127.0.0.0/8".to_string()],
+        );
+        t.set_ip_set(
+            "cali40s:svc",
+            NftSetKind::IpPort,
+            vec!["127.0.0.1,tcp:80".to_string()],
+        );
+        t.set_chain(Chain::new(
+            "cali-count",
+            vec![Rule::new(
+                MatchCriteria::new()
+                    .protocol("icmp")
+                    .source_ip_set("cali40s:lo"),
+                Action::Return,
+            )],
+        ));
+        t.set_chain(Chain::new(
+            "cali-in",
+            vec![
+                Rule::new(
+                    MatchCriteria::new().with(
+                        crate::dataplane::generictables::Match::DestIpPortSet {
+                            set: "cali40s:svc".into(),
+                            negate: false,
+                        },
+                    ),
+                    Action::Accept,
+                ),
+                Rule::new(
+                    MatchCriteria::new()
+                        .protocol(last_proto)
+                        .dest_ports(vec![PortRange::range(9000, 9100)]),
+                    Action::Drop,
+                ),
+            ],
+        ));
+        t.set_insert_rules(
+            "filter-INPUT",
+            vec![
+                Rule::new(MatchCriteria::new(), Action::Jump("cali-count".into())),
+                Rule::new(MatchCriteria::new(), Action::Jump("cali-in".into())),
+            ],
+        );
+    }
+
+    #[test]
+    fn kernel_nftables_program_counters_and_sweep() {
+        let Some(ns) = TestNetns::create(&["nft", "ping"]) else {
+            return;
+        };
+        add_foreign(&ns);
+        let mut t = table(&ns);
+        program(&mut t, "udp");
+        let s = t.apply().unwrap();
+        assert_eq!(s.transactions, 1);
+        let listed = ns.sh("nft", &["list", "table", "ip", "calico"]);
+        assert!(
+            listed.contains("chain filter-INPUT") && listed.contains("hook input"),
+            "{listed}"
+        );
+        assert!(
+            listed.contains("set cali40s-svc") && listed.contains("127.0.0.1 . tcp . 80"),
+            "{listed}"
+        );
+        assert!(t.apply().unwrap().no_writes());
+        t.queue_resync();
+        let s = t.apply().unwrap();
+        assert_eq!(s.read_backs, 1);
+        assert!(
+            s.no_writes(),
+            "resync of an unchanged table must write nothing: {s:?}"
+        );
+
+        ns.sh("ping", &["-c", "3", "-i", "0.2", "-W", "1", "127.0.0.1"]);
+        let before = first_counter(&ns, "cali-count");
+        assert!(before >= 3, "{before}");
+        program(&mut t, "tcp");
+        let s = t.apply().unwrap();
+        assert_eq!(s.rules_written, 2, "only cali-in is rewritten: {s:?}");
+        assert_eq!(first_counter(&ns, "cali-count"), before);
+
+        // A fresh driver with a different desired state sweeps our table.
+        let mut fresh = table(&ns);
+        fresh.set_chain(Chain::new("cali-new", vec![rule("tcp", Action::Accept)]));
+        let s = fresh.apply().unwrap();
+        assert_eq!(s.chains_deleted, 3, "{s:?}");
+        let listed = ns.sh("nft", &["list", "table", "ip", "calico"]);
+        assert!(listed.contains("chain cali-new"));
+        assert!(
+            !listed.contains("cali-in") && !listed.contains("set cali40s"),
+            "{listed}"
+        );
+        foreign_intact(&ns);
+    }
+
+    #[test]
+    fn kernel_nftables_atomic_rebuild_after_failures() {
+        let Some(ns) = TestNetns::create(&["nft"]) else {
+            return;
+        };
+        add_foreign(&ns);
+        let mut t = table(&ns);
+        program(&mut t, "udp");
+        t.apply().unwrap();
+        let seam = Arc::new(FailFirstApplies {
+            inner: SystemCommands::in_netns(&ns.name),
+            remaining: Mutex::new(5),
+            scripts: Mutex::new(Vec::new()),
+        });
+        let mut t2 = NftablesTable::new(
+            IpVersion::V4,
+            NftablesMode::Program,
+            Commands::unhooked(seam.clone(), "nft"),
+            NftablesOptions {
+                sleep: Arc::new(|_| {}),
+                ..NftablesOptions::default()
+            },
+        );
+        program(&mut t2, "sctp");
+        let s = t2.apply().unwrap();
+        assert_eq!(s.retries, 5);
+        let sc = seam.scripts.lock().clone();
+        assert!(sc.last().unwrap().contains("delete table ip calico"));
+        let listed = ns.sh("nft", &["list", "table", "ip", "calico"]);
+        assert!(
+            listed.contains("sctp") && listed.contains("chain cali-count"),
+            "{listed}"
+        );
+        foreign_intact(&ns);
+        // The rebuilt table is recognised as up to date after a resync.
+        t2.queue_resync();
+        assert!(t2.apply().unwrap().no_writes());
+    }
+
+    #[test]
+    fn kernel_switch_between_iptables_and_nftables_leaves_nothing_behind() {
+        let Some(ns) = TestNetns::create(&[
+            "nft",
+            "iptables-nft-save",
+            "iptables-nft-restore",
+            "iptables-legacy-save",
+            "iptables-legacy-restore",
+        ]) else {
+            return;
+        };
+        let ipt = |b, mode| {
+            IptablesTable::new(
+                "filter",
+                IpVersion::V4,
+                b,
+                mode,
+                ns.commands("ipt"),
+                IptablesOptions::default(),
+            )
+        };
+        // iptables-nft and iptables-legacy Felix state, plus a foreign rule.
+        for b in [ResolvedBackend::Nft, ResolvedBackend::Legacy] {
+            let mut t = ipt(b, IptablesMode::Program);
+            t.set_chain(Chain::new("cali-x", vec![rule("tcp", Action::Accept)]));
+            t.set_insert_rules(
+                "INPUT",
+                vec![
+                    Rule::new(MatchCriteria::new(), Action::Jump("cali-x".into())),
+                    // Ours by comment only (no jump to a cali- chain).
+                    rule("udp", Action::Accept),
+                ],
+            );
+            t.apply().unwrap();
+        }
+        ns.sh(
+            "iptables-nft",
+            &["-A", "INPUT", "-s", "1.2.3.4", "-j", "ACCEPT"],
+        );
+
+        // Switch to nftables mode.
+        let mut nft = table(&ns);
+        program(&mut nft, "udp");
+        nft.apply().unwrap();
+        let mut sweep = IptablesNftCleanup::new(
+            IpVersion::V4,
+            ns.commands("cleanup"),
+            Duration::from_secs(60),
+        );
+        let (next, res) = sweep.clean_up();
+        let s = res.unwrap();
+        assert_eq!(next, Duration::from_secs(60));
+        assert_eq!((s.rules_deleted >= 2, s.chains_deleted), (true, 1), "{s:?}");
+        let mut legacy = ipt(ResolvedBackend::Legacy, IptablesMode::CleanupOnly);
+        legacy.apply().unwrap();
+        let nft_copy = ns.sh("iptables-nft-save", &["-t", "filter"]);
+        assert!(!nft_copy.contains("cali"), "{nft_copy}");
+        assert!(
+            nft_copy.contains("-A INPUT -s 1.2.3.4/32 -j ACCEPT"),
+            "{nft_copy}"
+        );
+        assert!(!ns
+            .sh("iptables-legacy-save", &["-t", "filter"])
+            .contains("cali"));
+        // A second sweep is paced: nothing runs until the interval passes.
+        let (next, res) = sweep.clean_up();
+        assert!(next <= Duration::from_secs(60) && res.unwrap().read_backs == 0);
+
+        // And back to iptables: our nftables table goes away.
+        let mut t = ipt(ResolvedBackend::Nft, IptablesMode::Program);
+        t.set_chain(Chain::new("cali-x", vec![rule("tcp", Action::Accept)]));
+        t.apply().unwrap();
+        let mut gone = NftablesTable::new(
+            IpVersion::V4,
+            NftablesMode::CleanupOnly,
+            ns.commands("nft"),
+            NftablesOptions::default(),
+        );
+        assert_eq!(gone.apply().unwrap().chains_deleted, 1);
+        let tables = ns.sh("nft", &["list", "tables", "ip"]);
+        assert!(!tables.contains("calico"), "{tables}");
+        assert!(ns
+            .sh("iptables-nft-save", &["-t", "filter"])
+            .contains("cali-x"));
+    }
+}
