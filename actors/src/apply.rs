@@ -213,8 +213,17 @@ pub(crate) async fn run_apply<M: Clone + Send + 'static>(plan: ApplyPlan<M>) -> 
     }
 
     // Resolution pass: every reply joined before anything is programmed.
-    emit(&obs, seq, ApplyEventKind::StepStarted(ApplyStep::Resolution));
-    let replies = join_all(plan.managers.iter().map(|m| m.addr.send(Resolve::<M>::new()))).await;
+    emit(
+        &obs,
+        seq,
+        ApplyEventKind::StepStarted(ApplyStep::Resolution),
+    );
+    let replies = join_all(
+        plan.managers
+            .iter()
+            .map(|m| m.addr.send(Resolve::<M>::new())),
+    )
+    .await;
     let mut cross = Vec::new();
     let mut failed: BTreeMap<usize, ManagerResult> = BTreeMap::new();
     for (m, r) in plan.managers.iter().zip(replies) {
@@ -227,7 +236,10 @@ pub(crate) async fn run_apply<M: Clone + Send + 'static>(plan: ApplyPlan<M>) -> 
                 failed.insert(m.idx, ManagerResult::Died(t));
             }
             Err(e) => {
-                failed.insert(m.idx, ManagerResult::Died(format!("{}: mailbox: {e}", m.name)));
+                failed.insert(
+                    m.idx,
+                    ManagerResult::Died(format!("{}: mailbox: {e}", m.name)),
+                );
             }
         }
     }
@@ -242,12 +254,16 @@ pub(crate) async fn run_apply<M: Clone + Send + 'static>(plan: ApplyPlan<M>) -> 
                     msg: c.payload,
                 }),
             )),
-            None => tracing::warn!(from = %from, to = %c.to, "cross-manager message to unknown manager dropped"),
+            None => {
+                tracing::warn!(from = %from, to = %c.to, "cross-manager message to unknown manager dropped")
+            }
         }
     }
-    let delivered = join_all(deliveries.into_iter().map(|(idx, name, fut)| async move {
-        (idx, name, fut.await)
-    }))
+    let delivered = join_all(
+        deliveries
+            .into_iter()
+            .map(|(idx, name, fut)| async move { (idx, name, fut.await) }),
+    )
     .await;
     for (idx, name, r) in delivered {
         match r {
@@ -263,7 +279,11 @@ pub(crate) async fn run_apply<M: Clone + Send + 'static>(plan: ApplyPlan<M>) -> 
             }
         }
     }
-    emit(&obs, seq, ApplyEventKind::StepFinished(ApplyStep::Resolution));
+    emit(
+        &obs,
+        seq,
+        ApplyEventKind::StepFinished(ApplyStep::Resolution),
+    );
     if !failed.is_empty() {
         out.ok = false;
         out.blocked = Some("resolution pass incomplete; programming held off".to_string());
@@ -274,7 +294,11 @@ pub(crate) async fn run_apply<M: Clone + Send + 'static>(plan: ApplyPlan<M>) -> 
     }
 
     // Programming pass, manager by manager.
-    emit(&obs, seq, ApplyEventKind::StepStarted(ApplyStep::Programming));
+    emit(
+        &obs,
+        seq,
+        ApplyEventKind::StepStarted(ApplyStep::Programming),
+    );
     for m in &plan.managers {
         let r = m
             .addr
@@ -294,11 +318,14 @@ pub(crate) async fn run_apply<M: Clone + Send + 'static>(plan: ApplyPlan<M>) -> 
         }
         out.managers.push((m.idx, res));
     }
-    emit(&obs, seq, ApplyEventKind::StepFinished(ApplyStep::Programming));
+    emit(
+        &obs,
+        seq,
+        ApplyEventKind::StepFinished(ApplyStep::Programming),
+    );
 
-    let of = |p: Phase| -> Vec<&PlanDriver> {
-        plan.drivers.iter().filter(|d| d.phase == p).collect()
-    };
+    let of =
+        |p: Phase| -> Vec<&PlanDriver> { plan.drivers.iter().filter(|d| d.phase == p).collect() };
     let mut replies: Vec<(usize, DriverReply)> = Vec::new();
 
     emit(&obs, seq, ApplyEventKind::StepStarted(ApplyStep::IpSets));
@@ -320,9 +347,17 @@ pub(crate) async fn run_apply<M: Clone + Send + 'static>(plan: ApplyPlan<M>) -> 
         let tables = send_step(of(Phase::Tables), DriverStep::Main, !ipsets_ok).await;
         let tables_ok = ipsets_ok && all_ok(&tables);
         emit(&obs2, seq, ApplyEventKind::StepFinished(ApplyStep::Tables));
-        emit(&obs2, seq, ApplyEventKind::StepStarted(ApplyStep::IpSetDeletions));
+        emit(
+            &obs2,
+            seq,
+            ApplyEventKind::StepStarted(ApplyStep::IpSetDeletions),
+        );
         let dels = send_step(of(Phase::IpSets), DriverStep::Deletions, !tables_ok).await;
-        emit(&obs2, seq, ApplyEventKind::StepFinished(ApplyStep::IpSetDeletions));
+        emit(
+            &obs2,
+            seq,
+            ApplyEventKind::StepFinished(ApplyStep::IpSetDeletions),
+        );
         (tables, dels)
     };
     let (route_replies, (tables, dels)) = join(routes, tables_then_deletions).await;

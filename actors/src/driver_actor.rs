@@ -123,32 +123,30 @@ impl Handler<DriverRequest> for DriverActor {
             let dirty = drv.is_dirty(step);
             (drv, r, dirty)
         });
-        Box::pin(async move { work.await }.into_actor(self).map(
-            |res, act, _ctx| match res {
-                Ok((drv, r, dirty)) => {
-                    act.driver = Some(drv);
-                    match r {
-                        Ok(()) => DriverReply::Applied { dirty },
-                        Err(DriverError::NeedsRestart { reason }) => DriverReply::Failed {
-                            reason,
-                            needs_restart: true,
-                        },
-                        Err(e) => DriverReply::Failed {
-                            reason: e.to_string(),
-                            needs_restart: false,
-                        },
-                    }
+        Box::pin(work.into_actor(self).map(|res, act, _ctx| match res {
+            Ok((drv, r, dirty)) => {
+                act.driver = Some(drv);
+                match r {
+                    Ok(()) => DriverReply::Applied { dirty },
+                    Err(DriverError::NeedsRestart { reason }) => DriverReply::Failed {
+                        reason,
+                        needs_restart: true,
+                    },
+                    Err(e) => DriverReply::Failed {
+                        reason: e.to_string(),
+                        needs_restart: false,
+                    },
                 }
-                Err(join) => {
-                    let reason = if join.is_panic() {
-                        let p = join.into_panic();
-                        format!("{}: panicked: {}", act.name, panic_text(p.as_ref()))
-                    } else {
-                        format!("{}: blocking work cancelled", act.name)
-                    };
-                    DriverReply::Died { reason }
-                }
-            },
-        ))
+            }
+            Err(join) => {
+                let reason = if join.is_panic() {
+                    let p = join.into_panic();
+                    format!("{}: panicked: {}", act.name, panic_text(p.as_ref()))
+                } else {
+                    format!("{}: blocking work cancelled", act.name)
+                };
+                DriverReply::Died { reason }
+            }
+        }))
     }
 }

@@ -104,10 +104,10 @@ impl Health {
 
     /// Registers (or re-registers) reporter `name`.
     pub fn reporter(&self, name: &str, spec: ReporterSpec) -> HealthReporter {
-        self.inner.lock().reporters.insert(
-            name.to_string(),
-            ReporterState { spec, last: None },
-        );
+        self.inner
+            .lock()
+            .reporters
+            .insert(name.to_string(), ReporterState { spec, last: None });
         HealthReporter {
             health: self.clone(),
             name: name.to_string(),
@@ -218,7 +218,10 @@ impl Drop for StartupLatch {
 }
 
 /// Starts the health port if `cfg.enabled`.
-pub fn start_health_server(cfg: &HealthConfig, health: &Health) -> io::Result<Option<ServerHandle>> {
+pub fn start_health_server(
+    cfg: &HealthConfig,
+    health: &Health,
+) -> io::Result<Option<ServerHandle>> {
     if !cfg.enabled {
         return Ok(None);
     }

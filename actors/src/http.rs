@@ -265,7 +265,13 @@ mod tests {
     async fn round_trip_over_duplex() {
         let (client, server) = tokio::io::duplex(64 * 1024);
         let handler: Handler = Arc::new(|r: &Request| {
-            Response::json(200, format!("{{\"m\":\"{}\",\"p\":\"{}\",\"b\":{}}}", r.method, r.path, r.body))
+            Response::json(
+                200,
+                format!(
+                    "{{\"m\":\"{}\",\"p\":\"{}\",\"b\":{}}}",
+                    r.method, r.path, r.body
+                ),
+            )
         });
         let srv = tokio::spawn(serve_connection(server, handler));
         let (code, body) = request_over(client, "duplex", "POST", "/faults?x=1", Some("[1]"))
@@ -290,7 +296,10 @@ mod tests {
             let mut out = String::new();
             client.read_to_string(&mut out).await.unwrap();
             srv.await.unwrap();
-            assert!(out.starts_with(&format!("HTTP/1.1 {want} ")), "{raw:?} -> {out}");
+            assert!(
+                out.starts_with(&format!("HTTP/1.1 {want} ")),
+                "{raw:?} -> {out}"
+            );
         }
     }
 }

@@ -32,7 +32,9 @@ pub mod supervisor;
 pub use admin::{admin_request, start_admin_server, AdminContext, DataplaneView};
 pub use apply::{ApplyEvent, ApplyEventKind, ApplyObserver, ApplyStep};
 pub use driver::{DesiredInput, Driver, DriverError, DriverSpec, Phase};
-pub use health::{start_health_server, Health, HealthConfig, HealthReporter, ReporterSpec, StartupLatch};
+pub use health::{
+    start_health_server, Health, HealthConfig, HealthReporter, ReporterSpec, StartupLatch,
+};
 pub use manager::{ApplyCtx, ApplyError, CrossManagerMsg, Manager};
 pub use metrics::Metrics;
 pub use seam::{ActorSeam, Fault, FaultAction, FaultRegistry, KernelSeam, SeamError};

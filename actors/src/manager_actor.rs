@@ -100,7 +100,11 @@ impl<M: Clone + Send + 'static> ManagerActor<M> {
             f(mgr.as_mut())
         }));
         r.map_err(|p| {
-            let text = format!("{}: panicked in {op}: {}", self.name, panic_text(p.as_ref()));
+            let text = format!(
+                "{}: panicked in {op}: {}",
+                self.name,
+                panic_text(p.as_ref())
+            );
             tracing::error!(actor = %self.name, "{text}");
             ctx.stop();
             ManagerFailure::Panicked(text)

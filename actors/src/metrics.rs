@@ -60,7 +60,9 @@ impl Histogram {
     }
 }
 
-const APPLY_BOUNDS: &[f64] = &[0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+const APPLY_BOUNDS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 const BATCH_BOUNDS: &[f64] = &[1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0];
 
 #[derive(Debug, Clone, Default)]
@@ -154,13 +156,21 @@ impl Metrics {
 
     /// Counts one supervised restart of `actor`.
     pub fn inc_restart(&self, actor: &str) {
-        *self.inner.lock().restarts.entry(actor.to_string()).or_default() += 1;
+        *self
+            .inner
+            .lock()
+            .restarts
+            .entry(actor.to_string())
+            .or_default() += 1;
     }
 
     /// Records one kernel-seam operation.
     pub fn record_seam_op(&self, actor: &str, op: &str, duration: Duration, ok: bool) {
         let mut g = self.inner.lock();
-        let s = g.seam.entry((actor.to_string(), op.to_string())).or_default();
+        let s = g
+            .seam
+            .entry((actor.to_string(), op.to_string()))
+            .or_default();
         s.count += 1;
         if !ok {
             s.errors += 1;
@@ -220,7 +230,11 @@ impl Metrics {
                  # TYPE felix_actor_restarts_total counter"
             );
             for (actor, n) in &g.restarts {
-                let _ = writeln!(out, "felix_actor_restarts_total{{actor=\"{}\"}} {n}", esc(actor));
+                let _ = writeln!(
+                    out,
+                    "felix_actor_restarts_total{{actor=\"{}\"}} {n}",
+                    esc(actor)
+                );
             }
             let _ = writeln!(
                 out,
@@ -246,7 +260,9 @@ impl Metrics {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -258,15 +274,19 @@ mod tests {
         let m = Metrics::new();
         m.observe_apply(Duration::from_millis(20), false);
         m.observe_batch(300);
-        m.record_seam_op("driver/ipsets-v4", "restore", Duration::from_millis(1), false);
+        m.record_seam_op(
+            "driver/ipsets-v4",
+            "restore",
+            Duration::from_millis(1),
+            false,
+        );
         let text = m.render_prometheus();
         assert!(text.contains("felix_int_dataplane_apply_time_seconds_count 1"));
         assert!(text.contains("felix_int_dataplane_msg_batch_size_bucket{le=\"1000\"} 1"));
         assert!(text.contains("felix_int_dataplane_msg_batch_size_bucket{le=\"100\"} 0"));
         assert!(text.contains("felix_int_dataplane_failures 1"));
-        assert!(text.contains(
-            "felix_seam_op_errors_total{actor=\"driver/ipsets-v4\",op=\"restore\"} 1"
-        ));
+        assert!(text
+            .contains("felix_seam_op_errors_total{actor=\"driver/ipsets-v4\",op=\"restore\"} 1"));
         let s = m.take_summary();
         assert_eq!((s.applies, s.failed), (1, 1));
         assert_eq!(m.take_summary().applies, 0);

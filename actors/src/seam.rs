@@ -319,8 +319,14 @@ mod tests {
     #[test]
     fn kernel_error_is_wrapped_with_names() {
         let seam = KernelSeam::default();
-        let err = seam.for_actor("driver/r").op("add", || Err::<(), _>(Boom)).unwrap_err();
-        assert_eq!(err.to_string(), "driver/r: kernel operation add failed: boom");
+        let err = seam
+            .for_actor("driver/r")
+            .op("add", || Err::<(), _>(Boom))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "driver/r: kernel operation add failed: boom"
+        );
     }
 
     #[test]
@@ -351,7 +357,9 @@ mod tests {
         })
         .unwrap();
         let seam = KernelSeam::new(reg, Metrics::new());
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| seam.op("driver/a", "z", || Ok::<_, Boom>(()))));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            seam.op("driver/a", "z", || Ok::<_, Boom>(()))
+        }));
         assert!(r.is_err());
     }
 }

@@ -103,7 +103,12 @@ impl StatusHandle {
 
     /// The actor row called `name`, if any.
     pub fn actor(&self, name: &str) -> Option<ActorStatus> {
-        self.inner.lock().actors.iter().find(|a| a.name == name).cloned()
+        self.inner
+            .lock()
+            .actors
+            .iter()
+            .find(|a| a.name == name)
+            .cloned()
     }
 }
 

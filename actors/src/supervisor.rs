@@ -43,7 +43,9 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 use crate::admin::AdminContext;
-use crate::apply::{run_apply, ApplyObserver, ApplyOutcome, ApplyPlan, ManagerResult, PlanDriver, PlanManager};
+use crate::apply::{
+    run_apply, ApplyObserver, ApplyOutcome, ApplyPlan, ManagerResult, PlanDriver, PlanManager,
+};
 use crate::driver::{DriverSpec, Phase};
 use crate::driver_actor::{DriverActor, DriverReply};
 use crate::health::{Health, HealthReporter, ReporterSpec, StartupLatch};
@@ -51,7 +53,9 @@ use crate::manager::{ApplyError, Manager};
 use crate::manager_actor::{ManagerActor, OnUpdate};
 use crate::metrics::Metrics;
 use crate::seam::{FaultRegistry, KernelSeam};
-use crate::status::{rfc3339, ActorState, ActorStatus, LastApply, Role, StatusHandle, StatusSnapshot};
+use crate::status::{
+    rfc3339, ActorState, ActorStatus, LastApply, Role, StatusHandle, StatusSnapshot,
+};
 
 /// Supervisor settings. `Default` gives upstream-like values.
 #[derive(Debug, Clone, PartialEq)]
@@ -280,7 +284,11 @@ pub struct SupervisorHandle<M: Clone + Send + 'static> {
 impl<M: Clone + Send + 'static> SupervisorHandle<M> {
     /// An admin context over this runtime's status, faults and metrics.
     pub fn admin_context(&self) -> AdminContext {
-        AdminContext::new(self.status.clone(), self.faults.clone(), self.metrics.clone())
+        AdminContext::new(
+            self.status.clone(),
+            self.faults.clone(),
+            self.metrics.clone(),
+        )
     }
 }
 
@@ -551,7 +559,12 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             );
             return false;
         }
-        tracing::warn!(actor = name, restarts_in_window = n, reason, "restarting actor");
+        tracing::warn!(
+            actor = name,
+            restarts_in_window = n,
+            reason,
+            "restarting actor"
+        );
         true
     }
 
@@ -587,7 +600,8 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             return;
         }
         let slot = &mut self.drivers[idx];
-        slot.addr = DriverActor::new(&name, (slot.spec.factory)(), self.seam.for_actor(&name)).start();
+        slot.addr =
+            DriverActor::new(&name, (slot.spec.factory)(), self.seam.for_actor(&name)).start();
         slot.restarts += 1;
         slot.resync = true;
         slot.dirty = true;
@@ -745,7 +759,11 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
                     format!("*tables programming failed in {n} consecutive applies; the node's policy may not be enforced"),
                 );
             }
-        } else if out.drivers.keys().any(|i| self.drivers[*i].spec.phase == Phase::Tables) {
+        } else if out
+            .drivers
+            .keys()
+            .any(|i| self.drivers[*i].spec.phase == Phase::Tables)
+        {
             self.consecutive_table_failures = 0;
         }
         self.metrics.observe_apply(out.duration, out.ok);
@@ -760,7 +778,10 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             let since = self.in_sync_at.map_or(out.duration, |t| t.elapsed());
             self.metrics.set_initial_resync(since);
             self.latch = None;
-            tracing::info!(seconds = since.as_secs_f64(), "initial dataplane resync complete");
+            tracing::info!(
+                seconds = since.as_secs_f64(),
+                "initial dataplane resync complete"
+            );
         }
         if !out.ok || self.drivers.iter().any(|d| d.dirty || d.resync) {
             self.needs_apply = true;
