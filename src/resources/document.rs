@@ -1,0 +1,500 @@
+//! Splitting a text into documents and decoding each into its kind's typed
+//! shape, with line numbers for error messages.
+//!
+//! A document is decoded in one pass: a hand-written map visitor reads
+//! `apiVersion`, `kind` and `metadata`, and when it reaches `spec` with the
+//! kind already known it deserializes the spec straight into the kind's
+//! struct.  Only when `spec` precedes `kind` is the spec buffered as a JSON
+//! value and decoded afterwards.
+//!
+//! If the typed decode fails, the document is decoded again leniently
+//! (identity only).  If that also fails the text is malformed and the whole
+//! file is rejected; otherwise the typed failure is a per-resource
+//! [`ValidationError`].
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::Deserialize;
+
+use super::types::{self, Dyn, Metadata};
+use super::{convert, DecodeError, Decoded, Format, Kind, ResourceId, ValidationError};
+
+/// A typed spec, one variant per kind.
+#[derive(Debug)]
+pub(crate) enum Spec {
+    GlobalNetworkPolicy(types::GlobalNetworkPolicySpec),
+    NetworkPolicy(types::NetworkPolicySpec),
+    Tier(types::TierSpec),
+    Profile(types::ProfileSpec),
+    WorkloadEndpoint(types::WorkloadEndpointSpec),
+    HostEndpoint(types::HostEndpointSpec),
+    NetworkSet(types::NetworkSetSpec),
+    IpPool(types::IpPoolSpec),
+    Node(types::NodeSpec),
+    FelixConfiguration(Vec<(String, Dyn)>),
+    ClusterInformation(types::ClusterInformationSpec),
+    IpamBlock(types::IpamBlockSpec),
+    /// Kubernetes kinds: the spec carries nothing we use.
+    Ignored,
+}
+
+/// Deserializes the spec of a known kind.
+struct SpecSeed(Kind);
+
+impl<'de> DeserializeSeed<'de> for SpecSeed {
+    type Value = Spec;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Spec, D::Error> {
+        use types::nullable;
+        Ok(match self.0 {
+            Kind::GlobalNetworkPolicy => Spec::GlobalNetworkPolicy(nullable(d)?),
+            Kind::NetworkPolicy => Spec::NetworkPolicy(nullable(d)?),
+            Kind::Tier => Spec::Tier(nullable(d)?),
+            Kind::Profile => Spec::Profile(nullable(d)?),
+            Kind::WorkloadEndpoint => Spec::WorkloadEndpoint(nullable(d)?),
+            Kind::HostEndpoint => Spec::HostEndpoint(nullable(d)?),
+            Kind::GlobalNetworkSet | Kind::NetworkSet => Spec::NetworkSet(nullable(d)?),
+            Kind::IPPool => Spec::IpPool(nullable(d)?),
+            Kind::Node => Spec::Node(nullable(d)?),
+            Kind::FelixConfiguration => match Dyn::deserialize(d)? {
+                Dyn::Map(fields) => Spec::FelixConfiguration(fields),
+                Dyn::Null => Spec::FelixConfiguration(Vec::new()),
+                _ => return Err(de::Error::custom("spec must be a mapping")),
+            },
+            Kind::ClusterInformation => Spec::ClusterInformation(nullable(d)?),
+            Kind::IPAMBlock => Spec::IpamBlock(nullable(d)?),
+            Kind::Namespace | Kind::ServiceAccount => {
+                IgnoredAny::deserialize(d)?;
+                Spec::Ignored
+            }
+        })
+    }
+}
+
+enum Body {
+    Typed(Box<Spec>),
+    Buffered(serde_json::Value),
+}
+
+/// A document as read by the typed pass.
+#[derive(Default)]
+struct RawDoc {
+    api_version: Option<String>,
+    kind: Option<String>,
+    metadata: Option<Metadata>,
+    body: Option<Body>,
+    items: Option<Vec<serde_json::Value>>,
+}
+
+const TOP_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec", "status", "items"];
+const SA_FIELDS: &[&str] = &[
+    "secrets",
+    "imagePullSecrets",
+    "automountServiceAccountToken",
+];
+
+impl<'de> Deserialize<'de> for RawDoc {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawDoc;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a resource (a mapping with apiVersion, kind, metadata and spec)")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawDoc, A::Error> {
+                let mut doc = RawDoc::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "apiVersion" => doc.api_version = Some(map.next_value()?),
+                        "kind" => doc.kind = Some(map.next_value()?),
+                        "metadata" => doc.metadata = Some(types::nullable_value(&mut map)?),
+                        "spec" => {
+                            let kind = doc.kind.as_deref().and_then(|k| k.parse::<Kind>().ok());
+                            doc.body = Some(match kind {
+                                Some(k) => Body::Typed(Box::new(map.next_value_seed(SpecSeed(k))?)),
+                                None => Body::Buffered(map.next_value()?),
+                            });
+                        }
+                        "items" => doc.items = Some(types::nullable_value(&mut map)?),
+                        "status" => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                        k if SA_FIELDS.contains(&k)
+                            && doc.kind.as_deref() == Some("ServiceAccount") =>
+                        {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                        other => return Err(de::Error::unknown_field(other, TOP_FIELDS)),
+                    }
+                }
+                Ok(doc)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The identity part of a document, read leniently (everything else is
+/// ignored) to tell a malformed text from a malformed resource.
+#[derive(Deserialize)]
+struct Header {
+    #[serde(default, rename = "apiVersion")]
+    api_version: Option<Dyn>,
+    #[serde(default)]
+    kind: Option<Dyn>,
+    #[serde(default)]
+    metadata: Option<HeaderMeta>,
+}
+
+#[derive(Deserialize)]
+struct HeaderMeta {
+    #[serde(default)]
+    name: Option<Dyn>,
+    #[serde(default)]
+    namespace: Option<Dyn>,
+}
+
+fn dyn_str(d: Option<Dyn>) -> Option<String> {
+    match d {
+        Some(Dyn::Str(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// Where a document came from, for error messages.
+struct Ctx<'a> {
+    origin: &'a str,
+    /// 1-based line of the document's first content line.
+    line: usize,
+}
+
+impl Ctx<'_> {
+    fn err(&self, line: usize, reason: impl Into<String>) -> DecodeError {
+        DecodeError {
+            origin: self.origin.to_owned(),
+            line,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Parse a YAML or JSON text holding one or more documents (YAML `---`
+/// separated; for JSON one object or an array of objects; in both formats a
+/// `kind: List` (or `kind: <Kind>List`) document with `items`).  `origin` is
+/// the file path, used in error messages.
+pub fn decode_documents(
+    text: &str,
+    origin: &str,
+    format: Format,
+) -> Result<Vec<Decoded>, DecodeError> {
+    let mut out = Vec::new();
+    match format {
+        Format::Yaml => {
+            for chunk in split_yaml(text) {
+                let ctx = Ctx {
+                    origin,
+                    line: chunk.content_line,
+                };
+                decode_yaml_chunk(&chunk, &ctx, &mut out)?;
+            }
+        }
+        Format::Json => decode_json(text, origin, &mut out)?,
+    }
+    Ok(out)
+}
+
+/// One YAML document of a multi-document text.
+struct Chunk<'a> {
+    text: &'a str,
+    /// Number of lines before `text` in the file.
+    offset: usize,
+    /// 1-based line of the first line that is not blank, a comment or a
+    /// document marker.
+    content_line: usize,
+}
+
+fn is_marker(line: &str, marker: &str) -> bool {
+    line.strip_prefix(marker)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '\r']))
+}
+
+/// Splits on `---` lines (each chunk starts with its marker line, which the
+/// YAML parser accepts) and drops chunks without content.
+fn split_yaml(text: &str) -> Vec<Chunk<'_>> {
+    let mut chunks = Vec::new();
+    let mut start = 0usize;
+    let mut start_line = 0usize;
+    let mut content_line: Option<usize> = None;
+    let mut pos = 0usize;
+    for (idx, line) in text.split_inclusive('\n').enumerate() {
+        let body = line.trim_end_matches(['\n', '\r']);
+        if is_marker(body, "---") && idx > 0 {
+            if let Some(cl) = content_line.take() {
+                chunks.push(Chunk {
+                    text: &text[start..pos],
+                    offset: start_line,
+                    content_line: cl,
+                });
+            }
+            start = pos;
+            start_line = idx;
+        }
+        let after_marker = if is_marker(body, "---") {
+            &body[3..]
+        } else {
+            body
+        };
+        let trimmed = after_marker.trim_start();
+        if content_line.is_none()
+            && !trimmed.is_empty()
+            && !trimmed.starts_with('#')
+            && !is_marker(body, "...")
+        {
+            content_line = Some(idx + 1);
+        }
+        pos += line.len();
+    }
+    if let Some(cl) = content_line {
+        chunks.push(Chunk {
+            text: &text[start..],
+            offset: start_line,
+            content_line: cl,
+        });
+    }
+    chunks
+}
+
+/// Adds `offset` to every `line N` in a YAML error message (the parser
+/// counts from the start of the chunk).
+fn shift_lines(msg: &str, offset: usize) -> String {
+    if offset == 0 {
+        return msg.to_owned();
+    }
+    let mut out = String::with_capacity(msg.len() + 4);
+    let mut rest = msg;
+    while let Some(i) = rest.find("line ") {
+        out.push_str(&rest[..i + 5]);
+        rest = &rest[i + 5..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        match rest[..digits].parse::<usize>() {
+            Ok(n) => out.push_str(&(n + offset).to_string()),
+            Err(_) => out.push_str(&rest[..digits]),
+        }
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Splits a serde_yaml message `"<path>: <message>"` into its parts.
+fn split_path(msg: &str) -> (String, String) {
+    if let Some((head, tail)) = msg.split_once(": ") {
+        if !head.is_empty() && !head.contains(' ') {
+            return (head.to_owned(), tail.to_owned());
+        }
+    }
+    (String::new(), msg.to_owned())
+}
+
+fn decode_yaml_chunk(
+    chunk: &Chunk<'_>,
+    ctx: &Ctx<'_>,
+    out: &mut Vec<Decoded>,
+) -> Result<(), DecodeError> {
+    match RawDoc::deserialize(serde_yaml_ng::Deserializer::from_str(chunk.text)) {
+        Ok(doc) => finish(doc, ctx, out),
+        Err(typed_err) => {
+            match Header::deserialize(serde_yaml_ng::Deserializer::from_str(chunk.text)) {
+                Err(syntax) => {
+                    let line = syntax
+                        .location()
+                        .map_or(ctx.line, |l| l.line() + chunk.offset);
+                    Err(ctx.err(line, shift_lines(&syntax.to_string(), chunk.offset)))
+                }
+                Ok(header) => {
+                    let (field, reason) =
+                        split_path(&shift_lines(&typed_err.to_string(), chunk.offset));
+                    finish_invalid(header, ctx, ValidationError::new(field, reason), out)
+                }
+            }
+        }
+    }
+}
+
+fn decode_json(text: &str, origin: &str, out: &mut Vec<Decoded>) -> Result<(), DecodeError> {
+    let first = text.find(|c: char| !c.is_whitespace());
+    let Some(first) = first else {
+        return Ok(());
+    };
+    let line = text[..first].matches('\n').count() + 1;
+    let ctx = Ctx { origin, line };
+    if text[first..].starts_with('[') {
+        let items: Vec<serde_json::Value> =
+            serde_json::from_str(text).map_err(|e| ctx.err(e.line(), strip_json_location(&e)))?;
+        return decode_items(&items, &ctx, out);
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let typed = RawDoc::deserialize(&mut de).and_then(|doc| de.end().map(|()| doc));
+    match typed {
+        Ok(doc) => finish(doc, &ctx, out),
+        Err(typed_err) => {
+            let mut de = serde_json::Deserializer::from_str(text);
+            match Header::deserialize(&mut de).and_then(|h| de.end().map(|()| h)) {
+                Err(syntax) => Err(ctx.err(syntax.line(), strip_json_location(&syntax))),
+                Ok(header) => {
+                    let err = ValidationError::new("", typed_err.to_string());
+                    finish_invalid(header, &ctx, err, out)
+                }
+            }
+        }
+    }
+}
+
+fn strip_json_location(e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_owned(),
+        None => msg,
+    }
+}
+
+/// Decodes the members of a list (`items` or a top-level JSON array).
+fn decode_items(
+    items: &[serde_json::Value],
+    ctx: &Ctx<'_>,
+    out: &mut Vec<Decoded>,
+) -> Result<(), DecodeError> {
+    for (i, item) in items.iter().enumerate() {
+        match RawDoc::deserialize(item) {
+            Ok(doc) => {
+                if doc.items.is_some() {
+                    return Err(ctx.err(
+                        ctx.line,
+                        format!("items[{i}]: nested lists are not supported"),
+                    ));
+                }
+                finish(doc, ctx, out)?
+            }
+            Err(typed_err) => match Header::deserialize(item) {
+                Err(e) => return Err(ctx.err(ctx.line, format!("items[{i}]: {e}"))),
+                Ok(header) => {
+                    let err = ValidationError::new("", typed_err.to_string());
+                    finish_invalid(header, ctx, err, out)?
+                }
+            },
+        }
+    }
+    Ok(())
+}
+
+/// Checks the identity fields and builds the resource id.
+fn identify(
+    api_version: Option<&str>,
+    kind: Option<&str>,
+    name: Option<&str>,
+    namespace: Option<&str>,
+    ctx: &Ctx<'_>,
+) -> Result<ResourceId, DecodeError> {
+    let api_version = api_version
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ctx.err(ctx.line, "document has no apiVersion"))?;
+    let kind_str = kind
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ctx.err(ctx.line, "document has no kind"))?;
+    let kind: Kind = kind_str
+        .parse()
+        .map_err(|_| ctx.err(ctx.line, format!("unknown kind {kind_str:?}")))?;
+    if api_version != kind.api_version() {
+        return Err(ctx.err(
+            ctx.line,
+            format!(
+                "unsupported apiVersion {api_version:?} for kind {kind} (expected {:?})",
+                kind.api_version()
+            ),
+        ));
+    }
+    let name = name
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ctx.err(ctx.line, format!("{kind} has no metadata.name")))?;
+    let namespace = if kind.is_namespaced() {
+        Some(
+            namespace
+                .filter(|s| !s.is_empty())
+                .unwrap_or("default")
+                .to_owned(),
+        )
+    } else {
+        None
+    };
+    Ok(ResourceId {
+        kind,
+        namespace,
+        name: name.to_owned(),
+    })
+}
+
+fn is_list_kind(kind: Option<&str>) -> bool {
+    kind.is_some_and(|k| k == "List" || (k.ends_with("List") && k.len() > 4))
+}
+
+fn finish(doc: RawDoc, ctx: &Ctx<'_>, out: &mut Vec<Decoded>) -> Result<(), DecodeError> {
+    if is_list_kind(doc.kind.as_deref()) || doc.items.is_some() {
+        let items = doc.items.unwrap_or_default();
+        return decode_items(&items, ctx, out);
+    }
+    let meta = doc.metadata.unwrap_or_default();
+    let id = identify(
+        doc.api_version.as_deref(),
+        doc.kind.as_deref(),
+        Some(meta.name.as_str()),
+        Some(meta.namespace.as_str()),
+        ctx,
+    )?;
+    let spec = match doc.body {
+        Some(Body::Typed(spec)) => Ok(*spec),
+        Some(Body::Buffered(value)) => SpecSeed(id.kind)
+            .deserialize(value)
+            .map_err(|e| ValidationError::new("spec", e.to_string())),
+        None => SpecSeed(id.kind)
+            .deserialize(serde_json::Value::Null)
+            .map_err(|e| ValidationError::new("spec", e.to_string())),
+    };
+    let result = spec.and_then(|spec| convert::convert(&id, meta, spec));
+    out.push(Decoded {
+        id,
+        line: ctx.line,
+        result,
+    });
+    Ok(())
+}
+
+fn finish_invalid(
+    header: Header,
+    ctx: &Ctx<'_>,
+    err: ValidationError,
+    out: &mut Vec<Decoded>,
+) -> Result<(), DecodeError> {
+    let api_version = dyn_str(header.api_version);
+    let kind = dyn_str(header.kind);
+    if is_list_kind(kind.as_deref()) {
+        return Err(ctx.err(ctx.line, format!("invalid list: {err}")));
+    }
+    let (name, namespace) = match header.metadata {
+        Some(m) => (dyn_str(m.name), dyn_str(m.namespace)),
+        None => (None, None),
+    };
+    let id = identify(
+        api_version.as_deref(),
+        kind.as_deref(),
+        name.as_deref(),
+        namespace.as_deref(),
+        ctx,
+    )?;
+    out.push(Decoded {
+        id,
+        line: ctx.line,
+        result: Err(err),
+    });
+    Ok(())
+}

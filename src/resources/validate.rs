@@ -1,0 +1,364 @@
+//! Field-level checks shared by every kind: names, labels, annotations,
+//! addresses, ports, protocols and selectors, with upstream's rules.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::types::IntOrString;
+use super::ValidationError;
+use crate::model::{Port, Protocol};
+
+/// Maximum length of a selector field (CRD schema limit).
+pub(crate) const MAX_SELECTOR_LEN: usize = 1024;
+/// Maximum total size of a resource's annotations (keys plus values).
+const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
+pub(crate) type VResult<T> = Result<T, ValidationError>;
+
+pub(crate) fn err<T>(field: impl Into<String>, reason: impl Into<String>) -> VResult<T> {
+    Err(ValidationError::new(field, reason))
+}
+
+fn is_alnum_lower(b: u8) -> bool {
+    b.is_ascii_lowercase() || b.is_ascii_digit()
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?` without a length limit.
+pub(crate) fn matches_label_fmt(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && is_alnum_lower(b[0])
+        && is_alnum_lower(b[b.len() - 1])
+        && b.iter().all(|&c| is_alnum_lower(c) || c == b'-')
+}
+
+/// `label(\.label)*` without a length limit (upstream's `name` rule).
+pub(crate) fn matches_subdomain_fmt(s: &str) -> bool {
+    !s.is_empty() && s.split('.').all(matches_label_fmt)
+}
+
+/// DNS-1123 label: the label format, at most 63 characters.
+pub(crate) fn is_dns1123_label(s: &str) -> bool {
+    s.len() <= 63 && matches_label_fmt(s)
+}
+
+/// DNS-1123 subdomain: the subdomain format, at most 253 characters.
+pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253 && matches_subdomain_fmt(s)
+}
+
+/// Checks a resource name with upstream's generic rule.
+pub(crate) fn check_name(field: &str, s: &str) -> VResult<()> {
+    if s.len() > 253 {
+        return err(
+            field,
+            format!("name is too long by {} bytes", s.len() - 253),
+        );
+    }
+    if !matches_subdomain_fmt(s) {
+        return err(
+            field,
+            format!("{s:?} is invalid: must consist of lower case alphanumeric characters, '-' or '.', and start and end with an alphanumeric character"),
+        );
+    }
+    Ok(())
+}
+
+/// The name part of a Kubernetes qualified name / label value:
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, at most 63 characters.
+fn is_k8s_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.')
+}
+
+/// Kubernetes `IsQualifiedName`: `[prefix/]name`, prefix a DNS subdomain.
+pub(crate) fn is_qualified_name(s: &str) -> bool {
+    match s.split_once('/') {
+        Some((prefix, name)) => is_dns1123_subdomain(prefix) && is_k8s_name_part(name),
+        None => is_k8s_name_part(s),
+    }
+}
+
+/// Kubernetes `IsValidLabelValue`: empty, or a name part.
+pub(crate) fn is_label_value(s: &str) -> bool {
+    s.is_empty() || is_k8s_name_part(s)
+}
+
+/// Kubernetes `IsValidPortName` (IANA service name): at most 15 of
+/// `[-a-z0-9]`, at least one letter, no leading, trailing or double `-`.
+pub(crate) fn is_valid_port_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 15
+        && b.iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && b.iter().any(|c| c.is_ascii_lowercase())
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+        && !s.contains("--")
+}
+
+/// Interface name: `^[a-zA-Z0-9_.-]{1,15}$`.
+pub(crate) fn is_interface_name(s: &str) -> bool {
+    (1..=15).contains(&s.len())
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.' || c == b'-')
+}
+
+pub(crate) fn check_labels(field: &str, labels: &BTreeMap<String, String>) -> VResult<()> {
+    for (k, v) in labels {
+        if !is_qualified_name(k) {
+            return err(format!("{field}[{k}]"), "invalid label key: must be a qualified name ([prefix/]name, name at most 63 alphanumeric, '-', '_' or '.' characters)");
+        }
+        if !is_label_value(v) {
+            return err(format!("{field}[{k}]"), format!("invalid label value {v:?}: must be at most 63 alphanumeric, '-', '_' or '.' characters, starting and ending with an alphanumeric"));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn check_annotations(
+    field: &str,
+    annotations: &BTreeMap<String, String>,
+) -> VResult<()> {
+    let mut total = 0usize;
+    for (k, v) in annotations {
+        if !is_qualified_name(&k.to_ascii_lowercase()) {
+            return err(
+                format!("{field}[{k}]"),
+                "invalid annotation key: must be a qualified name",
+            );
+        }
+        total += k.len() + v.len();
+    }
+    if total > MAX_ANNOTATIONS_BYTES {
+        return err(
+            field,
+            format!(
+                "total size of annotations is too large by {} bytes",
+                total - MAX_ANNOTATIONS_BYTES
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// Go's `net.ParseCIDR`: address and network (host bits masked off).
+pub(crate) fn parse_cidr(s: &str) -> Option<(IpAddr, IpNet)> {
+    if !s.contains('/') {
+        return None;
+    }
+    let net: IpNet = s.parse().ok()?;
+    Some((net.addr(), net.trunc()))
+}
+
+/// libcalico's `ParseCIDROrIP`: a CIDR, or a plain address taken as a
+/// full-length prefix.
+pub(crate) fn parse_cidr_or_ip(s: &str) -> Option<(IpAddr, IpNet)> {
+    if s.contains('/') {
+        return parse_cidr(s);
+    }
+    let ip: IpAddr = s.parse().ok()?;
+    Some((ip, IpNet::from(ip)))
+}
+
+/// Upstream's `net` rule: a CIDR or address whose host bits are clear.
+pub(crate) fn parse_strict_net(field: &str, s: &str) -> VResult<IpNet> {
+    match parse_cidr_or_ip(s) {
+        None => err(field, format!("{s:?} is not a valid CIDR")),
+        Some((ip, net)) if ip != net.addr() => err(
+            field,
+            format!("{s:?} is not strictly masked (host bits set; network is {net})"),
+        ),
+        Some((_, net)) => Ok(net),
+    }
+}
+
+/// Upstream's `cidr` rule: any CIDR or address; returned masked.
+pub(crate) fn parse_loose_net(field: &str, s: &str) -> VResult<IpNet> {
+    match parse_cidr_or_ip(s) {
+        Some((_, net)) => Ok(net),
+        None => err(field, format!("{s:?} is not a valid CIDR or IP address")),
+    }
+}
+
+pub(crate) fn parse_ip(field: &str, s: &str) -> VResult<IpAddr> {
+    s.parse()
+        .or_else(|_| err(field, format!("{s:?} is not a valid IP address")))
+}
+
+pub(crate) fn parse_ipv4(field: &str, s: &str) -> VResult<IpAddr> {
+    match s.parse::<IpAddr>() {
+        Ok(ip @ IpAddr::V4(_)) => Ok(ip),
+        _ => err(field, format!("{s:?} is not a valid IPv4 address")),
+    }
+}
+
+pub(crate) fn parse_ipv6(field: &str, s: &str) -> VResult<IpAddr> {
+    match s.parse::<IpAddr>() {
+        Ok(ip @ IpAddr::V6(_)) => Ok(ip),
+        _ => err(field, format!("{s:?} is not a valid IPv6 address")),
+    }
+}
+
+/// Go's `net.ParseMAC` for the 6-byte forms (`:` or `-` separated pairs,
+/// or `.` separated quads); returns the lower-case, colon-separated form.
+pub(crate) fn parse_mac(field: &str, s: &str) -> VResult<String> {
+    let bad = || ValidationError::new(field, format!("{s:?} is not a valid MAC address"));
+    let mut bytes = Vec::with_capacity(6);
+    if s.len() == 14 && s.as_bytes()[4] == b'.' {
+        for quad in s.split('.') {
+            if quad.len() != 4 {
+                return Err(bad());
+            }
+            let v = u16::from_str_radix(quad, 16).map_err(|_| bad())?;
+            bytes.extend_from_slice(&v.to_be_bytes());
+        }
+    } else {
+        let sep = if s.contains('-') { '-' } else { ':' };
+        for pair in s.split(sep) {
+            if pair.len() != 2 {
+                return Err(bad());
+            }
+            bytes.push(u8::from_str_radix(pair, 16).map_err(|_| bad())?);
+        }
+    }
+    if bytes.len() != 6 {
+        return Err(bad());
+    }
+    Ok(bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":"))
+}
+
+fn port_number(field: &str, n: i64) -> VResult<u16> {
+    if !(1..=65535).contains(&n) {
+        return err(
+            field,
+            format!("port {n} is invalid: port number must be between 1 and 65535"),
+        );
+    }
+    Ok(n as u16)
+}
+
+/// A rule port: `80`, `"80"`, `"1000:2000"` or a named port.
+pub(crate) fn parse_port(field: &str, raw: &IntOrString) -> VResult<Port> {
+    match raw {
+        IntOrString::Int(n) => port_number(field, *n).map(Port::Number),
+        IntOrString::Str(s) => {
+            let digits = |x: &str| !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit());
+            if digits(s) {
+                let n = s.parse::<i64>().unwrap_or(i64::MAX);
+                return port_number(field, n).map(Port::Number);
+            }
+            if let Some((a, b)) = s.split_once(':') {
+                if digits(a) && digits(b) {
+                    let first = port_number(field, a.parse::<i64>().unwrap_or(i64::MAX))?;
+                    let last = port_number(field, b.parse::<i64>().unwrap_or(i64::MAX))?;
+                    if first > last {
+                        return err(
+                            field,
+                            format!("port range {s:?} is invalid: minimum is greater than maximum"),
+                        );
+                    }
+                    return Ok(if first == last {
+                        Port::Number(first)
+                    } else {
+                        Port::Range { first, last }
+                    });
+                }
+            }
+            if is_valid_port_name(s) {
+                Ok(Port::Named(s.clone()))
+            } else {
+                err(
+                    field,
+                    format!("{s:?} is not a valid port, port range or port name"),
+                )
+            }
+        }
+    }
+}
+
+/// Protocol names accepted in v3 resources (case-sensitive, as upstream).
+pub(crate) const PROTOCOL_NAMES: [&str; 6] = ["TCP", "UDP", "ICMP", "ICMPv6", "SCTP", "UDPLite"];
+
+/// A protocol: a number 1-255 (as integer or digit string) or one of
+/// [`PROTOCOL_NAMES`].
+pub(crate) fn parse_protocol(field: &str, raw: &IntOrString) -> VResult<Protocol> {
+    let number = |n: i64| -> VResult<Protocol> {
+        match u8::try_from(n) {
+            Ok(0) | Err(_) => err(
+                field,
+                format!("protocol number {n} is invalid (must be 1-255)"),
+            ),
+            Ok(v) => Ok(Protocol::Number(v)),
+        }
+    };
+    match raw {
+        IntOrString::Int(n) => number(*n),
+        IntOrString::Str(s) => {
+            if !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit()) {
+                return number(s.parse::<i64>().unwrap_or(i64::MAX));
+            }
+            if PROTOCOL_NAMES.contains(&s.as_str()) {
+                Ok(Protocol::Name(s.clone()))
+            } else {
+                err(field, format!("protocol {s:?} is invalid (must be one of TCP, UDP, ICMP, ICMPv6, SCTP, UDPLite or a number)"))
+            }
+        }
+    }
+}
+
+/// Whether a protocol allows port matches (TCP, UDP, SCTP, as upstream).
+pub(crate) fn supports_ports(p: &Protocol) -> bool {
+    match p {
+        Protocol::Number(n) => matches!(n, 6 | 17 | 132),
+        Protocol::Name(s) => matches!(s.as_str(), "TCP" | "UDP" | "SCTP"),
+    }
+}
+
+/// Whether a protocol is ICMP (name or number 1).
+pub(crate) fn is_icmp(p: &Protocol) -> bool {
+    matches!(p, Protocol::Number(1)) || matches!(p, Protocol::Name(s) if s == "ICMP")
+}
+
+/// Whether a protocol is ICMPv6 (name or number 58).
+pub(crate) fn is_icmpv6(p: &Protocol) -> bool {
+    matches!(p, Protocol::Number(58)) || matches!(p, Protocol::Name(s) if s == "ICMPv6")
+}
+
+/// Checks that `s` parses as a selector (and is within the length limit).
+pub(crate) fn check_selector(field: &str, s: &str) -> VResult<()> {
+    if s.len() > MAX_SELECTOR_LEN {
+        return err(
+            field,
+            format!("selector is longer than {MAX_SELECTOR_LEN} characters"),
+        );
+    }
+    crate::selector::parse(s)
+        .map(|_| ())
+        .or_else(|e| err(field, format!("invalid selector {s:?}: {e}")))
+}
+
+/// A selector that must not use `global()` (everything but an entity
+/// rule's namespace selector).
+pub(crate) fn check_selector_no_global(field: &str, s: &str) -> VResult<()> {
+    check_selector(field, s)?;
+    if s.contains("global(") {
+        return err(
+            field,
+            "global() can only be used in an EntityRule namespaceSelector",
+        );
+    }
+    Ok(())
+}
