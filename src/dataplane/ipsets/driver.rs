@@ -1,0 +1,606 @@
+//! [`IpSets`]: reconciles kernel IP sets (one IP version) with the desired
+//! sets.
+//!
+//! Invariants (the seed's three, plus ordering):
+//! - (a) The start-of-day full resync (name listing plus every set's
+//!   contents, at must priority) completes before the first write.
+//! - (b) A desired set found missing from a name listing is recreated in
+//!   the same apply as the listing that found it.
+//! - (c) A set whose write failed is re-read at must priority before it is
+//!   written again.
+//! - Sets are never deleted by `apply_updates`; undesired sets (ours by name
+//!   prefix) are deleted by `apply_deletions`, at most
+//!   `max_deletions_per_iteration` per call, which the supervisor calls
+//!   after the `*tables` have stopped referencing them.
+//! - A change of type or `maxelem` of an existing set goes through a
+//!   temporary set and `swap`, so in-use sets change atomically.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::dataplane::kernel::{Commands, KernelError};
+use crate::dataplane::nftables::canonical_member;
+
+use super::names::{IpSetType, IpVersionConfig};
+use super::parse::{parse_list, parse_names};
+
+/// What a set should be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpSetMetadata {
+    /// Calc-graph IP set ID (the kernel name is derived from it).
+    pub set_id: String,
+    /// Kernel type.
+    pub set_type: IpSetType,
+    /// `maxelem`.
+    pub max_size: u32,
+}
+
+/// Tunables; `Default` gives upstream's values.
+#[derive(Clone)]
+pub struct IpSetsOptions {
+    /// Attempts per `apply_updates`.
+    pub max_attempts: u32,
+    /// First backoff, doubling.
+    pub initial_backoff: Duration,
+    /// Time budget per apply for background re-checks.
+    pub background_budget: Duration,
+    /// Deletions per `apply_deletions` call.
+    pub max_deletions_per_iteration: usize,
+    /// Sleeps between retries (injectable).
+    pub sleep: Arc<dyn Fn(Duration) + Send + Sync>,
+    /// Clock (injectable).
+    pub now: Arc<dyn Fn() -> Instant + Send + Sync>,
+}
+
+impl std::fmt::Debug for IpSetsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IpSetsOptions")
+            .field("max_attempts", &self.max_attempts)
+            .field("background_budget", &self.background_budget)
+            .field(
+                "max_deletions_per_iteration",
+                &self.max_deletions_per_iteration,
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for IpSetsOptions {
+    fn default() -> Self {
+        IpSetsOptions {
+            max_attempts: 10,
+            initial_backoff: Duration::from_millis(1),
+            background_budget: Duration::from_millis(100),
+            max_deletions_per_iteration: 1,
+            sleep: Arc::new(std::thread::sleep),
+            now: Arc::new(Instant::now),
+        }
+    }
+}
+
+/// What one `apply_updates` did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IpSetsStats {
+    /// `ipset restore` runs that succeeded.
+    pub restores: usize,
+    /// Sets created directly.
+    pub sets_created: usize,
+    /// Sets replaced through a temporary set and swap.
+    pub sets_swapped: usize,
+    /// Member lines (add/del) written.
+    pub member_lines: usize,
+    /// `ipset list -n` runs.
+    pub name_listings: usize,
+    /// `ipset list <set>` runs.
+    pub set_listings: usize,
+    /// Failed attempts retried.
+    pub retries: usize,
+}
+
+/// Why an apply failed.
+#[derive(Debug, thiserror::Error)]
+pub enum IpSetsError {
+    /// Kept failing after every attempt.
+    #[error("ip sets (v{ipv}): giving up after {attempts} attempts: {source}")]
+    GaveUp {
+        /// 4 or 6.
+        ipv: u8,
+        /// Attempts made.
+        attempts: u32,
+        /// The last failure.
+        #[source]
+        source: KernelError,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Desired {
+    set_type: IpSetType,
+    max_size: u32,
+    members: BTreeSet<String>,
+}
+
+/// Known kernel state of one set. `meta` / `members` `None` = unknown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Dp {
+    meta: Option<(IpSetType, u32)>,
+    members: Option<BTreeSet<String>>,
+}
+
+/// The IP-set driver for one IP version.
+pub struct IpSets {
+    cfg: IpVersionConfig,
+    cmds: Commands,
+    opts: IpSetsOptions,
+    desired: BTreeMap<String, Desired>,
+    /// Kernel state as known (ours only).
+    dataplane: BTreeMap<String, Dp>,
+    full_resync_required: bool,
+    bg_resync_requested: bool,
+    must: BTreeSet<String>,
+    background: VecDeque<String>,
+    delete_failed: BTreeSet<String>,
+    next_temp: u32,
+}
+
+impl std::fmt::Debug for IpSets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IpSets")
+            .field("ipv", &self.cfg.ip_version())
+            .field("desired", &self.desired.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl IpSets {
+    /// A driver; the first `apply_updates` performs a full resync.
+    pub fn new(cfg: IpVersionConfig, cmds: Commands, opts: IpSetsOptions) -> Self {
+        IpSets {
+            cfg,
+            cmds,
+            opts,
+            desired: BTreeMap::new(),
+            dataplane: BTreeMap::new(),
+            full_resync_required: true,
+            bg_resync_requested: false,
+            must: BTreeSet::new(),
+            background: VecDeque::new(),
+            delete_failed: BTreeSet::new(),
+            next_temp: 0,
+        }
+    }
+
+    /// The naming config.
+    pub fn config(&self) -> &IpVersionConfig {
+        &self.cfg
+    }
+
+    fn canon(&self, t: IpSetType, members: impl IntoIterator<Item = String>) -> BTreeSet<String> {
+        members
+            .into_iter()
+            .filter_map(|m| canonical_member(t.nft_kind(), self.cfg.ip_version(), &m))
+            .collect()
+    }
+
+    /// Sets (creates or replaces) a set and its full membership. Members of
+    /// the other IP version or that do not parse are dropped.
+    pub fn add_or_replace_ip_set(
+        &mut self,
+        meta: IpSetMetadata,
+        members: impl IntoIterator<Item = String>,
+    ) {
+        let name = self.cfg.name_for_main_ipset(&meta.set_id);
+        let members = self.canon(meta.set_type, members);
+        self.desired.insert(
+            name,
+            Desired {
+                set_type: meta.set_type,
+                max_size: meta.max_size,
+                members,
+            },
+        );
+    }
+
+    /// Adds members to a desired set (no-op if unknown).
+    pub fn add_members(&mut self, set_id: &str, members: impl IntoIterator<Item = String>) {
+        let name = self.cfg.name_for_main_ipset(set_id);
+        if let Some(t) = self.desired.get(&name).map(|d| d.set_type) {
+            let add = self.canon(t, members);
+            if let Some(d) = self.desired.get_mut(&name) {
+                d.members.extend(add);
+            }
+        }
+    }
+
+    /// Removes members from a desired set (no-op if unknown).
+    pub fn remove_members(&mut self, set_id: &str, members: impl IntoIterator<Item = String>) {
+        let name = self.cfg.name_for_main_ipset(set_id);
+        if let Some(t) = self.desired.get(&name).map(|d| d.set_type) {
+            let del = self.canon(t, members);
+            if let Some(d) = self.desired.get_mut(&name) {
+                d.members.retain(|m| !del.contains(m));
+            }
+        }
+    }
+
+    /// Stops wanting a set; it is destroyed by a later `apply_deletions`.
+    pub fn remove_ip_set(&mut self, set_id: &str) {
+        let name = self.cfg.name_for_main_ipset(set_id);
+        self.desired.remove(&name);
+    }
+
+    /// Queues a background resync (periodic refresh).
+    pub fn queue_resync(&mut self) {
+        self.bg_resync_requested = true;
+    }
+
+    /// Forces a full (must-tier) resync at the next apply.
+    pub fn queue_full_resync(&mut self) {
+        self.full_resync_required = true;
+    }
+
+    fn needs_write(&self, name: &str, d: &Desired) -> bool {
+        match self.dataplane.get(name) {
+            None => true,
+            Some(dp) => {
+                dp.meta != Some((d.set_type, d.max_size)) || dp.members.as_ref() != Some(&d.members)
+            }
+        }
+    }
+
+    fn pending_deletions(&self) -> Vec<String> {
+        self.dataplane
+            .keys()
+            .filter(|n| !self.desired.contains_key(*n) && !self.delete_failed.contains(*n))
+            .cloned()
+            .collect()
+    }
+
+    /// True if `apply_updates` has work to do.
+    pub fn is_dirty(&self) -> bool {
+        self.full_resync_required
+            || self.bg_resync_requested
+            || !self.must.is_empty()
+            || !self.background.is_empty()
+            || self.desired.iter().any(|(n, d)| self.needs_write(n, d))
+    }
+
+    /// True if sets are waiting for `apply_deletions`.
+    pub fn has_pending_deletions(&self) -> bool {
+        !self.pending_deletions().is_empty()
+    }
+
+    fn list_names(&self, stats: &mut IpSetsStats) -> Result<BTreeSet<String>, KernelError> {
+        stats.name_listings += 1;
+        let out = self
+            .cmds
+            .run("ipset-list-names", "ipset", &["list", "-n"], None)?;
+        Ok(parse_names(&out.stdout)
+            .into_iter()
+            .filter(|n| self.cfg.owns_ipset(n))
+            .collect())
+    }
+
+    /// Forgets kernel knowledge of any desired or known set not listed, so
+    /// it is (re)created in this same apply (invariant b).
+    fn sweep_missing(&mut self, listed: &BTreeSet<String>) {
+        self.dataplane.retain(|n, _| listed.contains(n));
+        self.must.retain(|n| listed.contains(n));
+        self.background.retain(|n| listed.contains(n));
+        self.delete_failed.retain(|n| listed.contains(n));
+    }
+
+    fn resync_set(&mut self, name: &str, stats: &mut IpSetsStats) -> Result<(), KernelError> {
+        stats.set_listings += 1;
+        match self.cmds.run("ipset-list", "ipset", &["list", name], None) {
+            Ok(out) => {
+                match parse_list(&out.stdout) {
+                    Ok(l) => {
+                        let meta = match (l.set_type, l.max_elem) {
+                            (Some(t), Some(m)) if l.family == self.cfg.family() => Some((t, m)),
+                            _ => None,
+                        };
+                        self.dataplane.insert(
+                            name.to_string(),
+                            Dp {
+                                meta,
+                                members: l.members,
+                            },
+                        );
+                        self.delete_failed.remove(name);
+                    }
+                    Err(_) => {
+                        self.dataplane.insert(
+                            name.to_string(),
+                            Dp {
+                                meta: None,
+                                members: None,
+                            },
+                        );
+                    }
+                }
+                Ok(())
+            }
+            Err(e) if e.stderr().contains("does not exist") => {
+                self.dataplane.remove(name);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn try_resync(
+        &mut self,
+        stats: &mut IpSetsStats,
+        budget: &mut Duration,
+    ) -> Result<(), KernelError> {
+        if self.full_resync_required {
+            self.must.clear();
+            self.background.clear();
+            self.dataplane.clear();
+            self.delete_failed.clear();
+            let listed = self.list_names(stats)?;
+            self.sweep_missing(&listed);
+            self.must.extend(listed);
+            self.bg_resync_requested = false;
+        } else if self.bg_resync_requested {
+            let listed = self.list_names(stats)?;
+            self.sweep_missing(&listed);
+            for n in listed {
+                if !self.must.contains(&n) && !self.background.contains(&n) {
+                    self.background.push_back(n);
+                }
+            }
+            self.bg_resync_requested = false;
+        }
+        while let Some(name) = self.must.pop_first() {
+            if let Err(e) = self.resync_set(&name, stats) {
+                self.must.insert(name);
+                return Err(e);
+            }
+        }
+        let mut last = (self.opts.now)();
+        while !budget.is_zero() {
+            let Some(name) = self.background.pop_front() else {
+                break;
+            };
+            if let Err(e) = self.resync_set(&name, stats) {
+                self.must.insert(name);
+                return Err(e);
+            }
+            let now = (self.opts.now)();
+            *budget = budget.saturating_sub(now.saturating_duration_since(last));
+            last = now;
+        }
+        Ok(())
+    }
+
+    fn next_temp_name(&mut self) -> String {
+        loop {
+            let n = self.cfg.name_for_temp_ipset(self.next_temp);
+            self.next_temp += 1;
+            if !self.dataplane.contains_key(&n) {
+                return n;
+            }
+        }
+    }
+
+    /// Destroys leftover temporary sets (never referenced by rules).
+    fn delete_temp_sets(&mut self) {
+        let temps: Vec<String> = self
+            .dataplane
+            .keys()
+            .filter(|n| self.cfg.is_temp_ipset(n))
+            .cloned()
+            .collect();
+        for t in temps {
+            if self
+                .cmds
+                .run("ipset-destroy", "ipset", &["destroy", &t], None)
+                .is_ok()
+            {
+                self.dataplane.remove(&t);
+            }
+        }
+    }
+
+    fn try_updates(
+        &mut self,
+        dirty: &[String],
+        stats: &mut IpSetsStats,
+    ) -> Result<(), KernelError> {
+        if dirty.is_empty() {
+            return Ok(());
+        }
+        let fam = self.cfg.family();
+        let mut script = String::new();
+        let mut new_dp: Vec<(String, Dp)> = Vec::new();
+        let mut local = IpSetsStats::default();
+        for name in dirty {
+            let Some(d) = self.desired.get(name).cloned() else {
+                continue;
+            };
+            let dp = self.dataplane.get(name).cloned();
+            let create = |s: &mut String, target: &str| {
+                let _ = writeln!(
+                    s,
+                    "create {target} {} family {fam} maxelem {}",
+                    d.set_type.as_str(),
+                    d.max_size
+                );
+            };
+            match dp {
+                None => {
+                    create(&mut script, name);
+                    local.sets_created += 1;
+                    for m in &d.members {
+                        let _ = writeln!(script, "add {name} {m}");
+                        local.member_lines += 1;
+                    }
+                }
+                Some(Dp {
+                    meta: Some(meta),
+                    members: Some(cur),
+                }) if meta == (d.set_type, d.max_size) => {
+                    for m in cur.difference(&d.members) {
+                        let _ = writeln!(script, "del {name} {m} --exist");
+                        local.member_lines += 1;
+                    }
+                    for m in d.members.difference(&cur) {
+                        let _ = writeln!(script, "add {name} {m}");
+                        local.member_lines += 1;
+                    }
+                }
+                Some(Dp {
+                    meta: Some((old_type, _)),
+                    ..
+                }) if old_type != d.set_type => {
+                    // Sets of different types cannot be swapped; the set
+                    // must be unreferenced for this to succeed (calc-graph
+                    // IDs encode the type, so this only follows a bug or a
+                    // foreign set squatting on our name).
+                    let _ = writeln!(script, "destroy {name}");
+                    create(&mut script, name);
+                    local.sets_created += 1;
+                    for m in &d.members {
+                        let _ = writeln!(script, "add {name} {m}");
+                        local.member_lines += 1;
+                    }
+                }
+                Some(old) => {
+                    let temp = self.next_temp_name();
+                    create(&mut script, &temp);
+                    for m in &d.members {
+                        let _ = writeln!(script, "add {temp} {m}");
+                        local.member_lines += 1;
+                    }
+                    let _ = writeln!(script, "swap {name} {temp}");
+                    local.sets_swapped += 1;
+                    // After the swap the temp set holds the old contents.
+                    new_dp.push((temp, old));
+                }
+            }
+            new_dp.push((
+                name.clone(),
+                Dp {
+                    meta: Some((d.set_type, d.max_size)),
+                    members: Some(d.members.clone()),
+                },
+            ));
+        }
+        script.push_str("COMMIT\n");
+        self.cmds.run(
+            "ipset-restore",
+            "ipset",
+            &["restore"],
+            Some(script.as_bytes()),
+        )?;
+        stats.restores += 1;
+        stats.sets_created += local.sets_created;
+        stats.sets_swapped += local.sets_swapped;
+        stats.member_lines += local.member_lines;
+        self.dataplane.extend(new_dp);
+        Ok(())
+    }
+
+    /// Creates and updates sets (never deletes main sets). Call before the
+    /// `*tables` apply.
+    pub fn apply_updates(&mut self) -> Result<IpSetsStats, IpSetsError> {
+        let mut stats = IpSetsStats::default();
+        let mut backoff = self.opts.initial_backoff;
+        let mut budget = self.opts.background_budget;
+        let mut last_err = None;
+        for attempt in 0..self.opts.max_attempts {
+            if attempt > 0 {
+                stats.retries += 1;
+                (self.opts.sleep)(backoff);
+                backoff *= 2;
+            }
+            let transient = attempt < self.opts.max_attempts / 2;
+            if self.full_resync_required
+                || self.bg_resync_requested
+                || !self.must.is_empty()
+                || !self.background.is_empty()
+            {
+                if let Err(e) = self.try_resync(&mut stats, &mut budget) {
+                    // Never write before the must tier is drained (a, c).
+                    tracing::warn!(error = %e, "ip set resync failed; retrying");
+                    last_err = Some(e);
+                    continue;
+                }
+                self.full_resync_required = false;
+            }
+            self.delete_temp_sets();
+            let dirty: Vec<String> = self
+                .desired
+                .iter()
+                .filter(|(n, d)| self.needs_write(n, d))
+                .map(|(n, _)| n.clone())
+                .collect();
+            match self.try_updates(&dirty, &mut stats) {
+                Ok(()) => return Ok(stats),
+                Err(e) => {
+                    tracing::warn!(error = %e, "ip set update failed; retrying");
+                    if transient {
+                        // Re-read exactly the sets we failed to write (c).
+                        for n in &dirty {
+                            if self.dataplane.contains_key(n) {
+                                self.must.insert(n.clone());
+                            }
+                        }
+                        // A set we thought absent may exist: re-list names.
+                        self.bg_resync_requested = true;
+                    } else {
+                        self.full_resync_required = true;
+                    }
+                    last_err = Some(e);
+                }
+            }
+        }
+        Err(IpSetsError::GaveUp {
+            ipv: self.cfg.ip_version().number(),
+            attempts: self.opts.max_attempts,
+            source: last_err.unwrap_or_else(|| KernelError::Failed {
+                command: "ipset".into(),
+                status: None,
+                stderr: "no attempts made".into(),
+            }),
+        })
+    }
+
+    /// Destroys up to `max_deletions_per_iteration` undesired sets. Call
+    /// after the `*tables` apply. Returns true if the caller should call
+    /// again soon (more deletions pending or resync work queued); upstream
+    /// reschedules no sooner than 100ms.
+    pub fn apply_deletions(&mut self) -> bool {
+        let mut done = 0;
+        for name in self.pending_deletions() {
+            if done >= self.opts.max_deletions_per_iteration {
+                break;
+            }
+            match self
+                .cmds
+                .run("ipset-destroy", "ipset", &["destroy", &name], None)
+            {
+                Ok(_) => {
+                    self.dataplane.remove(&name);
+                    self.must.remove(&name);
+                    self.background.retain(|n| n != &name);
+                    done += 1;
+                }
+                Err(e) if e.stderr().contains("does not exist") => {
+                    self.dataplane.remove(&name);
+                }
+                Err(e) => {
+                    tracing::warn!(set = %name, error = %e, "failed to destroy ip set; will retry after a resync");
+                    self.delete_failed.insert(name);
+                }
+            }
+        }
+        !self.background.is_empty()
+            || !self.must.is_empty()
+            || (done > 0 && self.has_pending_deletions())
+    }
+}

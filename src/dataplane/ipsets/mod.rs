@@ -1,0 +1,14 @@
+//! The IP-set driver for iptables mode (`ipset`): kernel set names derived
+//! exactly as upstream, batched `ipset restore` per apply, temp-set-and-swap
+//! for metadata changes, deferred rate-limited deletions and an incremental
+//! resync with must and background tiers.
+
+mod driver;
+mod names;
+mod parse;
+#[cfg(test)]
+mod tests;
+
+pub use driver::{IpSetMetadata, IpSets, IpSetsError, IpSetsOptions, IpSetsStats};
+pub use names::{IpSetType, IpVersionConfig, MAX_IPSET_NAME_LENGTH};
+pub use parse::{parse_list, parse_names, ListedSet};

@@ -1,0 +1,348 @@
+//! IP-set driver tests: invariants with a scripted seam, and kernel tests
+//! in throwaway namespaces.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::*;
+use crate::dataplane::generictables::IpVersion;
+use crate::dataplane::kernel::{CommandRequest, Commands, FakeResponse, ScriptedCommands};
+
+fn meta(id: &str, t: IpSetType, max: u32) -> IpSetMetadata {
+    IpSetMetadata {
+        set_id: id.into(),
+        set_type: t,
+        max_size: max,
+    }
+}
+
+fn quiet() -> IpSetsOptions {
+    IpSetsOptions {
+        sleep: Arc::new(|_| {}),
+        ..IpSetsOptions::default()
+    }
+}
+
+fn list_out(name: &str, t: &str, max: u32, members: &[&str]) -> String {
+    format!(
+        "Name: {name}\nType: {t}\nRevision: 6\nHeader: family inet hashsize 1024 maxelem {max}\n\
+Size in memory: 1\nReferences: 0\nNumber of entries: {}\nMembers:\n{}\n",
+        members.len(),
+        members.join("\n")
+    )
+}
+
+/// A fake kernel with a name listing and per-set listings.
+fn fake(
+    names: Arc<Mutex<String>>,
+    sets: Arc<Mutex<Vec<(String, String)>>>,
+) -> Arc<ScriptedCommands> {
+    ScriptedCommands::new(move |req: &CommandRequest| {
+        let a: Vec<&str> = req.args.iter().map(String::as_str).collect();
+        match a.as_slice() {
+            ["list", "-n"] => FakeResponse::Ok(names.lock().clone()),
+            ["list", n] => match sets.lock().iter().find(|(k, _)| k == n) {
+                Some((_, v)) => FakeResponse::Ok(v.clone()),
+                None => FakeResponse::Fail(
+                    1,
+                    format!("ipset v7: The set with the given name does not exist ({n})"),
+                ),
+            },
+            _ => FakeResponse::Ok(String::new()),
+        }
+    })
+}
+
+fn ops(f: &ScriptedCommands) -> Vec<String> {
+    f.calls().into_iter().map(|c| c.args.join(" ")).collect()
+}
+
+fn restore_scripts(f: &ScriptedCommands) -> Vec<String> {
+    f.calls()
+        .into_iter()
+        .filter(|c| c.args == ["restore"])
+        .map(|c| String::from_utf8(c.stdin.unwrap_or_default()).unwrap())
+        .collect()
+}
+
+#[test]
+fn start_of_day_resync_completes_before_first_write() {
+    let names = Arc::new(Mutex::new(
+        "cali40s:a\nkube-thing\ncali40s:stale\ncali40s:stale2\n".to_string(),
+    ));
+    let sets = Arc::new(Mutex::new(vec![
+        (
+            "cali40s:a".to_string(),
+            list_out("cali40s:a", "hash:ip", 1000, &["10.0.0.1", "10.0.0.9"]),
+        ),
+        (
+            "cali40s:stale".to_string(),
+            list_out("cali40s:stale", "hash:ip", 1000, &[]),
+        ),
+        (
+            "cali40s:stale2".to_string(),
+            list_out("cali40s:stale2", "hash:ip", 1000, &[]),
+        ),
+    ]));
+    let f = fake(names, sets.clone());
+    let mut s = IpSets::new(
+        IpVersionConfig::new(IpVersion::V4),
+        Commands::unhooked(f.clone(), "ipsets-v4"),
+        quiet(),
+    );
+    s.add_or_replace_ip_set(
+        meta("s:a", IpSetType::HashIp, 1000),
+        vec!["10.0.0.1".into(), "10.0.0.2".into(), "fd00::1".into()],
+    );
+    // The listing of one set fails once: no write may happen before it is read.
+    f.fail_next(2, Some("ipset"));
+    let st = s.apply_updates().unwrap();
+    let o = ops(&f);
+    let first_restore = o.iter().position(|x| x == "restore").unwrap();
+    let last_list = o
+        .iter()
+        .rposition(|x| x.starts_with("list cali40s:a"))
+        .unwrap();
+    assert!(last_list < first_restore, "{o:?}");
+    assert!(o.iter().any(|x| x == "list cali40s:stale"));
+    assert!(!o.iter().any(|x| x.contains("kube-thing")));
+    assert_eq!(st.restores, 1);
+    let sc = &restore_scripts(&f)[0];
+    // Only the delta; the IPv6 member was filtered out.
+    assert_eq!(
+        sc,
+        "del cali40s:a 10.0.0.9 --exist\nadd cali40s:a 10.0.0.2\nCOMMIT\n"
+    );
+    // Deletions are not done by apply_updates, and are rate-limited.
+    assert!(s.has_pending_deletions());
+    f.clear_calls();
+    assert!(s.apply_deletions(), "one deletion per call, more pending");
+    assert_eq!(ops(&f), vec!["destroy cali40s:stale"]);
+    f.clear_calls();
+    assert!(!s.apply_deletions());
+    assert_eq!(ops(&f), vec!["destroy cali40s:stale2"]);
+}
+
+#[test]
+fn failed_write_is_reread_at_must_priority_before_rewrite() {
+    let names = Arc::new(Mutex::new(String::new()));
+    let sets = Arc::new(Mutex::new(Vec::new()));
+    let f = fake(names.clone(), sets.clone());
+    let mut s = IpSets::new(
+        IpVersionConfig::new(IpVersion::V4),
+        Commands::unhooked(f.clone(), "ipsets-v4"),
+        quiet(),
+    );
+    s.add_or_replace_ip_set(
+        meta("s:a", IpSetType::HashNet, 100),
+        vec!["10.0.0.0/24".into()],
+    );
+    s.apply_updates().unwrap();
+    s.add_members("s:a", vec!["10.1.0.1/32".into()]);
+    // Someone changed the set behind our back and our write fails.
+    *names.lock() = "cali40s:a\n".into();
+    sets.lock().push((
+        "cali40s:a".into(),
+        list_out("cali40s:a", "hash:net", 100, &["10.0.0.0/24", "10.1.0.1"]),
+    ));
+    f.clear_calls();
+    f.fail_next(1, Some("ipset"));
+    let st = s.apply_updates().unwrap();
+    let o = ops(&f);
+    assert_eq!(o[0], "restore");
+    let relist = o
+        .iter()
+        .position(|x| x == "list cali40s:a")
+        .expect("must re-read the failed set");
+    assert!(
+        o[relist + 1..].iter().all(|x| x != "restore"),
+        "after re-read nothing is left to write: {o:?}"
+    );
+    assert_eq!(st.retries, 1);
+    assert!(!s.is_dirty());
+}
+
+#[test]
+fn missing_set_is_repaired_in_the_same_apply_as_the_listing() {
+    let names = Arc::new(Mutex::new(String::new()));
+    let sets = Arc::new(Mutex::new(Vec::new()));
+    let f = fake(names.clone(), sets);
+    let mut s = IpSets::new(
+        IpVersionConfig::new(IpVersion::V4),
+        Commands::unhooked(f.clone(), "ipsets-v4"),
+        quiet(),
+    );
+    s.add_or_replace_ip_set(meta("s:a", IpSetType::HashIp, 100), vec!["10.0.0.1".into()]);
+    s.apply_updates().unwrap();
+    f.clear_calls();
+    assert!(s.apply_updates().unwrap().restores == 0);
+    // Periodic refresh: the set vanished from the kernel.
+    s.queue_resync();
+    f.clear_calls();
+    let st = s.apply_updates().unwrap();
+    assert_eq!((st.name_listings, st.sets_created, st.restores), (1, 1, 1));
+    assert!(
+        restore_scripts(&f)[0].starts_with("create cali40s:a hash:ip family inet maxelem 100\n")
+    );
+}
+
+#[test]
+fn metadata_change_goes_through_temp_set_and_swap() {
+    let names = Arc::new(Mutex::new("cali40s:a\n".to_string()));
+    let sets = Arc::new(Mutex::new(vec![(
+        "cali40s:a".to_string(),
+        list_out("cali40s:a", "hash:ip", 100, &["10.0.0.1"]),
+    )]));
+    let f = fake(names, sets);
+    let mut s = IpSets::new(
+        IpVersionConfig::new(IpVersion::V4),
+        Commands::unhooked(f.clone(), "ipsets-v4"),
+        quiet(),
+    );
+    s.add_or_replace_ip_set(meta("s:a", IpSetType::HashIp, 200), vec!["10.0.0.1".into()]);
+    let st = s.apply_updates().unwrap();
+    assert_eq!(st.sets_swapped, 1);
+    assert_eq!(
+        restore_scripts(&f)[0],
+        "create cali4t0 hash:ip family inet maxelem 200\nadd cali4t0 10.0.0.1\nswap cali40s:a cali4t0\nCOMMIT\n"
+    );
+    // The temp set (now holding the old contents) is destroyed next time.
+    f.clear_calls();
+    s.apply_updates().unwrap();
+    assert_eq!(ops(&f), vec!["destroy cali4t0"]);
+}
+
+#[test]
+fn gives_up_with_typed_error_after_all_attempts() {
+    let f = fake(
+        Arc::new(Mutex::new(String::new())),
+        Arc::new(Mutex::new(Vec::new())),
+    );
+    let mut s = IpSets::new(
+        IpVersionConfig::new(IpVersion::V6),
+        Commands::unhooked(f.clone(), "ipsets-v6"),
+        quiet(),
+    );
+    s.add_or_replace_ip_set(meta("s:a", IpSetType::HashIp, 10), vec!["fd00::1".into()]);
+    f.fail_next(1000, Some("ipset"));
+    let e = s.apply_updates().unwrap_err();
+    let IpSetsError::GaveUp {
+        ipv,
+        attempts,
+        source,
+    } = e;
+    assert_eq!((ipv, attempts), (6, 10));
+    assert!(source.to_string().contains("ipset list -n"));
+}
+
+mod kernel {
+    use super::*;
+    use crate::dataplane::kernel::testns::TestNetns;
+
+    fn members(ns: &TestNetns, set: &str) -> Vec<String> {
+        let out = ns.sh("ipset", &["list", set]);
+        let mut m: Vec<String> = out
+            .split("Members:\n")
+            .nth(1)
+            .unwrap_or("")
+            .lines()
+            .map(str::to_string)
+            .collect();
+        m.sort();
+        m
+    }
+
+    #[test]
+    fn kernel_ipsets_create_update_swap_delete_and_sweep() {
+        let Some(ns) = TestNetns::create(&["ipset", "iptables-legacy"]) else {
+            return;
+        };
+        // Stale state from an earlier Felix, and a foreign set.
+        ns.sh("ipset", &["create", "cali40s:stale", "hash:ip"]);
+        ns.sh("ipset", &["create", "cali4t7", "hash:ip"]);
+        ns.sh("ipset", &["create", "keep-me", "hash:ip"]);
+        let mut s = IpSets::new(
+            IpVersionConfig::new(IpVersion::V4),
+            ns.commands("ipsets-v4"),
+            IpSetsOptions::default(),
+        );
+        s.add_or_replace_ip_set(
+            meta("s:web", IpSetType::HashIp, 1024),
+            vec!["10.0.0.1".into(), "10.0.0.2".into()],
+        );
+        s.add_or_replace_ip_set(
+            meta("n:nets", IpSetType::HashNet, 1024),
+            vec!["10.1.0.0/16".into(), "10.2.0.1/32".into()],
+        );
+        s.add_or_replace_ip_set(
+            meta("p:svc", IpSetType::HashIpPort, 1024),
+            vec!["10.0.0.1,tcp:80".into()],
+        );
+        let st = s.apply_updates().unwrap();
+        assert_eq!((st.sets_created, st.restores), (3, 1));
+        assert_eq!(members(&ns, "cali40s:web"), vec!["10.0.0.1", "10.0.0.2"]);
+        assert_eq!(
+            members(&ns, "cali40n:nets"),
+            vec!["10.1.0.0/16", "10.2.0.1"]
+        );
+        assert_eq!(members(&ns, "cali40p:svc"), vec!["10.0.0.1,tcp:80"]);
+        assert!(
+            !ns.sh("ipset", &["list", "-n"]).contains("cali4t7"),
+            "leftover temp sets go at once"
+        );
+
+        // Unchanged: nothing written, even after a full resync.
+        assert_eq!(s.apply_updates().unwrap().restores, 0);
+        s.queue_full_resync();
+        let st = s.apply_updates().unwrap();
+        assert_eq!((st.restores, st.set_listings), (0, 4), "{st:?}");
+
+        // A rule references the set; a maxelem change swaps it in place.
+        ns.sh(
+            "iptables-legacy",
+            &[
+                "-A",
+                "INPUT",
+                "-m",
+                "set",
+                "--match-set",
+                "cali40s:web",
+                "src",
+                "-j",
+                "ACCEPT",
+            ],
+        );
+        s.add_or_replace_ip_set(
+            meta("s:web", IpSetType::HashIp, 4096),
+            vec!["10.0.0.2".into(), "10.0.0.3".into()],
+        );
+        let st = s.apply_updates().unwrap();
+        assert_eq!(st.sets_swapped, 1);
+        assert!(ns
+            .sh("ipset", &["list", "cali40s:web"])
+            .contains("maxelem 4096"));
+        assert_eq!(members(&ns, "cali40s:web"), vec!["10.0.0.2", "10.0.0.3"]);
+
+        // Removing a referenced set: deletion fails and is retried after a
+        // resync once the reference has gone.
+        s.remove_ip_set("s:web");
+        s.apply_updates().unwrap();
+        while s.apply_deletions() {}
+        assert!(ns.sh("ipset", &["list", "-n"]).contains("cali40s:web"));
+        ns.sh("iptables-legacy", &["-F", "INPUT"]);
+        s.queue_resync();
+        s.apply_updates().unwrap();
+        while s.apply_deletions() {}
+        let names = ns.sh("ipset", &["list", "-n"]);
+        assert!(!names.contains("cali40s:web"), "{names}");
+        assert!(
+            !names.contains("cali40s:stale") && !names.contains("cali4t"),
+            "{names}"
+        );
+        assert!(
+            names.contains("keep-me") && names.contains("cali40n:nets"),
+            "{names}"
+        );
+    }
+}
