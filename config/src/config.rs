@@ -52,6 +52,7 @@ impl Config {
     /// Merges `layers` (in any order; they are applied by [`Source`]
     /// precedence, and for equal sources in slice order) over the defaults.
     /// Returns the config and every problem found, in application order.
+    /// Nothing is logged here: the caller logs each error once.
     pub fn build(layers: &[Layer]) -> (Config, Vec<ConfigError>) {
         let mut order: Vec<&Layer> = layers.iter().collect();
         order.sort_by_key(|(source, _)| *source);
@@ -60,7 +61,6 @@ impl Config {
         for (source, kvs) in order {
             for (name, raw) in kvs {
                 if let Err(e) = cfg.apply_one(*source, name, raw) {
-                    tracing::warn!(error = %e, "configuration problem");
                     errors.push(e);
                 }
             }

@@ -81,7 +81,8 @@ felix-rs takes upstream Felix's parameter names, types and defaults. Each
 parameter can be set in five places; a higher line overrides a lower one:
 
 1. environment variable `FELIX_<NAME>` (prefix and name in any case);
-2. the `--config` file: INI, `Name = value` lines under `[global]`;
+2. the `--config` file: INI, `Name = value` lines under `[global]` (as
+   upstream, keys in other sections are read too; `#`/`;` start comments);
 3. the datastore `FelixConfiguration` named `node.<NODE>` (this node only);
 4. the datastore `FelixConfiguration` named `default`;
 5. the built-in default listed below.
