@@ -7,3 +7,4 @@ pub mod ipsets;
 pub mod iptables;
 pub mod kernel;
 pub mod nftables;
+pub mod rules;
