@@ -6,6 +6,9 @@ mod dispatch;
 mod markbits;
 mod names;
 
-pub use dispatch::{interface_dispatch_chains, DispatchChains, DispatchConfig, EndpointDirection};
+pub use dispatch::{
+    interface_dispatch_chains, workload_dispatch_chains, DispatchChains, DispatchConfig,
+    EndpointDirection,
+};
 pub use markbits::{MarkBitsError, MarkBitsManager};
 pub use names::*;
