@@ -143,6 +143,10 @@ pub struct IpSets {
     background: VecDeque<String>,
     delete_failed: BTreeSet<String>,
     next_temp: u32,
+    /// Sets changed by the caller since the last successful write.
+    dirty: BTreeSet<String>,
+    /// Kernel knowledge changed (resync): compare every desired set.
+    check_all: bool,
 }
 
 impl std::fmt::Debug for IpSets {
@@ -169,6 +173,8 @@ impl IpSets {
             background: VecDeque::new(),
             delete_failed: BTreeSet::new(),
             next_temp: 0,
+            dirty: BTreeSet::new(),
+            check_all: true,
         }
     }
 
@@ -211,6 +217,7 @@ impl IpSets {
             if let Some(d) = self.desired.get_mut(&name) {
                 d.members.extend(add);
             }
+            self.dirty.insert(name);
         }
     }
 
@@ -222,6 +229,7 @@ impl IpSets {
             if let Some(d) = self.desired.get_mut(&name) {
                 d.members.retain(|m| !del.contains(m));
             }
+            self.dirty.insert(name);
         }
     }
 
@@ -258,13 +266,25 @@ impl IpSets {
             .collect()
     }
 
+    /// Desired sets whose kernel state differs from what is wanted. Only
+    /// caller-touched sets are compared unless a resync changed our
+    /// knowledge of the kernel.
+    fn sets_to_write(&self) -> Vec<String> {
+        let check = |n: &String| self.desired.get(n).is_some_and(|d| self.needs_write(n, d));
+        if self.check_all {
+            self.desired.keys().filter(|n| check(n)).cloned().collect()
+        } else {
+            self.dirty.iter().filter(|n| check(n)).cloned().collect()
+        }
+    }
+
     /// True if `apply_updates` has work to do.
     pub fn is_dirty(&self) -> bool {
         self.full_resync_required
             || self.bg_resync_requested
             || !self.must.is_empty()
             || !self.background.is_empty()
-            || self.desired.iter().any(|(n, d)| self.needs_write(n, d))
+            || !self.sets_to_write().is_empty()
     }
 
     /// True if sets are waiting for `apply_deletions`.

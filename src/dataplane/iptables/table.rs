@@ -139,9 +139,27 @@ fn builtin_chains(table: &str) -> &'static [&'static str] {
     }
 }
 
+/// Per-chain changes to our picture of the kernel once a plan has been
+/// written (`None` removes the chain). Applied in place so a small change
+/// never copies the whole table state.
+type ChainUpdates = Vec<(String, Option<Vec<SavedRule>>)>;
+
+fn apply_updates(actual: &mut SavedTable, updates: ChainUpdates) {
+    for (name, rules) in updates {
+        match rules {
+            Some(r) => {
+                actual.chains.insert(name, r);
+            }
+            None => {
+                actual.chains.remove(&name);
+            }
+        }
+    }
+}
+
 struct Plan {
     script: String,
-    new_actual: SavedTable,
+    updates: ChainUpdates,
     stats: ApplyStats,
 }
 
@@ -262,7 +280,7 @@ impl IptablesTable {
         let mut body = Vec::new();
         let mut flushes = Vec::new();
         let mut deletes = Vec::new();
-        let mut new_actual = actual.clone();
+        let mut updates: ChainUpdates = Vec::new();
         let mut stats = ApplyStats::default();
 
         let candidates: BTreeSet<String> = if full {
@@ -283,9 +301,7 @@ impl IptablesTable {
                         body.push(self.renderer.line(&format!("-A {name}"), hash, rule));
                         stats.rules_written += 1;
                     }
-                    new_actual
-                        .chains
-                        .insert(name.clone(), Self::ours_as_saved(&d.hashes));
+                    updates.push((name.clone(), Some(Self::ours_as_saved(&d.hashes))));
                 }
                 (Some(d), Some(a)) => {
                     for (i, (rule, hash)) in d.rules.iter().zip(&d.hashes).enumerate() {
@@ -309,9 +325,7 @@ impl IptablesTable {
                         body.push(format!("-D {name} {}", d.rules.len() + 1));
                         stats.rules_deleted += 1;
                     }
-                    new_actual
-                        .chains
-                        .insert(name.clone(), Self::ours_as_saved(&d.hashes));
+                    updates.push((name.clone(), Some(Self::ours_as_saved(&d.hashes))));
                 }
                 (None, Some(a)) if self.is_our_chain(name) => {
                     if !a.is_empty() {
@@ -320,7 +334,7 @@ impl IptablesTable {
                     deletes.push(format!("-X {name}"));
                     stats.rules_deleted += a.len();
                     stats.chains_deleted += 1;
-                    new_actual.chains.remove(name);
+                    updates.push((name.clone(), None));
                 }
                 _ => {}
             }
@@ -385,7 +399,7 @@ impl IptablesTable {
             }
             let mut rules = Self::ours_as_saved(&d.hashes);
             rules.extend(current.into_iter().filter(|r| !r.is_ours()));
-            new_actual.chains.insert(k.clone(), rules);
+            updates.push((k.clone(), Some(rules)));
         }
 
         let mut script = String::new();
@@ -399,7 +413,7 @@ impl IptablesTable {
         }
         Plan {
             script,
-            new_actual,
+            updates,
             stats,
         }
     }
@@ -458,7 +472,9 @@ impl IptablesTable {
                     total.rules_deleted += plan.stats.rules_deleted;
                     total.chains_created += plan.stats.chains_created;
                     total.chains_deleted += plan.stats.chains_deleted;
-                    self.actual = Some(plan.new_actual);
+                    if let Some(a) = self.actual.as_mut() {
+                        apply_updates(a, plan.updates);
+                    }
                     self.dirty_chains.clear();
                     self.dirty_inserts.clear();
                     return Ok(total);
@@ -504,7 +520,7 @@ impl IptablesTable {
             read_backs: 1,
             ..Default::default()
         };
-        let actual = self.read_back()?;
+        let mut actual = self.read_back()?;
         let plan = self.plan(&actual, true);
         if !plan.script.is_empty() {
             self.restore(&plan.script)
@@ -518,7 +534,8 @@ impl IptablesTable {
             stats.rules_deleted = plan.stats.rules_deleted;
             stats.chains_deleted = plan.stats.chains_deleted;
         }
-        self.actual = Some(plan.new_actual);
+        apply_updates(&mut actual, plan.updates);
+        self.actual = Some(actual);
         Ok(stats)
     }
 }

@@ -227,9 +227,42 @@ struct DSet {
     members: BTreeSet<String>,
 }
 
+/// Changes to our picture of the kernel once a plan has been written
+/// (`None` removes the object), applied in place.
+#[derive(Default)]
+struct StateUpdates {
+    chains: Vec<(String, Option<Vec<Option<String>>>)>,
+    sets: Vec<(String, Option<ActualSet>)>,
+}
+
+impl StateUpdates {
+    fn apply_to(self, st: &mut NftState) {
+        for (n, c) in self.chains {
+            match c {
+                Some(c) => {
+                    st.chains.insert(n, c);
+                }
+                None => {
+                    st.chains.remove(&n);
+                }
+            }
+        }
+        for (n, v) in self.sets {
+            match v {
+                Some(v) => {
+                    st.sets.insert(n, v);
+                }
+                None => {
+                    st.sets.remove(&n);
+                }
+            }
+        }
+    }
+}
+
 struct Plan {
     script: String,
-    new_actual: NftState,
+    updates: StateUpdates,
     stats: ApplyStats,
 }
 
@@ -429,7 +462,7 @@ impl NftablesTable {
         let empty = NftState::default();
         let actual = if rebuild { &empty } else { actual };
         let mut stats = ApplyStats::default();
-        let mut new_actual = actual.clone();
+        let mut updates = StateUpdates::default();
         let (
             mut add_chains,
             mut flush_chains,
@@ -488,17 +521,17 @@ impl NftablesTable {
                             self.element_lines("add", name, d.kind, &all, &mut set_ops);
                         }
                     }
-                    new_actual.sets.insert(
+                    updates.sets.push((
                         name.clone(),
-                        ActualSet {
+                        Some(ActualSet {
                             kind: Some(d.kind),
                             members: Some(d.members.clone()),
-                        },
-                    );
+                        }),
+                    ));
                 }
                 (None, Some(_)) => {
                     del_sets.push(format!("delete set {fam} {t} {name}"));
-                    new_actual.sets.remove(name);
+                    updates.sets.push((name.clone(), None));
                 }
                 (None, None) => {}
             }
@@ -549,7 +582,7 @@ impl NftablesTable {
                         add_rules.push(self.renderer.add_rule(fam, t, name, hash, rule));
                         stats.rules_written += 1;
                     }
-                    new_actual.chains.insert(name.clone(), want);
+                    updates.chains.push((name.clone(), Some(want)));
                 }
                 (None, Some(a)) => {
                     if !a.is_empty() {
@@ -558,7 +591,7 @@ impl NftablesTable {
                     del_chains.push(format!("delete chain {fam} {t} {name}"));
                     stats.rules_deleted += a.len();
                     stats.chains_deleted += 1;
-                    new_actual.chains.remove(name);
+                    updates.chains.push((name.clone(), None));
                 }
                 (None, None) => {}
             }
@@ -595,7 +628,7 @@ impl NftablesTable {
         }
         Plan {
             script,
-            new_actual,
+            updates,
             stats,
         }
     }
@@ -614,20 +647,18 @@ impl NftablesTable {
             let rebuild = self.consecutive_failures >= self.opts.rebuild_after_failures;
             let full = self.actual.is_none();
             let outcome: Result<Plan, Result<KernelError, TableError>> = (|| {
-                let actual = if rebuild {
-                    NftState::default()
+                if !rebuild && self.actual.is_none() {
+                    total.read_backs += 1;
+                    let a = self.read_back().map_err(Err)?;
+                    self.actual = Some(a);
+                }
+                let empty = NftState::default();
+                let base = if rebuild {
+                    &empty
                 } else {
-                    match &self.actual {
-                        Some(a) => a.clone(),
-                        None => {
-                            total.read_backs += 1;
-                            let a = self.read_back().map_err(Err)?;
-                            self.actual = Some(a.clone());
-                            a
-                        }
-                    }
+                    self.actual.as_ref().unwrap_or(&empty)
                 };
-                let plan = self.plan(&actual, full, rebuild);
+                let plan = self.plan(base, full, rebuild);
                 if !plan.script.is_empty() {
                     if rebuild {
                         tracing::warn!(table = %self.desc(), "rebuilding nftables table after repeated failures");
@@ -645,7 +676,13 @@ impl NftablesTable {
                     total.rules_deleted += plan.stats.rules_deleted;
                     total.chains_created += plan.stats.chains_created;
                     total.chains_deleted += plan.stats.chains_deleted;
-                    self.actual = Some(plan.new_actual);
+                    let mut state = if rebuild {
+                        NftState::default()
+                    } else {
+                        self.actual.take().unwrap_or_default()
+                    };
+                    plan.updates.apply_to(&mut state);
+                    self.actual = Some(state);
                     self.dirty_chains.clear();
                     self.dirty_sets.clear();
                     self.consecutive_failures = 0;
