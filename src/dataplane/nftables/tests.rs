@@ -510,3 +510,217 @@ mod kernel {
             .contains("cali-x"));
     }
 }
+
+/// Prints figures (not a timed assertion); run with
+/// `cargo test --lib dataplane::nftables::tests::bench -- --ignored --nocapture`.
+mod bench {
+    use super::*;
+    use crate::dataplane::iptables::{
+        IptablesMode, IptablesOptions, IptablesTable, ResolvedBackend,
+    };
+    use crate::dataplane::kernel::testns::TestNetns;
+    use std::time::Instant;
+
+    const CHAINS: usize = 2000;
+    const RULES: usize = 5;
+
+    fn chain(i: usize, variant: u16) -> Chain {
+        let rules = (0..RULES)
+            .map(|r| {
+                Rule::new(
+                    MatchCriteria::new()
+                        .protocol("tcp")
+                        .source_net(format!("10.{}.{}.0/24", i % 250, r).parse().unwrap())
+                        .dest_ports(vec![PortRange::single(1000 + r as u16 + variant)]),
+                    Action::Accept,
+                )
+            })
+            .collect();
+        Chain::new(&format!("cali-pi-{i:05}"), rules)
+    }
+
+    fn ms(d: Duration) -> f64 {
+        d.as_secs_f64() * 1000.0
+    }
+
+    #[test]
+    #[ignore]
+    fn bench_table_drivers() {
+        let Some(ns) = TestNetns::create(&["nft", "iptables-nft-restore", "iptables-nft-save"])
+        else {
+            return;
+        };
+        // iptables-nft.
+        let mut t = IptablesTable::new(
+            "filter",
+            IpVersion::V4,
+            ResolvedBackend::Nft,
+            IptablesMode::Program,
+            ns.commands("bench"),
+            IptablesOptions::default(),
+        );
+        for i in 0..CHAINS {
+            t.set_chain(chain(i, 0));
+        }
+        let start = Instant::now();
+        t.apply().unwrap();
+        let sod = start.elapsed();
+        // Raw tool time for the same ruleset: save what we wrote, flush, restore it.
+        let saved = ns.sh("iptables-nft-save", &["-t", "filter"]);
+        ns.sh("iptables-nft", &["-F"]);
+        ns.sh("iptables-nft", &["-X"]);
+        let path = format!("/tmp/{}-ipt.txt", ns.name);
+        std::fs::write(&path, &saved).unwrap();
+        let start = Instant::now();
+        ns.sh("iptables-nft-restore", &[&path]);
+        let raw = start.elapsed();
+        let _ = std::fs::remove_file(&path);
+        t.set_chain(chain(7, 1));
+        let start = Instant::now();
+        let s = t.apply().unwrap();
+        let one = start.elapsed();
+        println!(
+            "iptables-nft {} rules: start-of-day {:.1} ms (raw iptables-restore {:.1} ms); one changed chain {:.1} ms ({} rules written)",
+            CHAINS * RULES, ms(sod), ms(raw), ms(one), s.rules_written
+        );
+
+        // nftables.
+        let mut n = NftablesTable::new(
+            IpVersion::V4,
+            NftablesMode::Program,
+            ns.commands("bench"),
+            NftablesOptions::default(),
+        );
+        for i in 0..CHAINS {
+            n.set_chain(chain(i, 0));
+        }
+        let start = Instant::now();
+        n.apply().unwrap();
+        let sod = start.elapsed();
+        let listed = ns.sh("nft", &["list", "table", "ip", "calico"]);
+        ns.sh("nft", &["delete", "table", "ip", "calico"]);
+        let path = format!("/tmp/{}-nft.txt", ns.name);
+        std::fs::write(&path, &listed).unwrap();
+        let start = Instant::now();
+        ns.sh("nft", &["-f", &path]);
+        let raw = start.elapsed();
+        let _ = std::fs::remove_file(&path);
+        n.set_chain(chain(7, 1));
+        let start = Instant::now();
+        let s = n.apply().unwrap();
+        let one = start.elapsed();
+        n.queue_resync();
+        let start = Instant::now();
+        n.apply().unwrap();
+        let resync = start.elapsed();
+        println!(
+            "nftables {} rules: start-of-day {:.1} ms (raw nft -f {:.1} ms); one changed chain {:.1} ms ({} rules written); resync read-back {:.1} ms",
+            CHAINS * RULES, ms(sod), ms(raw), ms(one), s.rules_written, ms(resync)
+        );
+    }
+}
+
+mod kernel_v6 {
+    use super::*;
+    use crate::dataplane::ipsets::{
+        IpSetMetadata, IpSetType, IpSets, IpSetsOptions, IpVersionConfig,
+    };
+    use crate::dataplane::iptables::{
+        IptablesMode, IptablesOptions, IptablesTable, ResolvedBackend,
+    };
+    use crate::dataplane::kernel::testns::TestNetns;
+
+    #[test]
+    fn kernel_ipv6_drivers_program_and_resync_cleanly() {
+        let Some(ns) = TestNetns::create(&[
+            "nft",
+            "ip6tables-nft-restore",
+            "ip6tables-nft-save",
+            "ipset",
+        ]) else {
+            return;
+        };
+        let mut sets = IpSets::new(
+            IpVersionConfig::new(IpVersion::V6),
+            ns.commands("ipsets-v6"),
+            IpSetsOptions::default(),
+        );
+        sets.add_or_replace_ip_set(
+            IpSetMetadata {
+                set_id: "s:v6".into(),
+                set_type: IpSetType::HashNet,
+                max_size: 1024,
+            },
+            vec![
+                "fd00:0::/64".to_string(),
+                "10.0.0.1".into(),
+                "fd01::1/128".into(),
+            ],
+        );
+        sets.apply_updates().unwrap();
+        let listed = ns.sh("ipset", &["list", "cali60s:v6"]);
+        assert!(
+            listed.contains("family inet6")
+                && listed.contains("fd00::/64")
+                && listed.contains("fd01::1"),
+            "{listed}"
+        );
+        assert!(!listed.contains("10.0.0.1"));
+
+        let v6_rule = Rule::new(
+            MatchCriteria::new()
+                .protocol("ipv6-icmp")
+                .source_net("fd00::/64".parse().unwrap())
+                .source_ip_set("cali60s:v6"),
+            Action::Accept,
+        );
+        let mut ipt = IptablesTable::new(
+            "filter",
+            IpVersion::V6,
+            ResolvedBackend::Nft,
+            IptablesMode::Program,
+            ns.commands("ipt6"),
+            IptablesOptions::default(),
+        );
+        ipt.set_chain(Chain::new("cali-v6", vec![v6_rule.clone()]));
+        ipt.set_insert_rules(
+            "INPUT",
+            vec![Rule::new(
+                MatchCriteria::new(),
+                Action::Jump("cali-v6".into()),
+            )],
+        );
+        ipt.apply().unwrap();
+        ipt.queue_resync();
+        assert!(ipt.apply().unwrap().no_writes());
+        assert!(ns
+            .sh("ip6tables-nft-save", &["-t", "filter"])
+            .contains("cali60s:v6"));
+
+        let mut nft = NftablesTable::new(
+            IpVersion::V6,
+            NftablesMode::Program,
+            ns.commands("nft6"),
+            NftablesOptions::default(),
+        );
+        nft.set_ip_set(
+            "cali60s:v6",
+            NftSetKind::Net,
+            vec!["fd00::/64".to_string(), "fd01::1".into()],
+        );
+        nft.set_chain(Chain::new("cali-v6", vec![v6_rule]));
+        nft.set_insert_rules(
+            "filter-INPUT",
+            vec![Rule::new(
+                MatchCriteria::new(),
+                Action::Jump("cali-v6".into()),
+            )],
+        );
+        nft.apply().unwrap();
+        nft.queue_resync();
+        let s = nft.apply().unwrap();
+        assert!(s.no_writes(), "{s:?}");
+        let listed = ns.sh("nft", &["list", "table", "ip6", "calico"]);
+        assert!(listed.contains("ip6 saddr @cali60s-v6"), "{listed}");
+    }
+}
