@@ -19,3 +19,4 @@ pub mod dataplane;
 pub mod model;
 pub mod resources;
 pub mod selector;
+pub mod cli;

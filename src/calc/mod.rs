@@ -1,1 +1,422 @@
-//! The calculation graph.
+//! The calculation graph: turns the datastore's eventually-consistent
+//! update stream into this node's desired dataplane state, as
+//! `felixbackend.proto` messages.
+//!
+//! # Shape
+//!
+//! ```text
+//! Update ──► validation ──► dispatch (by key kind, in registration order)
+//!   local endpoints ──► active-rules calculator ──► rule scanner ──► IP-set index
+//!                    └─► policy resolver (tiers/order per endpoint)
+//!   all endpoints, network sets, profile labels ──► IP-set index (members)
+//!   policies, profiles, tiers ──► active-rules calculator / policy resolver
+//!   nodes, pools, blocks ──► pass-through, encapsulation, routes, VTEPs
+//!   config, ready flag ──► config batcher
+//!                                 all ──► event sequencer ──► flush()
+//! ```
+//!
+//! # Contract
+//!
+//! * Synchronous and single-threaded: an update propagates through direct
+//!   calls; no node spawns work or takes a lock.
+//! * Output is a function of the current state only (no hysteresis).
+//! * Registration order is load-bearing in one place: the active-rules
+//!   calculator hears a local endpoint before the policy resolver, so
+//!   "policy matches endpoint" events may reach the resolver before the
+//!   endpoint itself; the resolver only marks endpoints dirty and resolves
+//!   at flush, so it never needs the endpoint earlier.
+//! * In-sync is forwarded (an `InSync` message after the first flush that
+//!   follows the datastore's in-sync), never fabricated or withheld.
+
+pub mod active_rules;
+pub mod config_batcher;
+pub mod event_sequencer;
+pub mod ids;
+pub mod labelindex;
+pub mod passthru;
+pub mod policy_resolver;
+pub mod rule_scanner;
+pub mod validation;
+pub mod view;
+
+use std::sync::Arc;
+
+use felix_proto as pb;
+use pb::to_dataplane::Payload;
+
+use crate::model::{
+    HostEndpoint, HostEndpointKey, Key, SyncStatus, Update, Value, WorkloadEndpoint,
+    WorkloadEndpointKey,
+};
+use active_rules::{ActiveRulesCalculator, ArcEvent};
+use config_batcher::ConfigBatcher;
+use event_sequencer::EventSequencer;
+use labelindex::{IpSetIndex, LabelledKey, LabelledValue, Member, MemberSink};
+use passthru::Passthru;
+use policy_resolver::PolicyResolver;
+use rule_scanner::{RuleScanner, ScanEvent};
+
+/// A local endpoint's identity.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EndpointKey {
+    Workload(WorkloadEndpointKey),
+    Host(HostEndpointKey),
+}
+
+/// A local endpoint's value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EndpointValue {
+    Workload(Arc<WorkloadEndpoint>),
+    Host(Arc<HostEndpoint>),
+}
+
+impl MemberSink for EventSequencer {
+    fn member_added(&mut self, set_id: &str, member: Member) {
+        self.on_member_added(set_id, member);
+    }
+    fn member_removed(&mut self, set_id: &str, member: Member) {
+        self.on_member_removed(set_id, member);
+    }
+}
+
+/// Counters for metrics and introspection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphStats {
+    pub updates_processed: u64,
+    pub output_events: u64,
+    pub active_local_endpoints: usize,
+    pub active_local_policies: usize,
+    pub active_local_selectors: usize,
+    pub cluster_endpoints: usize,
+    pub cluster_policies: usize,
+    pub cluster_profiles: usize,
+    pub cluster_tiers: usize,
+}
+
+/// The assembled graph.  See the module docs.
+pub struct CalcGraph {
+    hostname: String,
+    arc: ActiveRulesCalculator,
+    scanner: RuleScanner,
+    ipsets: IpSetIndex,
+    resolver: PolicyResolver,
+    seq: EventSequencer,
+    passthru: Passthru,
+    config: ConfigBatcher,
+    tiers: std::collections::HashSet<String>,
+    in_sync: bool,
+    need_in_sync_msg: bool,
+    stats: GraphStats,
+}
+
+impl CalcGraph {
+    /// A graph computing the dataplane of node `hostname`.
+    pub fn new(hostname: &str) -> CalcGraph {
+        CalcGraph {
+            hostname: hostname.to_string(),
+            arc: ActiveRulesCalculator::new(),
+            scanner: RuleScanner::new(),
+            ipsets: IpSetIndex::new(),
+            resolver: PolicyResolver::new(),
+            seq: EventSequencer::new(),
+            passthru: Passthru::new(),
+            config: ConfigBatcher::new(hostname),
+            tiers: Default::default(),
+            in_sync: false,
+            need_in_sync_msg: false,
+            stats: GraphStats::default(),
+        }
+    }
+
+    /// The node this graph computes for.
+    pub fn hostname(&self) -> &str {
+        &self.hostname
+    }
+
+    /// Whether the datastore has reported in-sync.
+    pub fn in_sync(&self) -> bool {
+        self.in_sync
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> GraphStats {
+        let (tiers, policies, profiles) = self.arc.counts();
+        GraphStats {
+            active_local_endpoints: self.resolver.num_endpoints(),
+            active_local_policies: self.arc.num_active_policies(),
+            active_local_selectors: self.scanner.num_active_sets(),
+            cluster_endpoints: self.ipsets.num_endpoints(),
+            cluster_policies: policies,
+            cluster_profiles: profiles,
+            cluster_tiers: tiers,
+            ..self.stats
+        }
+    }
+
+    /// The encapsulation the IP pools currently call for.
+    pub fn encapsulation(&self) -> passthru::Encap {
+        self.passthru.encap()
+    }
+
+    /// Whether the datastore said "not ready" since the last call (the
+    /// daemon then waits for it, as upstream).
+    pub fn take_datastore_not_ready(&mut self) -> bool {
+        self.config.take_not_ready()
+    }
+
+    /// Feeds a batch of updates.
+    pub fn on_updates(&mut self, updates: impl IntoIterator<Item = Update>) {
+        for u in updates {
+            self.on_update(u);
+        }
+    }
+
+    /// Feeds one update.
+    pub fn on_update(&mut self, update: Update) {
+        self.stats.updates_processed += 1;
+        let Update { key, value, .. } = validation::filter(update);
+        match key {
+            Key::WorkloadEndpoint(k) => {
+                let v = match value {
+                    Some(Value::WorkloadEndpoint(w)) => Some(w),
+                    _ => None,
+                };
+                if k.hostname == self.hostname {
+                    let ek = EndpointKey::Workload(k.clone());
+                    let mut ev = Vec::new();
+                    self.arc.on_endpoint(
+                        &ek,
+                        v.as_deref().map(|w| (&w.labels, w.profile_ids.as_slice())),
+                        &mut ev,
+                    );
+                    self.route_arc(ev);
+                    self.resolver
+                        .on_endpoint(&ek, v.clone().map(EndpointValue::Workload));
+                }
+                let lk = LabelledKey::Workload(k);
+                match v {
+                    Some(w) => {
+                        self.ipsets
+                            .update_endpoint(lk, LabelledValue::Workload(w), &mut self.seq)
+                    }
+                    None => self.ipsets.delete_endpoint(&lk, &mut self.seq),
+                }
+            }
+            Key::HostEndpoint(k) => {
+                let v = match value {
+                    Some(Value::HostEndpoint(h)) => Some(h),
+                    _ => None,
+                };
+                if k.hostname == self.hostname {
+                    let ek = EndpointKey::Host(k.clone());
+                    let mut ev = Vec::new();
+                    self.arc.on_endpoint(
+                        &ek,
+                        v.as_deref().map(|h| (&h.labels, h.profile_ids.as_slice())),
+                        &mut ev,
+                    );
+                    self.route_arc(ev);
+                    self.resolver
+                        .on_endpoint(&ek, v.clone().map(EndpointValue::Host));
+                }
+                let lk = LabelledKey::Host(k);
+                match v {
+                    Some(h) => self
+                        .ipsets
+                        .update_endpoint(lk, LabelledValue::Host(h), &mut self.seq),
+                    None => self.ipsets.delete_endpoint(&lk, &mut self.seq),
+                }
+            }
+            Key::NetworkSet(k) => {
+                let lk = LabelledKey::NetworkSet(k);
+                match value {
+                    Some(Value::NetworkSet(n)) => {
+                        self.ipsets
+                            .update_endpoint(lk, LabelledValue::NetworkSet(n), &mut self.seq)
+                    }
+                    _ => self.ipsets.delete_endpoint(&lk, &mut self.seq),
+                }
+            }
+            Key::Profile(name) => {
+                let p = match value {
+                    Some(Value::Profile(p)) => Some(p),
+                    _ => None,
+                };
+                let mut ev = Vec::new();
+                self.arc.on_profile(&name, p.as_deref(), &mut ev);
+                self.route_arc(ev);
+                self.ipsets.update_parent_labels(
+                    &name,
+                    p.map(|p| Arc::new(p.labels.clone())),
+                    &mut self.seq,
+                );
+            }
+            Key::Policy(k) => {
+                let p = match value {
+                    Some(Value::Policy(p)) => Some(p),
+                    _ => None,
+                };
+                let mut ev = Vec::new();
+                self.arc.on_policy(&k, p.clone(), &mut ev);
+                self.route_arc(ev);
+                self.resolver.on_policy(&k, p.as_deref());
+            }
+            Key::Tier(name) => {
+                let t = match value {
+                    Some(Value::Tier(t)) => Some(t),
+                    _ => None,
+                };
+                let was = self.tiers.contains(&name);
+                if t.is_some() {
+                    self.tiers.insert(name.clone());
+                } else {
+                    self.tiers.remove(&name);
+                }
+                self.arc.on_tier(t.is_some(), was);
+                self.resolver.on_tier(&name, t.as_deref());
+            }
+            Key::IpPool(cidr) => {
+                let p = match value {
+                    Some(Value::IpPool(p)) => Some(p),
+                    _ => None,
+                };
+                self.passthru.on_pool(&cidr, p.as_deref(), &mut self.seq);
+            }
+            Key::IpamBlock(_) => {
+                // Consumed by the route resolver (routing drivers); this
+                // node's iptables/nftables dataplane does not need it.
+            }
+            Key::Node(name) => {
+                let n = match value {
+                    Some(Value::Node(n)) => Some(n),
+                    _ => None,
+                };
+                self.passthru.on_node(&name, n.as_deref(), &mut self.seq);
+            }
+            Key::Namespace(name) => {
+                let l = match value {
+                    Some(Value::Namespace(l)) => Some((*l).clone()),
+                    _ => None,
+                };
+                self.seq.on_namespace_update(&name, l);
+            }
+            Key::ServiceAccount { namespace, name } => {
+                let l = match value {
+                    Some(Value::ServiceAccount(l)) => Some((*l).clone()),
+                    _ => None,
+                };
+                self.seq.on_service_account_update(&namespace, &name, l);
+            }
+            Key::GlobalConfig(name) => {
+                let v = match &value {
+                    Some(Value::Config(s)) => Some(s.as_str()),
+                    _ => None,
+                };
+                self.config.on_global(&name, v);
+            }
+            Key::HostConfig { host, name } => {
+                let v = match &value {
+                    Some(Value::Config(s)) => Some(s.as_str()),
+                    _ => None,
+                };
+                self.config.on_host(&host, &name, v);
+            }
+            Key::Ready => {
+                let v = match value {
+                    Some(Value::Ready(b)) => Some(b),
+                    _ => None,
+                };
+                self.config.on_ready(v);
+            }
+        }
+    }
+
+    /// A datastore status change.  `InSync` is latched: later resyncs do
+    /// not make the graph "unsynced" again.
+    pub fn on_status(&mut self, status: SyncStatus) {
+        if status == SyncStatus::InSync && !self.in_sync {
+            self.in_sync = true;
+            self.need_in_sync_msg = true;
+            self.arc.on_in_sync();
+            self.resolver.on_in_sync();
+            self.config.on_in_sync();
+            self.passthru.on_in_sync(&mut self.seq);
+        }
+    }
+
+    /// Flushes pending output, in dependency order, followed by `InSync`
+    /// after the first flush that follows the datastore's in-sync.
+    pub fn flush(&mut self) -> Vec<Payload> {
+        for ep in self.resolver.flush() {
+            self.seq.on_endpoint_tiers(ep);
+        }
+        if let Some(c) = self.config.take_update() {
+            self.seq.on_config_update(c);
+        }
+        let mut out = Vec::new();
+        self.seq.flush(&mut out);
+        if self.need_in_sync_msg {
+            self.need_in_sync_msg = false;
+            out.push(Payload::InSync(pb::InSync {}));
+        }
+        self.stats.output_events += out.len() as u64;
+        out
+    }
+
+    /// Number of objects buffered for the next flush.
+    pub fn pending_len(&self) -> usize {
+        self.seq.pending_len()
+    }
+
+    fn route_arc(&mut self, events: Vec<ArcEvent>) {
+        for ev in events {
+            match ev {
+                ArcEvent::PolicyActive(k, p) => {
+                    let mut se = Vec::new();
+                    let parsed = self.scanner.policy_active(&k, &p, &mut se);
+                    self.route_scan(se);
+                    self.seq.on_policy_active(&k, parsed);
+                }
+                ArcEvent::PolicyInactive(k) => {
+                    let mut se = Vec::new();
+                    self.scanner.policy_inactive(&k, &mut se);
+                    self.route_scan(se);
+                    self.seq.on_policy_inactive(&k);
+                }
+                ArcEvent::ProfileActive(name, rules) => {
+                    let mut se = Vec::new();
+                    let parsed =
+                        self.scanner
+                            .profile_active(&name, &rules.inbound, &rules.outbound, &mut se);
+                    self.route_scan(se);
+                    self.seq.on_profile_active(&name, parsed);
+                }
+                ArcEvent::ProfileInactive(name) => {
+                    let mut se = Vec::new();
+                    self.scanner.profile_inactive(&name, &mut se);
+                    self.route_scan(se);
+                    self.seq.on_profile_inactive(&name);
+                }
+                ArcEvent::MatchStarted(pk, ek) => self.resolver.on_match_started(&pk, &ek),
+                ArcEvent::MatchStopped(pk, ek) => self.resolver.on_match_stopped(&pk, &ek),
+            }
+        }
+    }
+
+    fn route_scan(&mut self, events: Vec<ScanEvent>) {
+        for ev in events {
+            match ev {
+                ScanEvent::SetActive(d) => {
+                    self.seq.on_ipset_added(&d.uid, d.set_type);
+                    if let Some(def) = d.def {
+                        self.ipsets.update_ipset(&d.uid, def, &mut self.seq);
+                    }
+                }
+                ScanEvent::SetInactive(d) => {
+                    self.ipsets.delete_ipset(&d.uid);
+                    self.seq.on_ipset_removed(&d.uid);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,685 @@
+//! The event sequencer: the graph's output stage.
+//!
+//! Buffers at most one pending update per object between flushes
+//! (coalescing is half of the back-pressure mechanism: buffered memory is
+//! bounded by the number of objects, not the number of changes) and emits
+//! them on [`EventSequencer::flush`] in the dependency order the dataplane
+//! relies on:
+//!
+//! 1. config (datastore-not-ready is reported to the graph's owner
+//!    directly, see `CalcGraph::take_datastore_not_ready`);
+//! 2. IP-set adds (full updates), then IP-set deltas, then policies,
+//!    profiles, endpoints;
+//! 3. endpoint removes, profile removes, policy removes, IP-set removes;
+//! 4. service accounts and namespaces;
+//! 5. route removes, VTEP removes, VTEP adds, route adds (a route never
+//!    exists without its VTEP);
+//! 6. host metadata, IP pools, encapsulation.
+//!
+//! Invariants:
+//! * No reference before its referent: an IP set is sent (full update)
+//!   before any policy that uses it in the same or a later flush; a removal
+//!   is sent only for objects previously sent.
+//! * A delta is only sent for a set that was sent before and not removed;
+//!   a set (re)added in this flush is sent in full instead.
+//! * Within each step objects are emitted in key order, so output is
+//!   deterministic.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use felix_proto as pb;
+use pb::to_dataplane::Payload;
+
+use super::ids::fill_rule_ids;
+use super::labelindex::Member;
+use super::policy_resolver::{EndpointTiers, ResolvedTier};
+use super::rule_scanner::{ParsedRules, SetType};
+use super::{EndpointKey, EndpointValue};
+use crate::model::PolicyKey;
+
+/// Host metadata as emitted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostInfo {
+    pub ipv4_addr: String,
+    pub ipv6_addr: String,
+    pub asnumber: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// See the module docs.
+#[derive(Default)]
+pub struct EventSequencer {
+    pending_config: Option<pb::ConfigUpdate>,
+
+    pending_added_sets: BTreeMap<String, SetType>,
+    pending_removed_sets: BTreeSet<String>,
+    pending_added_members: BTreeMap<String, BTreeSet<Member>>,
+    pending_removed_members: BTreeMap<String, BTreeSet<Member>>,
+
+    pending_policy_updates: BTreeMap<PolicyKey, ParsedRules>,
+    pending_policy_deletes: BTreeSet<PolicyKey>,
+    pending_profile_updates: BTreeMap<String, ParsedRules>,
+    pending_profile_deletes: BTreeSet<String>,
+    pending_endpoint_updates: BTreeMap<EndpointKey, (EndpointValue, Vec<ResolvedTier>)>,
+    pending_endpoint_deletes: BTreeSet<EndpointKey>,
+
+    pending_host_updates: BTreeMap<String, HostInfo>,
+    pending_host_deletes: BTreeSet<String>,
+    pending_pool_updates: BTreeMap<String, pb::IpamPool>,
+    pending_pool_deletes: BTreeSet<String>,
+    pending_ns_updates: BTreeMap<String, BTreeMap<String, String>>,
+    pending_ns_deletes: BTreeSet<String>,
+    pending_sa_updates: BTreeMap<(String, String), BTreeMap<String, String>>,
+    pending_sa_deletes: BTreeSet<(String, String)>,
+    pending_route_updates: BTreeMap<String, pb::RouteUpdate>,
+    pending_route_deletes: BTreeSet<String>,
+    pending_vtep_updates: BTreeMap<String, pb::VxlanTunnelEndpointUpdate>,
+    pending_vtep_deletes: BTreeSet<String>,
+    pending_encap: Option<pb::Encapsulation>,
+
+    sent_sets: BTreeSet<String>,
+    sent_policies: BTreeSet<PolicyKey>,
+    sent_profiles: BTreeSet<String>,
+    sent_endpoints: BTreeSet<EndpointKey>,
+    sent_hosts: BTreeSet<String>,
+    sent_pools: BTreeSet<String>,
+    sent_namespaces: BTreeSet<String>,
+    sent_sas: BTreeSet<(String, String)>,
+    sent_routes: BTreeSet<String>,
+    sent_vteps: BTreeSet<String>,
+}
+
+fn set_type_proto(t: SetType) -> pb::ip_set_update::IpSetType {
+    match t {
+        SetType::Ip => pb::ip_set_update::IpSetType::Ip,
+        SetType::IpAndPort => pb::ip_set_update::IpSetType::IpAndPort,
+        SetType::Net => pb::ip_set_update::IpSetType::Net,
+    }
+}
+
+fn policy_id(k: &PolicyKey) -> pb::PolicyId {
+    pb::PolicyId {
+        name: k.name.clone(),
+        namespace: k.namespace.clone(),
+        kind: k.kind.clone(),
+    }
+}
+
+impl EventSequencer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of objects waiting for the next flush (a coalescing bound:
+    /// at most one per object).
+    pub fn pending_len(&self) -> usize {
+        self.pending_added_sets.len()
+            + self.pending_removed_sets.len()
+            + self.pending_added_members.len()
+            + self.pending_removed_members.len()
+            + self.pending_policy_updates.len()
+            + self.pending_policy_deletes.len()
+            + self.pending_profile_updates.len()
+            + self.pending_profile_deletes.len()
+            + self.pending_endpoint_updates.len()
+            + self.pending_endpoint_deletes.len()
+            + self.pending_host_updates.len()
+            + self.pending_host_deletes.len()
+            + self.pending_pool_updates.len()
+            + self.pending_pool_deletes.len()
+            + self.pending_ns_updates.len()
+            + self.pending_ns_deletes.len()
+            + self.pending_sa_updates.len()
+            + self.pending_sa_deletes.len()
+            + self.pending_route_updates.len()
+            + self.pending_route_deletes.len()
+            + self.pending_vtep_updates.len()
+            + self.pending_vtep_deletes.len()
+            + usize::from(self.pending_encap.is_some())
+            + usize::from(self.pending_config.is_some())
+    }
+
+    // ---------------------------------------------------------------- inputs
+
+    pub fn on_config_update(&mut self, update: pb::ConfigUpdate) {
+        self.pending_config = Some(update);
+    }
+
+    pub fn on_ipset_added(&mut self, id: &str, t: SetType) {
+        self.pending_added_sets.insert(id.to_string(), t);
+        self.pending_removed_sets.remove(id);
+        self.pending_added_members.remove(id);
+        self.pending_removed_members.remove(id);
+    }
+
+    pub fn on_ipset_removed(&mut self, id: &str) {
+        if self.sent_sets.contains(id) {
+            self.pending_removed_sets.insert(id.to_string());
+        }
+        self.pending_added_sets.remove(id);
+        self.pending_added_members.remove(id);
+        self.pending_removed_members.remove(id);
+    }
+
+    pub fn on_member_added(&mut self, id: &str, m: Member) {
+        if let Some(set) = self.pending_removed_members.get_mut(id) {
+            if set.remove(&m) {
+                if set.is_empty() {
+                    self.pending_removed_members.remove(id);
+                }
+                return;
+            }
+        }
+        self.pending_added_members
+            .entry(id.to_string())
+            .or_default()
+            .insert(m);
+    }
+
+    pub fn on_member_removed(&mut self, id: &str, m: Member) {
+        if let Some(set) = self.pending_added_members.get_mut(id) {
+            if set.remove(&m) {
+                if set.is_empty() {
+                    self.pending_added_members.remove(id);
+                }
+                return;
+            }
+        }
+        self.pending_removed_members
+            .entry(id.to_string())
+            .or_default()
+            .insert(m);
+    }
+
+    pub fn on_policy_active(&mut self, key: &PolicyKey, rules: ParsedRules) {
+        self.pending_policy_deletes.remove(key);
+        self.pending_policy_updates.insert(key.clone(), rules);
+    }
+
+    pub fn on_policy_inactive(&mut self, key: &PolicyKey) {
+        self.pending_policy_updates.remove(key);
+        if self.sent_policies.contains(key) {
+            self.pending_policy_deletes.insert(key.clone());
+        }
+    }
+
+    pub fn on_profile_active(&mut self, name: &str, rules: ParsedRules) {
+        self.pending_profile_deletes.remove(name);
+        self.pending_profile_updates.insert(name.to_string(), rules);
+    }
+
+    pub fn on_profile_inactive(&mut self, name: &str) {
+        self.pending_profile_updates.remove(name);
+        if self.sent_profiles.contains(name) {
+            self.pending_profile_deletes.insert(name.to_string());
+        }
+    }
+
+    pub fn on_endpoint_tiers(&mut self, update: EndpointTiers) {
+        match update.endpoint {
+            None => {
+                self.pending_endpoint_updates.remove(&update.key);
+                if self.sent_endpoints.contains(&update.key) {
+                    self.pending_endpoint_deletes.insert(update.key);
+                }
+            }
+            Some(ep) => {
+                self.pending_endpoint_deletes.remove(&update.key);
+                self.pending_endpoint_updates
+                    .insert(update.key, (ep, update.tiers));
+            }
+        }
+    }
+
+    pub fn on_host_update(&mut self, host: &str, info: Option<HostInfo>) {
+        match info {
+            Some(i) => {
+                self.pending_host_deletes.remove(host);
+                self.pending_host_updates.insert(host.to_string(), i);
+            }
+            None => {
+                self.pending_host_updates.remove(host);
+                if self.sent_hosts.contains(host) {
+                    self.pending_host_deletes.insert(host.to_string());
+                }
+            }
+        }
+    }
+
+    /// `id` is the pool's ID as the dataplane knows it (its CIDR with `/`
+    /// replaced by `-`).
+    pub fn on_pool_update(&mut self, id: &str, pool: Option<pb::IpamPool>) {
+        match pool {
+            Some(p) => {
+                self.pending_pool_deletes.remove(id);
+                self.pending_pool_updates.insert(id.to_string(), p);
+            }
+            None => {
+                self.pending_pool_updates.remove(id);
+                if self.sent_pools.contains(id) {
+                    self.pending_pool_deletes.insert(id.to_string());
+                }
+            }
+        }
+    }
+
+    pub fn on_namespace_update(&mut self, name: &str, labels: Option<BTreeMap<String, String>>) {
+        match labels {
+            Some(l) => {
+                self.pending_ns_deletes.remove(name);
+                self.pending_ns_updates.insert(name.to_string(), l);
+            }
+            None => {
+                self.pending_ns_updates.remove(name);
+                if self.sent_namespaces.contains(name) {
+                    self.pending_ns_deletes.insert(name.to_string());
+                }
+            }
+        }
+    }
+
+    pub fn on_service_account_update(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        labels: Option<BTreeMap<String, String>>,
+    ) {
+        let id = (namespace.to_string(), name.to_string());
+        match labels {
+            Some(l) => {
+                self.pending_sa_deletes.remove(&id);
+                self.pending_sa_updates.insert(id, l);
+            }
+            None => {
+                self.pending_sa_updates.remove(&id);
+                if self.sent_sas.contains(&id) {
+                    self.pending_sa_deletes.insert(id);
+                }
+            }
+        }
+    }
+
+    pub fn on_route_update(&mut self, update: pb::RouteUpdate) {
+        self.pending_route_deletes.remove(&update.dst);
+        self.pending_route_updates.insert(update.dst.clone(), update);
+    }
+
+    pub fn on_route_remove(&mut self, dst: &str) {
+        self.pending_route_updates.remove(dst);
+        if self.sent_routes.contains(dst) {
+            self.pending_route_deletes.insert(dst.to_string());
+        }
+    }
+
+    pub fn on_vtep_update(&mut self, update: pb::VxlanTunnelEndpointUpdate) {
+        self.pending_vtep_deletes.remove(&update.node);
+        self.pending_vtep_updates.insert(update.node.clone(), update);
+    }
+
+    pub fn on_vtep_remove(&mut self, node: &str) {
+        self.pending_vtep_updates.remove(node);
+        if self.sent_vteps.contains(node) {
+            self.pending_vtep_deletes.insert(node.to_string());
+        }
+    }
+
+    pub fn on_encap_update(&mut self, encap: pb::Encapsulation) {
+        self.pending_encap = Some(encap);
+    }
+
+    // ---------------------------------------------------------------- flush
+
+    /// Emits everything pending, in the order given in the module docs.
+    pub fn flush(&mut self, out: &mut Vec<Payload>) {
+        if let Some(c) = self.pending_config.take() {
+            out.push(Payload::ConfigUpdate(c));
+        }
+        self.flush_added_sets(out);
+        self.flush_set_deltas(out);
+        for (key, rules) in std::mem::take(&mut self.pending_policy_updates) {
+            out.push(Payload::ActivePolicyUpdate(policy_update(&key, rules)));
+            self.sent_policies.insert(key);
+        }
+        for (name, rules) in std::mem::take(&mut self.pending_profile_updates) {
+            out.push(Payload::ActiveProfileUpdate(profile_update(&name, rules)));
+            self.sent_profiles.insert(name);
+        }
+        for (key, (ep, tiers)) in std::mem::take(&mut self.pending_endpoint_updates) {
+            out.push(endpoint_update(&key, &ep, &tiers));
+            self.sent_endpoints.insert(key);
+        }
+        for key in std::mem::take(&mut self.pending_endpoint_deletes) {
+            out.push(match &key {
+                EndpointKey::Workload(k) => {
+                    Payload::WorkloadEndpointRemove(pb::WorkloadEndpointRemove {
+                        id: Some(wep_id(k)),
+                    })
+                }
+                EndpointKey::Host(k) => Payload::HostEndpointRemove(pb::HostEndpointRemove {
+                    id: Some(pb::HostEndpointId {
+                        endpoint_id: k.endpoint_id.clone(),
+                    }),
+                }),
+            });
+            self.sent_endpoints.remove(&key);
+        }
+        for name in std::mem::take(&mut self.pending_profile_deletes) {
+            out.push(Payload::ActiveProfileRemove(pb::ActiveProfileRemove {
+                id: Some(pb::ProfileId { name: name.clone() }),
+            }));
+            self.sent_profiles.remove(&name);
+        }
+        for key in std::mem::take(&mut self.pending_policy_deletes) {
+            out.push(Payload::ActivePolicyRemove(pb::ActivePolicyRemove {
+                id: Some(policy_id(&key)),
+            }));
+            self.sent_policies.remove(&key);
+        }
+        for id in std::mem::take(&mut self.pending_removed_sets) {
+            out.push(Payload::IpsetRemove(pb::IpSetRemove { id: id.clone() }));
+            self.sent_sets.remove(&id);
+        }
+        for id in std::mem::take(&mut self.pending_sa_deletes) {
+            out.push(Payload::ServiceAccountRemove(pb::ServiceAccountRemove {
+                id: Some(pb::ServiceAccountId {
+                    namespace: id.0.clone(),
+                    name: id.1.clone(),
+                }),
+            }));
+            self.sent_sas.remove(&id);
+        }
+        for (id, labels) in std::mem::take(&mut self.pending_sa_updates) {
+            out.push(Payload::ServiceAccountUpdate(pb::ServiceAccountUpdate {
+                id: Some(pb::ServiceAccountId {
+                    namespace: id.0.clone(),
+                    name: id.1.clone(),
+                }),
+                labels: labels.into_iter().collect(),
+            }));
+            self.sent_sas.insert(id);
+        }
+        for name in std::mem::take(&mut self.pending_ns_deletes) {
+            out.push(Payload::NamespaceRemove(pb::NamespaceRemove {
+                id: Some(pb::NamespaceId { name: name.clone() }),
+            }));
+            self.sent_namespaces.remove(&name);
+        }
+        for (name, labels) in std::mem::take(&mut self.pending_ns_updates) {
+            out.push(Payload::NamespaceUpdate(pb::NamespaceUpdate {
+                id: Some(pb::NamespaceId { name: name.clone() }),
+                labels: labels.into_iter().collect(),
+            }));
+            self.sent_namespaces.insert(name);
+        }
+        for dst in std::mem::take(&mut self.pending_route_deletes) {
+            out.push(Payload::RouteRemove(pb::RouteRemove { dst: dst.clone() }));
+            self.sent_routes.remove(&dst);
+        }
+        for node in std::mem::take(&mut self.pending_vtep_deletes) {
+            out.push(Payload::VtepRemove(pb::VxlanTunnelEndpointRemove {
+                node: node.clone(),
+            }));
+            self.sent_vteps.remove(&node);
+        }
+        for (node, u) in std::mem::take(&mut self.pending_vtep_updates) {
+            out.push(Payload::VtepUpdate(u));
+            self.sent_vteps.insert(node);
+        }
+        for (dst, u) in std::mem::take(&mut self.pending_route_updates) {
+            out.push(Payload::RouteUpdate(u));
+            self.sent_routes.insert(dst);
+        }
+        for host in std::mem::take(&mut self.pending_host_deletes) {
+            out.push(Payload::HostMetadataRemove(pb::HostMetadataRemove {
+                hostname: host.clone(),
+                ..Default::default()
+            }));
+            self.sent_hosts.remove(&host);
+        }
+        for (host, info) in std::mem::take(&mut self.pending_host_updates) {
+            out.push(Payload::HostMetadataUpdate(pb::HostMetadataUpdate {
+                hostname: host.clone(),
+                ipv4_addr: info.ipv4_addr,
+                ipv6_addr: info.ipv6_addr,
+                asnumber: info.asnumber,
+                labels: info.labels.into_iter().collect(),
+            }));
+            self.sent_hosts.insert(host);
+        }
+        for id in std::mem::take(&mut self.pending_pool_deletes) {
+            out.push(Payload::IpamPoolRemove(pb::IpamPoolRemove { id: id.clone() }));
+            self.sent_pools.remove(&id);
+        }
+        for (id, pool) in std::mem::take(&mut self.pending_pool_updates) {
+            out.push(Payload::IpamPoolUpdate(pb::IpamPoolUpdate {
+                id: id.clone(),
+                pool: Some(pool),
+            }));
+            self.sent_pools.insert(id);
+        }
+        if let Some(e) = self.pending_encap.take() {
+            out.push(Payload::Encapsulation(e));
+        }
+    }
+
+    fn flush_added_sets(&mut self, out: &mut Vec<Payload>) {
+        for (id, t) in std::mem::take(&mut self.pending_added_sets) {
+            let members: Vec<String> = self
+                .pending_added_members
+                .remove(&id)
+                .map(|m| m.iter().map(|m| m.to_string()).collect())
+                .unwrap_or_default();
+            self.pending_removed_members.remove(&id);
+            out.push(Payload::IpsetUpdate(pb::IpSetUpdate {
+                id: id.clone(),
+                members,
+                r#type: set_type_proto(t) as i32,
+            }));
+            self.sent_sets.insert(id);
+        }
+    }
+
+    fn flush_set_deltas(&mut self, out: &mut Vec<Payload>) {
+        let mut added = std::mem::take(&mut self.pending_added_members);
+        let mut removed = std::mem::take(&mut self.pending_removed_members);
+        let ids: BTreeSet<String> = added.keys().chain(removed.keys()).cloned().collect();
+        for id in ids {
+            let a = added.remove(&id).unwrap_or_default();
+            let r = removed.remove(&id).unwrap_or_default();
+            if !self.sent_sets.contains(&id) {
+                // Members of a set that was never sent (already superseded
+                // by a removal): nothing to say.
+                continue;
+            }
+            out.push(Payload::IpsetDeltaUpdate(pb::IpSetDeltaUpdate {
+                id,
+                added_members: a.iter().map(|m| m.to_string()).collect(),
+                removed_members: r.iter().map(|m| m.to_string()).collect(),
+            }));
+        }
+    }
+}
+
+fn to_proto_rules(mut rules: Vec<pb::Rule>, seed: &str) -> Vec<pb::Rule> {
+    fill_rule_ids(&mut rules, seed);
+    rules
+}
+
+fn policy_update(key: &PolicyKey, r: ParsedRules) -> pb::ActivePolicyUpdate {
+    pb::ActivePolicyUpdate {
+        id: Some(policy_id(key)),
+        policy: Some(pb::Policy {
+            namespace: r.namespace,
+            inbound_rules: to_proto_rules(r.inbound, &format!("pol-in-default/{}", key.name)),
+            outbound_rules: to_proto_rules(r.outbound, &format!("pol-out-default/{}", key.name)),
+            untracked: r.untracked,
+            pre_dnat: r.pre_dnat,
+            original_selector: r.original_selector,
+            perf_hints: r.perf_hints,
+            tier: r.tier,
+        }),
+    }
+}
+
+fn profile_update(name: &str, r: ParsedRules) -> pb::ActiveProfileUpdate {
+    pb::ActiveProfileUpdate {
+        id: Some(pb::ProfileId {
+            name: name.to_string(),
+        }),
+        profile: Some(pb::Profile {
+            inbound_rules: to_proto_rules(r.inbound, &format!("prof-in-{name}")),
+            outbound_rules: to_proto_rules(r.outbound, &format!("prof-out-{name}")),
+        }),
+    }
+}
+
+fn wep_id(k: &crate::model::WorkloadEndpointKey) -> pb::WorkloadEndpointId {
+    pb::WorkloadEndpointId {
+        orchestrator_id: k.orchestrator_id.clone(),
+        workload_id: k.workload_id.clone(),
+        endpoint_id: k.endpoint_id.clone(),
+    }
+}
+
+/// The four tier lists of an endpoint: normal, untracked, pre-DNAT and
+/// forward, as upstream splits them.  Untracked and pre-DNAT tiers end in
+/// Pass so that normal policy is still evaluated; untracked and pre-DNAT
+/// policies never contribute egress.
+pub fn split_tiers(
+    tiers: &[ResolvedTier],
+) -> (
+    Vec<pb::TierInfo>,
+    Vec<pb::TierInfo>,
+    Vec<pb::TierInfo>,
+    Vec<pb::TierInfo>,
+) {
+    let (mut normal, mut untracked, mut pre_dnat, mut forward) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for t in tiers {
+        let mk = |action: &str| pb::TierInfo {
+            name: t.name.clone(),
+            ingress_policies: Vec::new(),
+            egress_policies: Vec::new(),
+            default_action: action.to_string(),
+        };
+        let mut u = mk("Pass");
+        let mut p = mk("Pass");
+        let mut f = mk(&t.default_action);
+        let mut n = mk(&t.default_action);
+        for (key, meta) in &t.policies {
+            let add = |ti: &mut pb::TierInfo, egress_ok: bool| {
+                if meta.ingress {
+                    ti.ingress_policies.push(policy_id(key));
+                }
+                if egress_ok && meta.egress {
+                    ti.egress_policies.push(policy_id(key));
+                }
+            };
+            if meta.do_not_track {
+                add(&mut u, true);
+            } else if meta.pre_dnat {
+                add(&mut p, false);
+            } else {
+                if meta.apply_on_forward {
+                    add(&mut f, true);
+                }
+                add(&mut n, true);
+            }
+        }
+        let nonempty = |ti: &pb::TierInfo| {
+            !ti.ingress_policies.is_empty() || !ti.egress_policies.is_empty()
+        };
+        if nonempty(&u) {
+            untracked.push(u);
+        }
+        if nonempty(&p) {
+            pre_dnat.push(p);
+        }
+        if nonempty(&f) {
+            forward.push(f);
+        }
+        if nonempty(&n) {
+            normal.push(n);
+        }
+    }
+    (normal, untracked, pre_dnat, forward)
+}
+
+fn endpoint_update(key: &EndpointKey, ep: &EndpointValue, tiers: &[ResolvedTier]) -> Payload {
+    let (normal, untracked, pre_dnat, forward) = split_tiers(tiers);
+    match (key, ep) {
+        (EndpointKey::Workload(k), EndpointValue::Workload(w)) => {
+            Payload::WorkloadEndpointUpdate(pb::WorkloadEndpointUpdate {
+                id: Some(wep_id(k)),
+                endpoint: Some(pb::WorkloadEndpoint {
+                    state: w.state.clone(),
+                    name: w.name.clone(),
+                    mac: w.mac.clone().unwrap_or_default(),
+                    profile_ids: w.profile_ids.clone(),
+                    ipv4_nets: w.ipv4_nets.iter().map(|n| n.to_string()).collect(),
+                    ipv6_nets: w.ipv6_nets.iter().map(|n| n.to_string()).collect(),
+                    tiers: normal,
+                    ipv4_nat: nats(&w.ipv4_nat),
+                    ipv6_nat: nats(&w.ipv6_nat),
+                    allow_spoofed_source_prefixes: w
+                        .allow_spoofed_source_prefixes
+                        .iter()
+                        .map(|n| n.to_string())
+                        .collect(),
+                    annotations: w
+                        .annotations
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                    ..Default::default()
+                }),
+            })
+        }
+        (EndpointKey::Host(k), EndpointValue::Host(h)) => {
+            Payload::HostEndpointUpdate(pb::HostEndpointUpdate {
+                id: Some(pb::HostEndpointId {
+                    endpoint_id: k.endpoint_id.clone(),
+                }),
+                endpoint: Some(pb::HostEndpoint {
+                    name: h.name.clone(),
+                    profile_ids: h.profile_ids.clone(),
+                    tiers: normal,
+                    untracked_tiers: untracked,
+                    pre_dnat_tiers: pre_dnat,
+                    forward_tiers: forward,
+                    expected_ipv4_addrs: h
+                        .expected_ipv4_addrs
+                        .iter()
+                        .map(|a| a.to_string())
+                        .collect(),
+                    expected_ipv6_addrs: h
+                        .expected_ipv6_addrs
+                        .iter()
+                        .map(|a| a.to_string())
+                        .collect(),
+                    ..Default::default()
+                }),
+            })
+        }
+        // Key and value kinds always agree (the graph builds both from one
+        // update); an impossible mix degrades to a removal, never an open
+        // endpoint.
+        (EndpointKey::Workload(k), _) => {
+            Payload::WorkloadEndpointRemove(pb::WorkloadEndpointRemove { id: Some(wep_id(k)) })
+        }
+        (EndpointKey::Host(k), _) => Payload::HostEndpointRemove(pb::HostEndpointRemove {
+            id: Some(pb::HostEndpointId {
+                endpoint_id: k.endpoint_id.clone(),
+            }),
+        }),
+    }
+}
+
+fn nats(n: &[crate::model::IpNat]) -> Vec<pb::NatInfo> {
+    n.iter()
+        .map(|n| pb::NatInfo {
+            ext_ip: n.ext_ip.to_string(),
+            int_ip: n.int_ip.to_string(),
+        })
+        .collect()
+}

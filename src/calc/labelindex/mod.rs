@@ -1,0 +1,17 @@
+//! Label indexes: matching selectors against labelled objects, with
+//! profile label inheritance.
+//!
+//! * [`IpSetIndex`]: every endpoint and network set in the cluster against
+//!   the active IP sets (rule selectors and named ports).
+//! * [`InheritIndex`]: this node's endpoints against policy selectors.
+//! * [`restriction`]: the candidate pre-filters both use to avoid
+//!   O(objects x selectors) work.
+
+pub mod inherit;
+pub mod ipsets;
+pub mod member;
+pub mod restriction;
+
+pub use inherit::{InheritIndex, MatchEvent};
+pub use ipsets::{IpSetDef, IpSetIndex, LabelledKey, LabelledValue, MemberSink};
+pub use member::{Member, NpProtocol};

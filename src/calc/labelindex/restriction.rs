@@ -1,0 +1,339 @@
+//! Candidate pre-filtering for selector matching.
+//!
+//! Evaluating every selector against every labelled object is the O(n x m)
+//! trap the calc-graph design warns about.  Most real selectors carry a
+//! *restriction*: a label that every match must have (`has(k)`), usually
+//! with one of a few values (`k == 'v'`, `k in {..}`).  These two indexes
+//! use one restriction per selector to narrow the work:
+//!
+//! * [`RestrictionIndex`] indexes *selectors* by their chosen restriction, so
+//!   that an updated object only evaluates selectors that could match it
+//!   (plus the unoptimisable ones, such as `all()` or `!has(x)`).
+//! * [`ValueIndex`] indexes *objects* by their own label values, so that a new
+//!   selector only scans the objects that could match it.
+//!
+//! Invariant (soundness): for every selector `s` and labels `l`,
+//! `s.evaluate(l)` implies `s` is among the candidates for `l`, and `l`'s
+//! owner is among the candidates for `s`.  Both follow from the selector
+//! module's guarantee that every match satisfies all of the selector's
+//! restrictions.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::Hash;
+
+use crate::selector::Selector;
+
+/// The one restriction chosen to index a selector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// Every match has label `key` with one of `values`.
+    Values(String, Vec<String>),
+    /// Every match has label `key` (any value).
+    Present(String),
+    /// No usable restriction: the selector must be evaluated everywhere.
+    Unoptimized,
+}
+
+impl Choice {
+    /// Picks the most selective restriction of `sel`: a value restriction
+    /// with the fewest values, else a presence restriction; ties broken by
+    /// label name so the choice is deterministic.
+    pub fn for_selector(sel: &Selector) -> Choice {
+        let mut best: Option<(String, Vec<String>)> = None;
+        let mut present: Option<String> = None;
+        for (key, r) in sel.label_restrictions() {
+            match restriction_values(&r) {
+                Some(vals) if !vals.is_empty() => {
+                    let better = match &best {
+                        None => true,
+                        Some((_, b)) => vals.len() < b.len(),
+                    };
+                    if better {
+                        best = Some((key.clone(), vals));
+                    }
+                }
+                Some(_) => {
+                    // An empty value set means nothing can match; index it
+                    // under the key so it is (cheaply) never a candidate
+                    // except for objects carrying the key.
+                    if present.is_none() {
+                        present = Some(key.clone());
+                    }
+                }
+                None => {
+                    if restriction_requires_presence(&r) && present.is_none() {
+                        present = Some(key.clone());
+                    }
+                }
+            }
+        }
+        match (best, present) {
+            (Some((k, v)), _) => Choice::Values(k, v),
+            (None, Some(k)) => Choice::Present(k),
+            (None, None) => Choice::Unoptimized,
+        }
+    }
+}
+
+/// Values a restriction allows, if it restricts values.
+fn restriction_values(r: &crate::selector::LabelRestriction) -> Option<Vec<String>> {
+    r.must_have_one_of_values
+        .as_ref()
+        .map(|vals| vals.iter().cloned().collect())
+}
+
+/// Whether a restriction requires the label to be present.
+fn restriction_requires_presence(r: &crate::selector::LabelRestriction) -> bool {
+    r.must_be_present
+}
+
+/// Selectors indexed by their chosen restriction.
+#[derive(Debug)]
+pub struct RestrictionIndex<S: Clone + Eq + Hash> {
+    by_value: HashMap<String, HashMap<String, HashSet<S>>>,
+    by_present: HashMap<String, HashSet<S>>,
+    unoptimized: HashSet<S>,
+    chosen: HashMap<S, Choice>,
+}
+
+impl<S: Clone + Eq + Hash> Default for RestrictionIndex<S> {
+    fn default() -> Self {
+        RestrictionIndex {
+            by_value: HashMap::new(),
+            by_present: HashMap::new(),
+            unoptimized: HashSet::new(),
+            chosen: HashMap::new(),
+        }
+    }
+}
+
+impl<S: Clone + Eq + Hash> RestrictionIndex<S> {
+    /// Adds (or re-indexes) selector `id`.  Removal uses the recorded
+    /// choice, so add and remove are keyed identically.
+    pub fn add(&mut self, id: S, choice: Choice) {
+        self.remove(&id);
+        match &choice {
+            Choice::Values(k, vals) => {
+                let per_key = self.by_value.entry(k.clone()).or_default();
+                for v in vals {
+                    per_key.entry(v.clone()).or_default().insert(id.clone());
+                }
+            }
+            Choice::Present(k) => {
+                self.by_present
+                    .entry(k.clone())
+                    .or_default()
+                    .insert(id.clone());
+            }
+            Choice::Unoptimized => {
+                self.unoptimized.insert(id.clone());
+            }
+        }
+        self.chosen.insert(id, choice);
+    }
+
+    /// Removes selector `id`, if present.
+    pub fn remove(&mut self, id: &S) {
+        let Some(choice) = self.chosen.remove(id) else {
+            return;
+        };
+        match choice {
+            Choice::Values(k, vals) => {
+                if let Some(per_key) = self.by_value.get_mut(&k) {
+                    for v in vals {
+                        if let Some(set) = per_key.get_mut(&v) {
+                            set.remove(id);
+                            if set.is_empty() {
+                                per_key.remove(&v);
+                            }
+                        }
+                    }
+                    if per_key.is_empty() {
+                        self.by_value.remove(&k);
+                    }
+                }
+            }
+            Choice::Present(k) => {
+                if let Some(set) = self.by_present.get_mut(&k) {
+                    set.remove(id);
+                    if set.is_empty() {
+                        self.by_present.remove(&k);
+                    }
+                }
+            }
+            Choice::Unoptimized => {
+                self.unoptimized.remove(id);
+            }
+        }
+    }
+
+    /// Number of indexed selectors.
+    pub fn len(&self) -> usize {
+        self.chosen.len()
+    }
+
+    /// Whether no selector is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.chosen.is_empty()
+    }
+
+    /// Calls `f` once for every selector that could match an object whose
+    /// effective labels are `labels` (each key once: own labels shadow
+    /// inherited ones before they get here).
+    pub fn for_each_candidate<'a>(
+        &self,
+        labels: impl Iterator<Item = (&'a str, &'a str)>,
+        mut f: impl FnMut(&S),
+    ) {
+        for id in &self.unoptimized {
+            f(id);
+        }
+        if self.by_value.is_empty() && self.by_present.is_empty() {
+            return;
+        }
+        for (k, v) in labels {
+            if let Some(per_key) = self.by_value.get(k) {
+                if let Some(set) = per_key.get(v) {
+                    for id in set {
+                        f(id);
+                    }
+                }
+            }
+            if let Some(set) = self.by_present.get(k) {
+                for id in set {
+                    f(id);
+                }
+            }
+        }
+    }
+}
+
+/// Objects indexed by their own label values.
+#[derive(Debug)]
+pub struct ValueIndex<I: Copy + Eq + Hash> {
+    by_kv: HashMap<String, HashMap<String, SmallSet<I>>>,
+}
+
+impl<I: Copy + Eq + Hash> Default for ValueIndex<I> {
+    fn default() -> Self {
+        ValueIndex {
+            by_kv: HashMap::new(),
+        }
+    }
+}
+
+impl<I: Copy + Eq + Hash> ValueIndex<I> {
+    /// Records that `id` carries `labels`.  Must be paired with exactly one
+    /// [`ValueIndex::remove`] with the same labels.
+    pub fn add(&mut self, id: I, labels: &BTreeMap<String, String>) {
+        for (k, v) in labels {
+            let per_key = match self.by_kv.get_mut(k.as_str()) {
+                Some(m) => m,
+                None => self.by_kv.entry(k.clone()).or_default(),
+            };
+            match per_key.get_mut(v.as_str()) {
+                Some(set) => set.insert(id),
+                None => {
+                    per_key.insert(v.clone(), SmallSet::One(id));
+                }
+            }
+        }
+    }
+
+    /// Reverses [`ValueIndex::add`].
+    pub fn remove(&mut self, id: I, labels: &BTreeMap<String, String>) {
+        for (k, v) in labels {
+            if let Some(per_key) = self.by_kv.get_mut(k.as_str()) {
+                if let Some(set) = per_key.get_mut(v.as_str()) {
+                    if set.remove(&id) {
+                        per_key.remove(v.as_str());
+                    }
+                }
+                if per_key.is_empty() {
+                    self.by_kv.remove(k.as_str());
+                }
+            }
+        }
+    }
+
+    /// Calls `f` for every object that satisfies `choice` by its own labels.
+    /// Returns `false` (and calls nothing) for [`Choice::Unoptimized`], in
+    /// which case the caller must scan everything.
+    pub fn for_each_matching(&self, choice: &Choice, mut f: impl FnMut(I)) -> bool {
+        match choice {
+            Choice::Values(k, vals) => {
+                if let Some(per_key) = self.by_kv.get(k.as_str()) {
+                    for v in vals {
+                        if let Some(set) = per_key.get(v.as_str()) {
+                            set.for_each(&mut f);
+                        }
+                    }
+                }
+                true
+            }
+            Choice::Present(k) => {
+                if let Some(per_key) = self.by_kv.get(k.as_str()) {
+                    for set in per_key.values() {
+                        set.for_each(&mut f);
+                    }
+                }
+                true
+            }
+            Choice::Unoptimized => false,
+        }
+    }
+}
+
+/// A set that stores the common single-member case inline.
+#[derive(Debug)]
+enum SmallSet<I: Copy + Eq + Hash> {
+    One(I),
+    Many(HashSet<I>),
+}
+
+impl<I: Copy + Eq + Hash> SmallSet<I> {
+    fn insert(&mut self, id: I) {
+        match self {
+            SmallSet::One(existing) => {
+                if *existing != id {
+                    let mut s = HashSet::with_capacity(2);
+                    s.insert(*existing);
+                    s.insert(id);
+                    *self = SmallSet::Many(s);
+                }
+            }
+            SmallSet::Many(s) => {
+                s.insert(id);
+            }
+        }
+    }
+
+    /// Removes `id`; returns true when the set is now empty.
+    fn remove(&mut self, id: &I) -> bool {
+        match self {
+            SmallSet::One(existing) => existing == id,
+            SmallSet::Many(s) => {
+                s.remove(id);
+                if s.len() == 1 {
+                    if let Some(last) = s.iter().next().copied() {
+                        *self = SmallSet::One(last);
+                    }
+                    false
+                } else {
+                    s.is_empty()
+                }
+            }
+        }
+    }
+
+    fn for_each(&self, f: &mut impl FnMut(I)) {
+        match self {
+            SmallSet::One(id) => f(*id),
+            SmallSet::Many(s) => {
+                for id in s {
+                    f(*id);
+                }
+            }
+        }
+    }
+}

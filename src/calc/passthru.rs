@@ -1,0 +1,181 @@
+//! Pass-through nodes: cluster-wide state the dataplane needs more or less
+//! as stored (host metadata from nodes, IPAM pools, Kubernetes namespaces
+//! and service accounts), plus the encapsulation resolver.
+//!
+//! Invariants:
+//! * Each update is compared with the last one passed for the same object;
+//!   unchanged values are not re-sent.
+//! * The encapsulation is emitted at the first in-sync and after every pool
+//!   change from then on, as upstream does (a change of encapsulation makes
+//!   `felix run` restart).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+
+use felix_proto as pb;
+use ipnet::IpNet;
+
+use super::event_sequencer::{EventSequencer, HostInfo};
+use crate::model::{EncapMode, IpPool, Node};
+
+/// Encapsulation state derived from the IP pools.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Encap {
+    pub ipip: bool,
+    pub vxlan: bool,
+    pub vxlan_v6: bool,
+    pub no_encap: bool,
+}
+
+impl Encap {
+    pub fn to_proto(self) -> pb::Encapsulation {
+        pb::Encapsulation {
+            ipip_enabled: self.ipip,
+            vxlan_enabled: self.vxlan,
+            vxlan_enabled_v6: self.vxlan_v6,
+            no_encap_enabled: self.no_encap,
+        }
+    }
+}
+
+/// See the module docs.
+#[derive(Default)]
+pub struct Passthru {
+    hosts: HashMap<String, HostInfo>,
+    pools: BTreeMap<String, (bool, bool, bool)>,
+    in_sync: bool,
+}
+
+/// The dataplane's ID for a pool: its CIDR with `/` replaced by `-`.
+pub fn pool_id(cidr: &IpNet) -> String {
+    cidr.to_string().replacen('/', "-", 1)
+}
+
+/// The encapsulation mode string the dataplane expects (`""`, `always`,
+/// `cross-subnet`).
+pub fn encap_mode_str(m: EncapMode) -> &'static str {
+    match m {
+        EncapMode::Never => "",
+        EncapMode::Always => "always",
+        EncapMode::CrossSubnet => "cross-subnet",
+    }
+}
+
+fn node_address(node: &Node, v6: bool) -> String {
+    let bgp = if v6 {
+        node.ipv6_address
+    } else {
+        node.ipv4_address
+    };
+    if let Some(n) = bgp {
+        return n.to_string();
+    }
+    for a in &node.addresses {
+        let parsed: Option<IpNet> = a
+            .parse::<IpNet>()
+            .ok()
+            .or_else(|| a.parse::<IpAddr>().ok().map(IpNet::from));
+        if let Some(n) = parsed {
+            if matches!(n, IpNet::V6(_)) == v6 {
+                return n.to_string();
+            }
+        }
+    }
+    String::new()
+}
+
+impl Passthru {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn on_node(&mut self, name: &str, node: Option<&Node>, seq: &mut EventSequencer) {
+        match node {
+            None => {
+                if self.hosts.remove(name).is_some() {
+                    seq.on_host_update(name, None);
+                }
+            }
+            Some(n) => {
+                let info = HostInfo {
+                    ipv4_addr: node_address(n, false),
+                    ipv6_addr: node_address(n, true),
+                    asnumber: n.as_number.clone().unwrap_or_default(),
+                    labels: n.labels.clone(),
+                };
+                if self.hosts.get(name) == Some(&info) {
+                    return;
+                }
+                self.hosts.insert(name.to_string(), info.clone());
+                seq.on_host_update(name, Some(info));
+            }
+        }
+    }
+
+    pub fn on_pool(
+        &mut self,
+        cidr: &IpNet,
+        pool: Option<&IpPool>,
+        seq: &mut EventSequencer,
+    ) {
+        let id = pool_id(cidr);
+        match pool {
+            None => {
+                self.pools.remove(&id);
+                seq.on_pool_update(&id, None);
+            }
+            Some(p) => {
+                let ipip = p.ipip_mode != EncapMode::Never;
+                let vxlan = p.vxlan_mode != EncapMode::Never;
+                self.pools
+                    .insert(id.clone(), (ipip, vxlan, matches!(cidr, IpNet::V6(_))));
+                seq.on_pool_update(
+                    &id,
+                    Some(pb::IpamPool {
+                        cidr: cidr.to_string(),
+                        masquerade: p.masquerade,
+                        ipip_mode: encap_mode_str(p.ipip_mode).to_string(),
+                        vxlan_mode: encap_mode_str(p.vxlan_mode).to_string(),
+                        allowed_uses: p.allowed_uses.clone(),
+                    }),
+                );
+            }
+        }
+        if self.in_sync {
+            seq.on_encap_update(self.encap().to_proto());
+        }
+    }
+
+    pub fn on_in_sync(&mut self, seq: &mut EventSequencer) {
+        if !self.in_sync {
+            self.in_sync = true;
+            seq.on_encap_update(self.encap().to_proto());
+        }
+    }
+
+    /// The current encapsulation.
+    pub fn encap(&self) -> Encap {
+        let mut e = Encap::default();
+        for (ipip, vxlan, v6) in self.pools.values() {
+            if *ipip {
+                e.ipip = true;
+            }
+            if *vxlan {
+                if *v6 {
+                    e.vxlan_v6 = true;
+                } else {
+                    e.vxlan = true;
+                }
+            }
+            if !*ipip && !*vxlan {
+                e.no_encap = true;
+            }
+        }
+        e
+    }
+
+    /// Names of the hosts with metadata (for tests).
+    pub fn host_names(&self) -> BTreeSet<String> {
+        self.hosts.keys().cloned().collect()
+    }
+}

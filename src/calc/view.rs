@@ -1,0 +1,479 @@
+//! The dataplane view: the state a dataplane holds after applying the
+//! graph's messages, plus a checker for the flush-order contract.
+//!
+//! Used by `felix calc` (its JSON lines are [`DataplaneView::to_json`]), by
+//! the admin socket's `/dataplane`, and by the FV suite, where every
+//! emitted stream is applied with [`DataplaneView::apply`] so that any
+//! contract violation fails the test.
+//!
+//! Contract checked on every message:
+//! * no reference before its referent: a policy or profile only names IP
+//!   sets that exist; an endpoint only names policies and profiles that
+//!   exist; a VXLAN route only names a node whose VTEP exists;
+//! * removals in reverse: an IP set is not removed while a policy or
+//!   profile uses it; a policy or profile is not removed while an endpoint
+//!   uses it; a VTEP is not removed while a route uses it;
+//! * no delta to an unknown set, no duplicate member add, no removal of an
+//!   absent member, no removal of an unknown object.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use felix_proto as pb;
+use pb::to_dataplane::Payload;
+use serde_json::{json, Value as Json};
+
+/// A broken contract, with the message that broke it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("flush-order contract violated by {message}: {reason}")]
+pub struct ContractViolation {
+    pub message: String,
+    pub reason: String,
+}
+
+type PolicyIdKey = (String, String, String);
+type WepIdKey = (String, String, String);
+
+/// See the module docs.
+#[derive(Debug, Default, Clone)]
+pub struct DataplaneView {
+    pub in_sync: bool,
+    pub config: BTreeMap<String, String>,
+    pub ip_sets: BTreeMap<String, (i32, BTreeSet<String>)>,
+    pub policies: BTreeMap<PolicyIdKey, pb::Policy>,
+    pub profiles: BTreeMap<String, pb::Profile>,
+    pub workload_endpoints: BTreeMap<WepIdKey, pb::WorkloadEndpoint>,
+    pub host_endpoints: BTreeMap<String, pb::HostEndpoint>,
+    pub routes: BTreeMap<String, pb::RouteUpdate>,
+    pub vteps: BTreeMap<String, pb::VxlanTunnelEndpointUpdate>,
+    pub ipam_pools: BTreeMap<String, pb::IpamPoolUpdate>,
+    pub host_metadata: BTreeMap<String, pb::HostMetadataUpdate>,
+    pub encapsulation: Option<pb::Encapsulation>,
+    pub namespaces: BTreeMap<String, pb::NamespaceUpdate>,
+    pub service_accounts: BTreeMap<(String, String), pb::ServiceAccountUpdate>,
+}
+
+fn pid(id: &Option<pb::PolicyId>) -> PolicyIdKey {
+    id.as_ref()
+        .map(|i| (i.kind.clone(), i.namespace.clone(), i.name.clone()))
+        .unwrap_or_default()
+}
+
+fn wid(id: &Option<pb::WorkloadEndpointId>) -> WepIdKey {
+    id.as_ref()
+        .map(|i| {
+            (
+                i.orchestrator_id.clone(),
+                i.workload_id.clone(),
+                i.endpoint_id.clone(),
+            )
+        })
+        .unwrap_or_default()
+}
+
+fn rule_sets(r: &pb::Rule) -> impl Iterator<Item = &String> {
+    r.src_ip_set_ids
+        .iter()
+        .chain(&r.dst_ip_set_ids)
+        .chain(&r.dst_ip_port_set_ids)
+        .chain(&r.src_named_port_ip_set_ids)
+        .chain(&r.dst_named_port_ip_set_ids)
+        .chain(&r.not_src_ip_set_ids)
+        .chain(&r.not_dst_ip_set_ids)
+        .chain(&r.not_src_named_port_ip_set_ids)
+        .chain(&r.not_dst_named_port_ip_set_ids)
+}
+
+fn tier_policy_ids(tiers: &[pb::TierInfo]) -> impl Iterator<Item = PolicyIdKey> + '_ {
+    tiers.iter().flat_map(|t| {
+        t.ingress_policies
+            .iter()
+            .chain(&t.egress_policies)
+            .map(|p| (p.kind.clone(), p.namespace.clone(), p.name.clone()))
+    })
+}
+
+fn violation(p: &Payload, reason: String) -> ContractViolation {
+    ContractViolation {
+        message: payload_name(p).to_string(),
+        reason,
+    }
+}
+
+/// The oneof field name of a payload (as in the proto).
+pub fn payload_name(p: &Payload) -> &'static str {
+    match p {
+        Payload::InSync(_) => "inSync",
+        Payload::IpsetUpdate(_) => "ipsetUpdate",
+        Payload::IpsetDeltaUpdate(_) => "ipsetDeltaUpdate",
+        Payload::IpsetRemove(_) => "ipsetRemove",
+        Payload::ActiveProfileUpdate(_) => "activeProfileUpdate",
+        Payload::ActiveProfileRemove(_) => "activeProfileRemove",
+        Payload::ActivePolicyUpdate(_) => "activePolicyUpdate",
+        Payload::ActivePolicyRemove(_) => "activePolicyRemove",
+        Payload::HostEndpointUpdate(_) => "hostEndpointUpdate",
+        Payload::HostEndpointRemove(_) => "hostEndpointRemove",
+        Payload::WorkloadEndpointUpdate(_) => "workloadEndpointUpdate",
+        Payload::WorkloadEndpointRemove(_) => "workloadEndpointRemove",
+        Payload::ConfigUpdate(_) => "configUpdate",
+        Payload::HostMetadataUpdate(_) => "hostMetadataUpdate",
+        Payload::HostMetadataRemove(_) => "hostMetadataRemove",
+        Payload::IpamPoolUpdate(_) => "ipamPoolUpdate",
+        Payload::IpamPoolRemove(_) => "ipamPoolRemove",
+        Payload::ServiceAccountUpdate(_) => "serviceAccountUpdate",
+        Payload::ServiceAccountRemove(_) => "serviceAccountRemove",
+        Payload::NamespaceUpdate(_) => "namespaceUpdate",
+        Payload::NamespaceRemove(_) => "namespaceRemove",
+        Payload::RouteUpdate(_) => "routeUpdate",
+        Payload::RouteRemove(_) => "routeRemove",
+        Payload::VtepUpdate(_) => "vtepUpdate",
+        Payload::VtepRemove(_) => "vtepRemove",
+        Payload::WireguardEndpointUpdate(_) => "wireguardEndpointUpdate",
+        Payload::WireguardEndpointRemove(_) => "wireguardEndpointRemove",
+        Payload::GlobalBgpConfigUpdate(_) => "globalBgpConfigUpdate",
+        Payload::Encapsulation(_) => "encapsulation",
+        Payload::ServiceUpdate(_) => "serviceUpdate",
+        Payload::ServiceRemove(_) => "serviceRemove",
+        Payload::WireguardEndpointV6Update(_) => "wireguardEndpointV6Update",
+        Payload::WireguardEndpointV6Remove(_) => "wireguardEndpointV6Remove",
+    }
+}
+
+impl DataplaneView {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one message, checking the contract first; on a violation
+    /// the view is left unchanged.
+    pub fn apply(&mut self, p: &Payload) -> Result<(), ContractViolation> {
+        match p {
+            Payload::InSync(_) => self.in_sync = true,
+            Payload::ConfigUpdate(c) => {
+                self.config = c.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            }
+            Payload::IpsetUpdate(u) => {
+                self.ip_sets.insert(
+                    u.id.clone(),
+                    (u.r#type, u.members.iter().cloned().collect()),
+                );
+            }
+            Payload::IpsetDeltaUpdate(u) => {
+                let Some((_, members)) = self.ip_sets.get_mut(&u.id) else {
+                    return Err(violation(p, format!("delta to unknown IP set {}", u.id)));
+                };
+                for m in &u.removed_members {
+                    if !members.contains(m) {
+                        return Err(violation(p, format!("removal of absent member {m} from {}", u.id)));
+                    }
+                }
+                for m in &u.added_members {
+                    if members.contains(m) && !u.removed_members.contains(m) {
+                        return Err(violation(p, format!("duplicate add of {m} to {}", u.id)));
+                    }
+                }
+                for m in &u.removed_members {
+                    members.remove(m);
+                }
+                for m in &u.added_members {
+                    members.insert(m.clone());
+                }
+            }
+            Payload::IpsetRemove(u) => {
+                if !self.ip_sets.contains_key(&u.id) {
+                    return Err(violation(p, format!("removal of unknown IP set {}", u.id)));
+                }
+                let users = self
+                    .policies
+                    .values()
+                    .flat_map(|pol| pol.inbound_rules.iter().chain(&pol.outbound_rules))
+                    .chain(
+                        self.profiles
+                            .values()
+                            .flat_map(|pr| pr.inbound_rules.iter().chain(&pr.outbound_rules)),
+                    )
+                    .any(|r| rule_sets(r).any(|s| *s == u.id));
+                if users {
+                    return Err(violation(p, format!("IP set {} removed while still referenced", u.id)));
+                }
+                self.ip_sets.remove(&u.id);
+            }
+            Payload::ActivePolicyUpdate(u) => {
+                let pol = u.policy.clone().unwrap_or_default();
+                for r in pol.inbound_rules.iter().chain(&pol.outbound_rules) {
+                    for s in rule_sets(r) {
+                        if !self.ip_sets.contains_key(s) {
+                            return Err(violation(p, format!("policy references unknown IP set {s}")));
+                        }
+                    }
+                }
+                self.policies.insert(pid(&u.id), pol);
+            }
+            Payload::ActivePolicyRemove(u) => {
+                let key = pid(&u.id);
+                if !self.policies.contains_key(&key) {
+                    return Err(violation(p, format!("removal of unknown policy {key:?}")));
+                }
+                let used = self
+                    .workload_endpoints
+                    .values()
+                    .flat_map(|e| tier_policy_ids(&e.tiers))
+                    .chain(self.host_endpoints.values().flat_map(|e| {
+                        tier_policy_ids(&e.tiers)
+                            .chain(tier_policy_ids(&e.untracked_tiers))
+                            .chain(tier_policy_ids(&e.pre_dnat_tiers))
+                            .chain(tier_policy_ids(&e.forward_tiers))
+                    }))
+                    .any(|k| k == key);
+                if used {
+                    return Err(violation(p, format!("policy {key:?} removed while an endpoint uses it")));
+                }
+                self.policies.remove(&key);
+            }
+            Payload::ActiveProfileUpdate(u) => {
+                let prof = u.profile.clone().unwrap_or_default();
+                for r in prof.inbound_rules.iter().chain(&prof.outbound_rules) {
+                    for s in rule_sets(r) {
+                        if !self.ip_sets.contains_key(s) {
+                            return Err(violation(p, format!("profile references unknown IP set {s}")));
+                        }
+                    }
+                }
+                let name = u.id.as_ref().map(|i| i.name.clone()).unwrap_or_default();
+                self.profiles.insert(name, prof);
+            }
+            Payload::ActiveProfileRemove(u) => {
+                let name = u.id.as_ref().map(|i| i.name.clone()).unwrap_or_default();
+                if !self.profiles.contains_key(&name) {
+                    return Err(violation(p, format!("removal of unknown profile {name}")));
+                }
+                let used = self
+                    .workload_endpoints
+                    .values()
+                    .flat_map(|e| e.profile_ids.iter())
+                    .chain(self.host_endpoints.values().flat_map(|e| e.profile_ids.iter()))
+                    .any(|n| *n == name);
+                if used {
+                    return Err(violation(p, format!("profile {name} removed while an endpoint uses it")));
+                }
+                self.profiles.remove(&name);
+            }
+            Payload::WorkloadEndpointUpdate(u) => {
+                let ep = u.endpoint.clone().unwrap_or_default();
+                self.check_endpoint_refs(p, &ep.profile_ids, tier_policy_ids(&ep.tiers))?;
+                self.workload_endpoints.insert(wid(&u.id), ep);
+            }
+            Payload::WorkloadEndpointRemove(u) => {
+                if self.workload_endpoints.remove(&wid(&u.id)).is_none() {
+                    return Err(violation(p, "removal of unknown workload endpoint".into()));
+                }
+            }
+            Payload::HostEndpointUpdate(u) => {
+                let ep = u.endpoint.clone().unwrap_or_default();
+                let ids: Vec<PolicyIdKey> = tier_policy_ids(&ep.tiers)
+                    .chain(tier_policy_ids(&ep.untracked_tiers))
+                    .chain(tier_policy_ids(&ep.pre_dnat_tiers))
+                    .chain(tier_policy_ids(&ep.forward_tiers))
+                    .collect();
+                self.check_endpoint_refs(p, &ep.profile_ids, ids.into_iter())?;
+                let id = u.id.as_ref().map(|i| i.endpoint_id.clone()).unwrap_or_default();
+                self.host_endpoints.insert(id, ep);
+            }
+            Payload::HostEndpointRemove(u) => {
+                let id = u.id.as_ref().map(|i| i.endpoint_id.clone()).unwrap_or_default();
+                if self.host_endpoints.remove(&id).is_none() {
+                    return Err(violation(p, "removal of unknown host endpoint".into()));
+                }
+            }
+            Payload::HostMetadataUpdate(u) => {
+                self.host_metadata.insert(u.hostname.clone(), u.clone());
+            }
+            Payload::HostMetadataRemove(u) => {
+                if self.host_metadata.remove(&u.hostname).is_none() {
+                    return Err(violation(p, format!("removal of unknown host {}", u.hostname)));
+                }
+            }
+            Payload::IpamPoolUpdate(u) => {
+                self.ipam_pools.insert(u.id.clone(), u.clone());
+            }
+            Payload::IpamPoolRemove(u) => {
+                if self.ipam_pools.remove(&u.id).is_none() {
+                    return Err(violation(p, format!("removal of unknown pool {}", u.id)));
+                }
+            }
+            Payload::NamespaceUpdate(u) => {
+                let name = u.id.as_ref().map(|i| i.name.clone()).unwrap_or_default();
+                self.namespaces.insert(name, u.clone());
+            }
+            Payload::NamespaceRemove(u) => {
+                let name = u.id.as_ref().map(|i| i.name.clone()).unwrap_or_default();
+                if self.namespaces.remove(&name).is_none() {
+                    return Err(violation(p, format!("removal of unknown namespace {name}")));
+                }
+            }
+            Payload::ServiceAccountUpdate(u) => {
+                let id = u
+                    .id
+                    .as_ref()
+                    .map(|i| (i.namespace.clone(), i.name.clone()))
+                    .unwrap_or_default();
+                self.service_accounts.insert(id, u.clone());
+            }
+            Payload::ServiceAccountRemove(u) => {
+                let id = u
+                    .id
+                    .as_ref()
+                    .map(|i| (i.namespace.clone(), i.name.clone()))
+                    .unwrap_or_default();
+                if self.service_accounts.remove(&id).is_none() {
+                    return Err(violation(p, format!("removal of unknown service account {id:?}")));
+                }
+            }
+            Payload::RouteUpdate(u) => {
+                let vxlan = u.tunnel_type.as_ref().is_some_and(|t| t.vxlan);
+                if vxlan && !u.dst_node_name.is_empty() && !self.vteps.contains_key(&u.dst_node_name) {
+                    return Err(violation(
+                        p,
+                        format!("VXLAN route {} before the VTEP of {}", u.dst, u.dst_node_name),
+                    ));
+                }
+                self.routes.insert(u.dst.clone(), u.clone());
+            }
+            Payload::RouteRemove(u) => {
+                if self.routes.remove(&u.dst).is_none() {
+                    return Err(violation(p, format!("removal of unknown route {}", u.dst)));
+                }
+            }
+            Payload::VtepUpdate(u) => {
+                self.vteps.insert(u.node.clone(), u.clone());
+            }
+            Payload::VtepRemove(u) => {
+                let used = self.routes.values().any(|r| {
+                    r.dst_node_name == u.node && r.tunnel_type.as_ref().is_some_and(|t| t.vxlan)
+                });
+                if used {
+                    return Err(violation(p, format!("VTEP of {} removed while a route uses it", u.node)));
+                }
+                if self.vteps.remove(&u.node).is_none() {
+                    return Err(violation(p, format!("removal of unknown VTEP {}", u.node)));
+                }
+            }
+            Payload::Encapsulation(e) => self.encapsulation = Some(*e),
+            // Not produced by this graph; accepted and ignored.
+            Payload::WireguardEndpointUpdate(_)
+            | Payload::WireguardEndpointRemove(_)
+            | Payload::WireguardEndpointV6Update(_)
+            | Payload::WireguardEndpointV6Remove(_)
+            | Payload::GlobalBgpConfigUpdate(_)
+            | Payload::ServiceUpdate(_)
+            | Payload::ServiceRemove(_) => {}
+        }
+        Ok(())
+    }
+
+    fn check_endpoint_refs(
+        &self,
+        p: &Payload,
+        profiles: &[String],
+        policies: impl Iterator<Item = PolicyIdKey>,
+    ) -> Result<(), ContractViolation> {
+        for prof in profiles {
+            if !self.profiles.contains_key(prof) {
+                return Err(violation(p, format!("endpoint references unknown profile {prof}")));
+            }
+        }
+        for pol in policies {
+            if !self.policies.contains_key(&pol) {
+                return Err(violation(p, format!("endpoint references unknown policy {pol:?}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The view as one `felix calc` JSON object (INTERFACES.md §1).
+    pub fn to_json(&self, state: usize) -> Json {
+        let ip_sets: serde_json::Map<String, Json> = self
+            .ip_sets
+            .iter()
+            .map(|(id, (t, members))| {
+                let type_name = pb::ip_set_update::IpSetType::try_from(*t)
+                    .map(|t| t.as_str_name())
+                    .unwrap_or("IP");
+                (
+                    id.clone(),
+                    json!({"type": type_name, "members": members.iter().collect::<Vec<_>>()}),
+                )
+            })
+            .collect();
+        let policies: Vec<Json> = self
+            .policies
+            .iter()
+            .map(|((kind, ns, name), pol)| {
+                json!({
+                    "id": to_json(&pb::PolicyId { name: name.clone(), namespace: ns.clone(), kind: kind.clone() }),
+                    "policy": to_json(pol),
+                })
+            })
+            .collect();
+        let profiles: Vec<Json> = self
+            .profiles
+            .iter()
+            .map(|(name, prof)| {
+                json!({"id": to_json(&pb::ProfileId { name: name.clone() }), "profile": to_json(prof)})
+            })
+            .collect();
+        let weps: Vec<Json> = self
+            .workload_endpoints
+            .iter()
+            .map(|((o, w, e), ep)| {
+                json!({
+                    "id": to_json(&pb::WorkloadEndpointId {
+                        orchestrator_id: o.clone(),
+                        workload_id: w.clone(),
+                        endpoint_id: e.clone(),
+                    }),
+                    "endpoint": to_json(ep),
+                })
+            })
+            .collect();
+        let heps: Vec<Json> = self
+            .host_endpoints
+            .iter()
+            .map(|(id, ep)| {
+                json!({
+                    "id": to_json(&pb::HostEndpointId { endpoint_id: id.clone() }),
+                    "endpoint": to_json(ep),
+                })
+            })
+            .collect();
+        json!({
+            "state": state,
+            "inSync": self.in_sync,
+            "config": self.config,
+            "ipSets": ip_sets,
+            "policies": policies,
+            "profiles": profiles,
+            "workloadEndpoints": weps,
+            "hostEndpoints": heps,
+            "routes": self.routes.values().map(to_json).collect::<Vec<_>>(),
+            "vteps": self.vteps.values().map(to_json).collect::<Vec<_>>(),
+            "ipamPools": self.ipam_pools.values().map(to_json).collect::<Vec<_>>(),
+            "hostMetadata": self.host_metadata.values().map(to_json).collect::<Vec<_>>(),
+            "encapsulation": self.encapsulation.as_ref().map(to_json).unwrap_or(Json::Null),
+            "namespaces": self.namespaces.values().map(to_json).collect::<Vec<_>>(),
+            "serviceAccounts": self.service_accounts.values().map(to_json).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Proto3 canonical JSON of a message.
+pub fn to_json<T: serde::Serialize>(m: &T) -> Json {
+    serde_json::to_value(m).unwrap_or(Json::Null)
+}
+
+/// A full `ToDataplane` message as proto3 JSON (for `--stream`).
+pub fn payload_json(seq: u64, p: &Payload) -> Json {
+    to_json(&pb::ToDataplane {
+        sequence_number: seq,
+        payload: Some(p.clone()),
+    })
+}

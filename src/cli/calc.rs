@@ -1,0 +1,108 @@
+//! `felix calc`: offline calculation-graph replay (INTERFACES.md §1).
+//!
+//! Each STATE is a complete datastore state (a YAML/JSON file or a
+//! directory in the file-datastore layout).  States are applied in order
+//! from an empty datastore: the difference between consecutive states is
+//! fed as updates, the datastore's in-sync follows the first state, and the
+//! graph is flushed after each state.  Every emitted message is applied to
+//! a [`DataplaneView`], which checks the flush-order contract; a violation
+//! is a runtime failure (exit 1).
+
+use std::collections::BTreeMap;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::calc::view::{payload_json, DataplaneView};
+use crate::calc::CalcGraph;
+use crate::datastore::snapshot::load_state;
+use crate::model::{Key, SyncStatus, Update, Value};
+
+use super::{node_name, CliError};
+
+/// Arguments of `felix calc`.
+#[derive(Debug, Args)]
+pub struct CalcArgs {
+    /// Node whose dataplane to compute (default: FELIX_FELIXHOSTNAME, then
+    /// the hostname).
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Print every emitted ToDataplane message (proto3 JSON, one per line)
+    /// and `{"endOfState": N}` after each state, instead of the view.
+    #[arg(long)]
+    pub stream: bool,
+    /// Datastore states, applied in order (files or directories).
+    #[arg(required = true, value_name = "STATE")]
+    pub states: Vec<PathBuf>,
+}
+
+/// The updates that turn state `prev` into state `next`: deletions for
+/// keys that vanished, then sets for new or changed values.
+pub fn diff_states(prev: &BTreeMap<Key, Value>, next: &BTreeMap<Key, Value>) -> Vec<Update> {
+    let mut out = Vec::new();
+    for k in prev.keys() {
+        if !next.contains_key(k) {
+            out.push(Update::delete(k.clone()));
+        }
+    }
+    for (k, v) in next {
+        if prev.get(k) != Some(v) {
+            out.push(Update::set(k.clone(), v.clone()));
+        }
+    }
+    out
+}
+
+/// Runs `felix calc`.
+pub fn run(args: CalcArgs) -> Result<(), CliError> {
+    let node = node_name::resolve(args.node.as_deref());
+    let mut states = Vec::with_capacity(args.states.len());
+    for path in &args.states {
+        let snap = load_state(path)
+            .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
+        for err in &snap.errors {
+            tracing::warn!("{err}");
+        }
+        if snap.has_file_errors() {
+            let first = snap
+                .errors
+                .iter()
+                .find(|e| e.class == crate::datastore::snapshot::ErrorClass::File)
+                .map(|e| e.message.clone())
+                .unwrap_or_default();
+            return Err(CliError::Input(first));
+        }
+        states.push(snap.values);
+    }
+
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let mut graph = CalcGraph::new(&node);
+    let mut view = DataplaneView::new();
+    let mut prev = BTreeMap::new();
+    let mut seq: u64 = 0;
+    for (i, state) in states.iter().enumerate() {
+        graph.on_updates(diff_states(&prev, state));
+        if i == 0 {
+            graph.on_status(SyncStatus::InSync);
+        }
+        for p in graph.flush() {
+            seq += 1;
+            view.apply(&p)
+                .with_context(|| format!("state {i} ({})", args.states[i].display()))?;
+            if args.stream {
+                writeln!(out, "{}", payload_json(seq, &p)).context("writing output")?;
+            }
+        }
+        if args.stream {
+            writeln!(out, "{{\"endOfState\": {i}}}").context("writing output")?;
+        } else {
+            writeln!(out, "{}", view.to_json(i)).context("writing output")?;
+        }
+        prev = state.clone();
+    }
+    out.flush().context("writing output")?;
+    Ok(())
+}

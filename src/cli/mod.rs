@@ -1,0 +1,49 @@
+//! Command-line interface (clap).  `felix --help` lists the subcommands.
+
+use clap::{Parser, Subcommand};
+
+pub mod calc;
+pub mod node_name;
+
+/// An error from a subcommand, carrying its exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Bad usage or bad input (exit 2).
+    #[error("{0}")]
+    Input(String),
+    /// Runtime failure (exit 1).
+    #[error(transparent)]
+    Runtime(#[from] anyhow::Error),
+}
+
+impl CliError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Input(_) => 2,
+            CliError::Runtime(_) => 1,
+        }
+    }
+}
+
+/// felix-rs: Calico's per-node agent.
+#[derive(Debug, Parser)]
+#[command(name = "felix", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Replay datastore states through the calculation graph offline and
+    /// print the resulting dataplane view (or message stream).
+    Calc(calc::CalcArgs),
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Calc(a) => calc::run(a),
+    }
+}
