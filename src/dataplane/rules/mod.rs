@@ -12,3 +12,5 @@ pub use dispatch::{
 };
 pub use markbits::{MarkBitsError, MarkBitsManager};
 pub use names::*;
+#[cfg(test)]
+mod kernel_tests;
