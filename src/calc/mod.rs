@@ -245,6 +245,8 @@ impl CalcGraph {
                 let mut ev = Vec::new();
                 self.arc.on_profile(&name, p.as_deref(), &mut ev);
                 self.route_arc(ev);
+                self.passthru
+                    .on_profile(&name, p.as_deref().map(|p| &p.labels), &mut self.seq);
                 self.ipsets.update_parent_labels(
                     &name,
                     p.map(|p| Arc::new(p.labels.clone())),
@@ -293,19 +295,11 @@ impl CalcGraph {
                 };
                 self.passthru.on_node(&name, n.as_deref(), &mut self.seq);
             }
-            Key::Namespace(name) => {
-                let l = match value {
-                    Some(Value::Namespace(l)) => Some((*l).clone()),
-                    _ => None,
-                };
-                self.seq.on_namespace_update(&name, l);
-            }
-            Key::ServiceAccount { namespace, name } => {
-                let l = match value {
-                    Some(Value::ServiceAccount(l)) => Some((*l).clone()),
-                    _ => None,
-                };
-                self.seq.on_service_account_update(&namespace, &name, l);
+            Key::Namespace(_) | Key::ServiceAccount { .. } => {
+                // Namespaces and service accounts reach the dataplane through
+                // their `kns.` / `ksa.` profiles (see `Passthru::on_profile`),
+                // as upstream's profile decoder does; the raw keys carry
+                // nothing more.
             }
             Key::GlobalConfig(name) => {
                 let v = match &value {

@@ -84,9 +84,79 @@ fn node_address(node: &Node, v6: bool) -> String {
     String::new()
 }
 
+/// Prefix of the profiles that stand for Kubernetes namespaces.
+pub const NAMESPACE_PROFILE_PREFIX: &str = "kns.";
+/// Prefix of the profiles that stand for Kubernetes service accounts.
+pub const SERVICE_ACCOUNT_PROFILE_PREFIX: &str = "ksa.";
+/// Label prefix of namespace labels applied through a `kns.` profile.
+pub const NAMESPACE_LABEL_PREFIX: &str = "pcns.";
+/// Label prefix of service-account labels applied through a `ksa.` profile.
+pub const SERVICE_ACCOUNT_LABEL_PREFIX: &str = "pcsa.";
+
+/// What a profile name stands for (upstream's profile decoder).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProfileClass {
+    Namespace(String),
+    ServiceAccount { namespace: String, name: String },
+    Other,
+}
+
+/// Classifies a profile name: `ksa.<ns>.<sa>` is a service account,
+/// `kns.<ns>` a namespace.
+pub fn classify_profile(name: &str) -> ProfileClass {
+    if let Some(rest) = name.strip_prefix(SERVICE_ACCOUNT_PROFILE_PREFIX) {
+        if let Some((ns, sa)) = rest.split_once('.') {
+            if !ns.is_empty() && !sa.is_empty() {
+                return ProfileClass::ServiceAccount {
+                    namespace: ns.to_string(),
+                    name: sa.to_string(),
+                };
+            }
+        }
+        return ProfileClass::Other;
+    }
+    if let Some(ns) = name.strip_prefix(NAMESPACE_PROFILE_PREFIX) {
+        if !ns.is_empty() {
+            return ProfileClass::Namespace(ns.to_string());
+        }
+    }
+    ProfileClass::Other
+}
+
+fn strip_label_prefix(prefix: &str, labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    labels
+        .iter()
+        .map(|(k, v)| (k.strip_prefix(prefix).unwrap_or(k).to_string(), v.clone()))
+        .collect()
+}
+
 impl Passthru {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The profile decoder: `kns.` / `ksa.` profiles become namespace and
+    /// service-account updates, with the `pcns.` / `pcsa.` label prefixes
+    /// removed.  This is the only source of those messages (the model's
+    /// `Namespace` / `ServiceAccount` keys are not needed for them).
+    pub fn on_profile(
+        &mut self,
+        name: &str,
+        labels: Option<&BTreeMap<String, String>>,
+        seq: &mut EventSequencer,
+    ) {
+        match classify_profile(name) {
+            ProfileClass::Namespace(ns) => seq.on_namespace_update(
+                &ns,
+                labels.map(|l| strip_label_prefix(NAMESPACE_LABEL_PREFIX, l)),
+            ),
+            ProfileClass::ServiceAccount { namespace, name } => seq.on_service_account_update(
+                &namespace,
+                &name,
+                labels.map(|l| strip_label_prefix(SERVICE_ACCOUNT_LABEL_PREFIX, l)),
+            ),
+            ProfileClass::Other => {}
+        }
     }
 
     pub fn on_node(&mut self, name: &str, node: Option<&Node>, seq: &mut EventSequencer) {
