@@ -10,7 +10,7 @@
 //!   no limit; see [`SelectorErrorKind::TooDeep`]). The empty selector, or
 //!   one of only spaces/tabs, is `all()`. Label names are limited to
 //!   [`MAX_LABEL_LEN`] bytes, as upstream. The overall length is not
-//!   limited (also as upstream): lexing and parsing are linear in it.
+//!   limited (also as upstream): parsing cost grows near-linearly with it.
 //! * [`Selector::canonical`] is upstream's `String()` form and
 //!   [`Selector::unique_id`] upstream's `UniqueID()`: `"s:"` followed by the
 //!   unpadded URL-safe base64 of SHA-224 over the bytes `"s:" + canonical`.
@@ -128,6 +128,12 @@ fn describe_char(c: Option<char>) -> String {
 pub struct Selector {
     inner: Arc<Inner>,
 }
+
+// Selectors are shared across threads and actors.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Selector>();
+};
 
 struct Inner {
     root: ast::Node,
