@@ -14,6 +14,7 @@
 //! calculation graph and the label indexes.
 
 pub mod calc;
+pub mod daemon;
 pub mod datastore;
 pub mod dataplane;
 pub mod model;

@@ -2,8 +2,10 @@
 
 use clap::{Parser, Subcommand};
 
+pub mod admin;
 pub mod calc;
 pub mod node_name;
+pub mod run;
 
 /// An error from a subcommand, carrying its exit code.
 #[derive(Debug, thiserror::Error)]
@@ -39,11 +41,17 @@ pub enum Command {
     /// Replay datastore states through the calculation graph offline and
     /// print the resulting dataplane view (or message stream).
     Calc(calc::CalcArgs),
+    /// Run the node daemon: datastore -> calculation graph -> dataplane.
+    Run(run::RunArgs),
+    /// Query or control a running daemon over its admin socket.
+    Admin(admin::AdminArgs),
 }
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Calc(a) => calc::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Admin(a) => admin::run(a),
     }
 }

@@ -1,0 +1,348 @@
+//! `felix run` from start to stop: local configuration and logging, the
+//! syncer and calc-graph threads, the connector that starts the dataplane
+//! once the datastore's configuration is known and watches for changes
+//! that need a restart, and the clean shutdown.
+//!
+//! All control flows through one channel read by the main thread
+//! ([`Control`]): calc-graph events, signals and the supervisor's fatal
+//! outcome. The main thread never blocks on the dataplane.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use felix_actors::server::ServerHandle;
+use felix_actors::{
+    start_admin_server, start_health_server, HealthConfig, ReporterSpec, StartupLatch,
+};
+use felix_config::Config;
+use felix_proto as pb;
+use felix_proto::to_dataplane::Payload;
+use parking_lot::Mutex;
+
+use super::calc_loop::{Batch, CalcEvent, CalcLoop, CalcLoopConfig, Inflight, SharedView};
+use super::config_load::{log_local_errors, ConfigTracker, DatastoreLayers, LocalConfig};
+use super::dataplane::{Dataplane, Shared};
+use super::datastore_spec::DatastoreSpec;
+use super::logging::{self, LogHandle};
+use super::metrics::CalcMetrics;
+use super::{signals, DaemonError, RunOptions, Stop, SYNC_CHANNEL_CAPACITY};
+use crate::calc::view::DataplaneView;
+use crate::datastore::{FileSyncer, FileSyncerConfig};
+
+/// The calc-graph reporter counts as not live after this long without a
+/// report.
+const CALC_LIVENESS_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long shutdown waits for the dataplane thread.
+const DATAPLANE_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+enum Control {
+    Signal(&'static str),
+    Calc(CalcEvent),
+    Fatal(String),
+}
+
+enum Outcome {
+    Signal(&'static str),
+    Restart(String),
+    Fatal(String),
+}
+
+fn runtime(what: &str) -> impl FnOnce(std::io::Error) -> DaemonError + '_ {
+    move |e| DaemonError::Runtime(format!("{what}: {e}"))
+}
+
+fn health_config(cfg: &Config) -> HealthConfig {
+    HealthConfig {
+        enabled: cfg.health_enabled(),
+        host: cfg.health_host().to_string(),
+        port: cfg.health_port(),
+    }
+}
+
+/// The health port, restarted when its settings change.
+struct HealthServer {
+    cfg: Option<HealthConfig>,
+    handle: Option<ServerHandle>,
+}
+
+impl HealthServer {
+    fn apply(&mut self, cfg: HealthConfig, health: &felix_actors::Health) {
+        if self.cfg.as_ref() == Some(&cfg) {
+            return;
+        }
+        if let Some(h) = self.handle.take() {
+            h.shutdown();
+        }
+        match start_health_server(&cfg, health) {
+            Ok(h) => {
+                if let Some(h) = &h {
+                    tracing::info!(addr = h.local_addr(), "health port listening");
+                }
+                self.handle = h;
+            }
+            Err(e) => tracing::error!(
+                host = %cfg.host, port = cfg.port,
+                "cannot serve the health port (HealthHost/HealthPort): {e}"
+            ),
+        }
+        self.cfg = Some(cfg);
+    }
+
+    fn stop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown();
+        }
+    }
+}
+
+/// Runs the daemon until a signal, a needed restart, or a fatal failure.
+pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
+    let local = LocalConfig::load(opts.config_file.as_deref())
+        .map_err(|e| DaemonError::Input(e.to_string()))?;
+    let (local_cfg, local_errs) = local.build();
+    let log = logging::init(local_cfg.log_severity_screen());
+    log_local_errors(&local_errs);
+    let spec = DatastoreSpec::resolve(opts.datastore.as_deref(), &local_cfg)
+        .map_err(|e| DaemonError::Input(e.to_string()))?;
+    let dir = match &spec {
+        DatastoreSpec::File(d) => d.clone(),
+        DatastoreSpec::Etcd(_) => {
+            return Err(DaemonError::Input(format!(
+                "--datastore {spec}: the etcdv3 datastore is not supported by this build yet"
+            )))
+        }
+    };
+    tracing::info!(
+        node = %opts.node,
+        datastore = %spec,
+        config_file = ?local.file_path,
+        "felix starting"
+    );
+
+    let (ctl_tx, ctl_rx) = mpsc::channel::<Control>();
+    {
+        let tx = ctl_tx.clone();
+        signals::install(move |s| {
+            let _ = tx.send(Control::Signal(s));
+        })
+        .map_err(runtime("installing signal handlers"))?;
+    }
+
+    let shared = Shared::default();
+    let calc_metrics = CalcMetrics::new();
+    {
+        let m = calc_metrics.clone();
+        shared.metrics.add_collector(Arc::new(move || m.render()));
+    }
+    let latch = shared.health.startup_latch("felix-config-loaded");
+    let calc_reporter = shared.health.reporter(
+        "calc-graph",
+        ReporterSpec {
+            live: true,
+            ready: true,
+            timeout: Some(CALC_LIVENESS_TIMEOUT),
+        },
+    );
+    let mut health = HealthServer {
+        cfg: None,
+        handle: None,
+    };
+    health.apply(health_config(&local_cfg), &shared.health);
+
+    let (sync_tx, sync_rx) = mpsc::sync_channel(SYNC_CHANNEL_CAPACITY);
+    let syncer = FileSyncer::start(FileSyncerConfig::new(dir), sync_tx)
+        .map_err(runtime("starting the file datastore syncer"))?;
+
+    let view: SharedView = Arc::new(Mutex::new(DataplaneView::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let calc = {
+        let tx = ctl_tx.clone();
+        CalcLoop::new(
+            &opts.node,
+            sync_rx,
+            Box::new(move |e| tx.send(Control::Calc(e)).is_ok()),
+            view.clone(),
+            Inflight::new(),
+            calc_metrics,
+            calc_reporter,
+            stop.clone(),
+            CalcLoopConfig::default(),
+        )
+    };
+    let calc_thread = std::thread::Builder::new()
+        .name("calc-graph".into())
+        .spawn(move || calc.run())
+        .map_err(runtime("starting the calculation graph thread"))?;
+
+    let mut conn = Connector {
+        admin_socket: opts.admin_socket.clone(),
+        local: Some(local),
+        tracker: None,
+        encap: None,
+        dp: None,
+        admin: None,
+        health,
+        latch: Some(latch),
+        log,
+        shared,
+        view,
+        ctl: ctl_tx,
+    };
+    let outcome = loop {
+        let Ok(ctl) = ctl_rx.recv() else {
+            break Outcome::Fatal("control channel closed".into());
+        };
+        match ctl {
+            Control::Signal(s) => break Outcome::Signal(s),
+            Control::Fatal(m) => break Outcome::Fatal(m),
+            Control::Calc(CalcEvent::Batch(b)) => {
+                if let Some(o) = conn.on_batch(b) {
+                    break o;
+                }
+            }
+            Control::Calc(CalcEvent::DatastoreNotReady) => {
+                break Outcome::Restart("datastore became unready".into())
+            }
+            Control::Calc(CalcEvent::SyncerGone) => {
+                break Outcome::Fatal("the datastore syncer stopped".into())
+            }
+        }
+    };
+
+    tracing::info!("stopping: datastore syncer, calculation graph, dataplane");
+    stop.store(true, Ordering::Release);
+    syncer.stop();
+    if calc_thread.join().is_err() {
+        tracing::error!("calculation graph thread panicked");
+    }
+    conn.shutdown();
+    match outcome {
+        Outcome::Signal(s) => {
+            tracing::info!(signal = s, "stopped; kernel state left in place");
+            Ok(Stop::Signal(s))
+        }
+        Outcome::Restart(r) => {
+            tracing::warn!(reason = %r, "restarting");
+            Ok(Stop::Restart(r))
+        }
+        Outcome::Fatal(m) => Err(DaemonError::Runtime(m)),
+    }
+}
+
+/// Between the calc graph and the supervisor: configuration, restarts,
+/// and the start of the dataplane (upstream's dataplane connector).
+struct Connector {
+    admin_socket: PathBuf,
+    local: Option<LocalConfig>,
+    tracker: Option<ConfigTracker>,
+    encap: Option<pb::Encapsulation>,
+    dp: Option<Dataplane>,
+    admin: Option<ServerHandle>,
+    health: HealthServer,
+    latch: Option<StartupLatch>,
+    log: LogHandle,
+    shared: Shared,
+    view: SharedView,
+    ctl: mpsc::Sender<Control>,
+}
+
+impl Connector {
+    fn on_batch(&mut self, batch: Batch) -> Option<Outcome> {
+        let layers = batch.payloads.iter().rev().find_map(|p| match p {
+            Payload::ConfigUpdate(c) => Some(DatastoreLayers::from_update(c)),
+            _ => None,
+        });
+        let encap = batch.payloads.iter().rev().find_map(|p| match p {
+            Payload::Encapsulation(e) => Some(e.clone()),
+            _ => None,
+        });
+        if self.dp.is_none() {
+            return self.start(batch, layers, encap);
+        }
+        if let (Some(layers), Some(tracker)) = (layers, self.tracker.as_mut()) {
+            let change = tracker.update(&layers);
+            if !change.restart.is_empty() {
+                return Some(Outcome::Restart(format!(
+                    "configuration change needs a restart: {}",
+                    change.restart.join(", ")
+                )));
+            }
+        }
+        if let Some(e) = encap {
+            match &self.encap {
+                Some(old) if *old != e => {
+                    return Some(Outcome::Restart(
+                        "IPIP, VXLAN and/or no-encap encapsulation changed".into(),
+                    ))
+                }
+                _ => self.encap = Some(e),
+            }
+        }
+        if let Some(dp) = &self.dp {
+            dp.send(batch);
+        }
+        None
+    }
+
+    /// Start of day: full configuration, supervisor, admin socket.
+    fn start(
+        &mut self,
+        batch: Batch,
+        layers: Option<DatastoreLayers>,
+        encap: Option<pb::Encapsulation>,
+    ) -> Option<Outcome> {
+        let layers = layers.unwrap_or_else(|| {
+            tracing::warn!("first batch carried no configuration; using local configuration only");
+            DatastoreLayers::default()
+        });
+        let local = self.local.take().unwrap_or_default();
+        let (tracker, _) = ConfigTracker::new(local, &layers);
+        let cfg = tracker.config().clone();
+        self.tracker = Some(tracker);
+        self.log.set_level(cfg.log_severity_screen());
+        self.health.apply(health_config(&cfg), &self.shared.health);
+        self.encap = encap;
+        let ctl = self.ctl.clone();
+        let dp = match Dataplane::start(&cfg, &self.shared, move |f| {
+            tracing::error!("{f}");
+            let _ = ctl.send(Control::Fatal(f.to_string()));
+        }) {
+            Ok(dp) => dp,
+            Err(e) => return Some(Outcome::Fatal(e.to_string())),
+        };
+        let admin = dp.admin_context();
+        let view = self.view.clone();
+        admin.set_dataplane_view(Arc::new(move || view.lock().to_json(0)));
+        dp.send(batch);
+        self.dp = Some(dp);
+        match start_admin_server(&self.admin_socket, &admin) {
+            Ok(h) => {
+                tracing::info!(socket = %self.admin_socket.display(), "admin socket listening");
+                self.admin = Some(h);
+            }
+            Err(e) => {
+                return Some(Outcome::Fatal(format!(
+                    "admin socket {}: {e}",
+                    self.admin_socket.display()
+                )))
+            }
+        }
+        self.latch = None;
+        None
+    }
+
+    fn shutdown(mut self) {
+        if let Some(dp) = self.dp.take() {
+            dp.stop(DATAPLANE_STOP_TIMEOUT);
+        }
+        if let Some(a) = self.admin.take() {
+            a.shutdown();
+            let _ = std::fs::remove_file(&self.admin_socket);
+        }
+        self.health.stop();
+        drop(self.latch.take());
+    }
+}
