@@ -32,12 +32,15 @@ pub mod active_rules;
 pub mod config_batcher;
 pub mod event_sequencer;
 pub mod ids;
+pub mod l3_routes;
 pub mod labelindex;
 pub mod passthru;
 pub mod policy_resolver;
+pub mod routes;
 pub mod rule_scanner;
 pub mod validation;
 pub mod view;
+pub mod vxlan;
 
 use std::sync::Arc;
 
@@ -102,6 +105,7 @@ pub struct CalcGraph {
     resolver: PolicyResolver,
     seq: EventSequencer,
     passthru: Passthru,
+    routes: routes::RouteNodes,
     config: ConfigBatcher,
     tiers: std::collections::HashSet<String>,
     in_sync: bool,
@@ -120,6 +124,7 @@ impl CalcGraph {
             resolver: PolicyResolver::new(),
             seq: EventSequencer::new(),
             passthru: Passthru::new(),
+            routes: routes::RouteNodes::new(hostname, routes::RouteConfig::default()),
             config: ConfigBatcher::new(hostname),
             tiers: Default::default(),
             in_sync: false,
@@ -181,6 +186,7 @@ impl CalcGraph {
                     Some(Value::WorkloadEndpoint(w)) => Some(w),
                     _ => None,
                 };
+                self.routes.on_workload(&k, v.as_deref());
                 if k.hostname == self.hostname {
                     let ek = EndpointKey::Workload(k.clone());
                     let mut ev = Vec::new();
@@ -282,17 +288,22 @@ impl CalcGraph {
                     Some(Value::IpPool(p)) => Some(p),
                     _ => None,
                 };
+                self.routes.on_pool(&cidr, p.as_deref());
                 self.passthru.on_pool(&cidr, p.as_deref(), &mut self.seq);
             }
-            Key::IpamBlock(_) => {
-                // Consumed by the route resolver (routing drivers); this
-                // node's iptables/nftables dataplane does not need it.
+            Key::IpamBlock(cidr) => {
+                let b = match value {
+                    Some(Value::IpamBlock(b)) => Some(b),
+                    _ => None,
+                };
+                self.routes.on_block(&cidr, b.as_deref());
             }
             Key::Node(name) => {
                 let n = match value {
                     Some(Value::Node(n)) => Some(n),
                     _ => None,
                 };
+                self.routes.on_node(&name, n.as_deref());
                 self.passthru.on_node(&name, n.as_deref(), &mut self.seq);
             }
             Key::Namespace(_) | Key::ServiceAccount { .. } => {
@@ -347,6 +358,7 @@ impl CalcGraph {
         if let Some(c) = self.config.take_update() {
             self.seq.on_config_update(c);
         }
+        self.routes.flush(self.passthru.encap(), &mut self.seq);
         let mut out = Vec::new();
         self.seq.flush(&mut out);
         if self.need_in_sync_msg {
