@@ -1513,8 +1513,271 @@ fn case_mixed() -> Test {
     )
 }
 
+// ---------------------------------------------------------------------------
+// Refcount edge cases.
+// ---------------------------------------------------------------------------
+
+fn case_empty() -> Test {
+    Test::new("empty datastore", vec![State::empty()])
+}
+
+fn dup_state(
+    name: &str,
+    eps: &[(&str, &[&str], &[(&str, u16)])],
+    members: &[&str],
+    np_members: &[&str],
+) -> State {
+    // Local endpoints "d-*" with the given IPs and TCP named ports; a policy
+    // selecting all of them whose rules use a selector set and a named-port
+    // set over the same endpoints.
+    let pol = Pol::global("dup-pol")
+        .selector("has(dup)")
+        .ingress("{action: Allow, source: {selector: \"has(dup)\"}}")
+        .ingress(
+            "{action: Allow, protocol: TCP, destination: {selector: \"has(dup)\", ports: [web]}}",
+        );
+    let mut s = State::new(name).yaml(&pol.yaml());
+    let mut e = Expect::new();
+    for (n, ips, ports) in eps {
+        let mut w = Wep::new(n).labels(&[("dup", "1")]).ips(ips);
+        for (pn, num) in ports.iter() {
+            w = w.port(pn, "TCP", *num);
+        }
+        s = s.yaml(&w.yaml());
+        let v4: Vec<&str> = ips.iter().copied().filter(|i| !i.contains(':')).collect();
+        let v6: Vec<&str> = ips.iter().copied().filter(|i| i.contains(':')).collect();
+        e = e.wep(
+            &w.id(),
+            WepExp::new(
+                &[],
+                &v4,
+                vec![TierExp::new("default", "", &["dup-pol"], &[])],
+            )
+            .ipv6(&v6),
+        );
+    }
+    if !eps.is_empty() {
+        e = e
+            .policies(&["dup-pol"])
+            .sel_set("has(dup)", members)
+            .np_set("has(dup)", "tcp", "web", np_members);
+    }
+    s.expect(e)
+}
+
+fn case_duplicate_members() -> Test {
+    // Two endpoints with the same IP and the same named port: the members
+    // are deduplicated and survive the deletion of either endpoint.
+    Test::new(
+        "same IP and named port on two endpoints, one deleted",
+        vec![
+            dup_state(
+                "d-a",
+                &[("d-a", &["10.0.8.1/32"], &[("web", 80)])],
+                &["10.0.8.1/32"],
+                &["10.0.8.1,tcp:80"],
+            ),
+            dup_state(
+                "d-a + d-b same IP and port",
+                &[
+                    ("d-a", &["10.0.8.1/32"], &[("web", 80)]),
+                    ("d-b", &["10.0.8.1/32", "fd00::8:2/128"], &[("web", 80)]),
+                ],
+                &["10.0.8.1/32", "fd00::8:2/128"],
+                &["10.0.8.1,tcp:80", "fd00::8:2,tcp:80"],
+            ),
+            dup_state(
+                "d-b only",
+                &[("d-b", &["10.0.8.1/32", "fd00::8:2/128"], &[("web", 80)])],
+                &["10.0.8.1/32", "fd00::8:2/128"],
+                &["10.0.8.1,tcp:80", "fd00::8:2,tcp:80"],
+            ),
+            dup_state(
+                "d-b port renumbered",
+                &[("d-b", &["10.0.8.1/32"], &[("web", 8080)])],
+                &["10.0.8.1/32"],
+                &["10.0.8.1,tcp:8080"],
+            ),
+        ],
+    )
+}
+
+fn case_policy_rule_change() -> Test {
+    // A policy's rule selector changes while it stays active: the new set
+    // must exist before the policy names it, the old one must outlive it.
+    let mk = |name: &str, sel: &str| {
+        let p = Pol::global("chg").selector("id == 'ep1'").ingress(&format!(
+            "{{action: Allow, source: {{selector: \"{sel}\"}}}}"
+        ));
+        State::new(name)
+            .yaml(&prof1())
+            .yaml(&ep1().yaml())
+            .yaml(&ep2().yaml())
+            .yaml(&p.yaml())
+            .expect(
+                Expect::new()
+                    .profiles(&["prof-1"])
+                    .policies(&["chg"])
+                    .wep(
+                        &ep1().id(),
+                        WepExp::new(
+                            &["prof-1"],
+                            &["10.0.0.1/32", "10.0.0.2/32"],
+                            vec![TierExp::new("default", "", &["chg"], &[])],
+                        ),
+                    )
+                    .wep(
+                        &ep2().id(),
+                        wep_default(&["10.0.0.2/32", "10.0.0.3/32"], &[]),
+                    )
+                    .sel_set(
+                        sel,
+                        if sel.contains("ep2") {
+                            &["10.0.0.2/32", "10.0.0.3/32"]
+                        } else {
+                            &["10.0.0.1/32", "10.0.0.2/32"]
+                        },
+                    )
+                    .policy_rules("chg", vec![json!({"srcIpSetIds": [sid(sel)]})], vec![]),
+            )
+    };
+    Test::new(
+        "policy rule selector changes under an active policy",
+        vec![
+            mk("selects ep2", "id == 'ep2'"),
+            mk("selects ep1", "id == 'ep1'"),
+        ],
+    )
+}
+
+fn case_profile_switch() -> Test {
+    // An endpoint switches between two profiles with different labels; a
+    // policy matches through the inherited label only.
+    let pr = |n: &str, team: &str| yaml::profile(n, &[("team", team)], &["{action: Allow}"], &[]);
+    let mk = |name: &str, which: &str| {
+        let w = Wep::new("sw")
+            .labels(&[("id", "sw")])
+            .ips(&["10.0.4.5/32"])
+            .profiles(&[which]);
+        let blue = which == "p-blue";
+        let tiers = if blue {
+            vec![TierExp::new("default", "", &["pol-team"], &[])]
+        } else {
+            vec![]
+        };
+        let mut e = Expect::new()
+            .profiles(&[which])
+            .wep(&w.id(), WepExp::new(&[which], &["10.0.4.5/32"], tiers));
+        if blue {
+            e = e
+                .policies(&["pol-team"])
+                .sel_set("team == 'blue'", &["10.0.4.5/32"]);
+        }
+        State::new(name)
+            .yaml(&pr("p-blue", "blue"))
+            .yaml(&pr("p-red", "red"))
+            .yaml(&pol_team())
+            .yaml(&w.yaml())
+            .expect(e)
+    };
+    Test::new(
+        "endpoint switches profile",
+        vec![mk("blue", "p-blue"), mk("red", "p-red")],
+    )
+}
+
+fn case_zero_prefix_overlap() -> Test {
+    // A /0 is programmed as two /1s; another set contributing one of those
+    // /1s must share the member, whichever of the two goes first.
+    let pol = Pol::global("zero-pol")
+        .selector("id == 'ep1'")
+        .ingress("{action: Allow, source: {selector: \"has(z)\"}}");
+    let mk = |name: &str, sets: &[(&str, &[&str])], members: &[&str]| {
+        let mut s = State::new(name)
+            .yaml(&prof1())
+            .yaml(&ep1().yaml())
+            .yaml(&pol.yaml());
+        for (n, nets) in sets {
+            s = s.yaml(&yaml::netset(None, n, &[("z", "1")], nets));
+        }
+        s.expect(
+            Expect::new()
+                .profiles(&["prof-1"])
+                .policies(&["zero-pol"])
+                .wep(
+                    &ep1().id(),
+                    WepExp::new(
+                        &["prof-1"],
+                        &["10.0.0.1/32", "10.0.0.2/32"],
+                        vec![TierExp::new("default", "", &["zero-pol"], &[])],
+                    ),
+                )
+                .sel_set("has(z)", members),
+        )
+    };
+    let zero: &[&str] = &["0.0.0.0/0"];
+    let half: &[&str] = &["0.0.0.0/1"];
+    Test::new(
+        "/0 split overlapping an explicit /1",
+        vec![
+            mk("zero", &[("z-all", zero)], &["0.0.0.0/1", "128.0.0.0/1"]),
+            mk(
+                "zero + half",
+                &[("z-all", zero), ("z-half", half)],
+                &["0.0.0.0/1", "128.0.0.0/1"],
+            ),
+            mk("half only", &[("z-half", half)], &["0.0.0.0/1"]),
+        ],
+    )
+}
+
+fn case_duplicate_ip_in_endpoint() -> Test {
+    // An endpoint (or network set) listing the same address twice.
+    let pol = Pol::global("di-pol")
+        .selector("id == 'ep1'")
+        .ingress("{action: Allow, source: {selector: \"has(di)\"}}");
+    let mk = |name: &str, nets: &[&str], members: &[&str]| {
+        State::new(name)
+            .yaml(&prof1())
+            .yaml(&ep1().yaml())
+            .yaml(&pol.yaml())
+            .yaml(&yaml::netset(None, "di", &[("di", "1")], nets))
+            .expect(
+                Expect::new()
+                    .profiles(&["prof-1"])
+                    .policies(&["di-pol"])
+                    .wep(
+                        &ep1().id(),
+                        WepExp::new(
+                            &["prof-1"],
+                            &["10.0.0.1/32", "10.0.0.2/32"],
+                            vec![TierExp::new("default", "", &["di-pol"], &[])],
+                        ),
+                    )
+                    .sel_set("has(di)", members),
+            )
+    };
+    Test::new(
+        "the same CIDR twice in one network set",
+        vec![
+            mk(
+                "twice",
+                &["10.7.0.0/16", "10.7.0.0/16", "10.8.0.1"],
+                &["10.7.0.0/16", "10.8.0.1/32"],
+            ),
+            mk("once", &["10.7.0.0/16"], &["10.7.0.0/16"]),
+        ],
+    )
+}
+
 fn all_cases() -> Vec<Test> {
     vec![
+        case_empty(),
+        case_zero_prefix_overlap(),
+        case_duplicate_ip_in_endpoint(),
+        case_duplicate_members(),
+        case_policy_rule_change(),
+        case_profile_switch(),
         case_shared_ips(),
         case_endpoint_moves_node(),
         case_endpoint_ip_update(),
@@ -1557,6 +1820,12 @@ macro_rules! fv_tests {
 }
 
 fv_tests! {
+    zero_prefix_overlap => case_zero_prefix_overlap,
+    duplicate_ip_in_endpoint => case_duplicate_ip_in_endpoint,
+    empty => case_empty,
+    duplicate_members => case_duplicate_members,
+    policy_rule_change => case_policy_rule_change,
+    profile_switch => case_profile_switch,
     shared_ips => case_shared_ips,
     endpoint_moves_node => case_endpoint_moves_node,
     endpoint_ip_update => case_endpoint_ip_update,
