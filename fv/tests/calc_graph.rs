@@ -1106,6 +1106,7 @@ fn k8s_np() -> String {
     Pol::namespaced("ns1", "np-web")
         .selector("app == 'web'")
         .ingress("{action: Allow, source: {namespaceSelector: \"env == 'prod'\", serviceAccounts: {selector: \"role == 'web'\"}}}")
+        .ingress("{action: Allow, source: {selector: \"app == 'web'\"}}")
         .yaml()
 }
 
@@ -1124,6 +1125,8 @@ fn k8s_state(name: &str, env: &str, sa: bool) -> State {
 
 fn k8s_state_ns(name: &str, env: Option<&str>, sa: bool) -> State {
     let sel = rule_selector(&k8s_np(), true, 0, true);
+    let same_ns = rule_selector(&k8s_np(), true, 1, true);
+    assert!(same_ns.contains("projectcalico.org/namespace"), "{same_ns}");
     let mut s = State::new(name).yaml(&yaml::namespace("ns2", &[("env", "prod")]));
     if let Some(env) = env {
         s = s.yaml(&yaml::namespace("ns1", &[("env", env)]));
@@ -1174,14 +1177,24 @@ fn k8s_state_ns(name: &str, env: Option<&str>, sa: bool) -> State {
     };
     e = e.sel_set(&sel, member).policy_rules(
         "ns1/np-web",
-        vec![json!({
-            "action": "allow",
-            "srcIpSetIds": [sid(&sel)],
-            "originalSrcNamespaceSelector": "env == 'prod'",
-            "srcServiceAccountMatch": {"selector": "role == 'web'"},
-        })],
+        vec![
+            json!({
+                "action": "allow",
+                "srcIpSetIds": [sid(&sel)],
+                "originalSrcNamespaceSelector": "env == 'prod'",
+                "srcServiceAccountMatch": {"selector": "role == 'web'"},
+            }),
+            json!({
+                "action": "allow",
+                "srcIpSetIds": [sid(&same_ns)],
+                "originalSrcSelector": "app == 'web'",
+            }),
+        ],
         vec![],
     );
+    // A namespaced policy's rule selector only sees its own namespace:
+    // the ns2 endpoint with the same label is not a member.
+    e = e.sel_set(&same_ns, &["10.0.3.1/32"]);
     if sa {
         s = s.yaml(&yaml::service_account("ns1", "sa1", &[("role", "web")]));
         e = e
@@ -1229,7 +1242,9 @@ fn case_rule_conversion() -> Test {
         .ingress("{action: Allow, destination: {notSelector: \"has(c)\"}}")
         .ingress("{action: Allow, http: {methods: [GET, PUT], paths: [{exact: /a}, {prefix: /b}]}, source: {serviceAccounts: {names: [sa-x]}}}")
         .egress("{action: Allow, protocol: ICMPv6, icmp: {type: 128}}")
-        .egress("{action: Allow, destination: {nets: [\"fd00::/8\"]}}");
+        .egress("{action: Allow, destination: {nets: [\"fd00::/8\"]}}")
+        .egress("{action: Allow, destination: {services: {name: kube-dns, namespace: kube-system}}}");
+    let svc = felix::calc::ids::make_unique_id("svc", "kube-system/kube-dns");
     let and_not = "(has(a)) && (!(has(b)))";
     let sa_sel = rule_selector(&p.yaml(), true, 5, true);
     let s = State::new("every rule field")
@@ -1244,6 +1259,7 @@ fn case_rule_conversion() -> Test {
                 .sel_set(and_not, &[])
                 .sel_set("has(c)", &[])
                 .sel_set(&sa_sel, &[])
+                .raw_set(&svc, "service kube-system/kube-dns", "IP_AND_PORT", &[])
                 .policy_rules(
                     "rules",
                     vec![
@@ -1270,6 +1286,10 @@ fn case_rule_conversion() -> Test {
                     vec![
                         json!({"action": "allow", "protocol": {"name": "icmpv6"}, "ipVersion": "IPV6", "icmpType": 128}),
                         json!({"action": "allow", "dstNet": ["fd00::/8"]}),
+                        json!({
+                            "action": "allow", "dstIpPortSetIds": [svc],
+                            "originalDstService": "kube-dns", "originalDstServiceNamespace": "kube-system",
+                        }),
                     ],
                 ),
         );
@@ -1770,9 +1790,86 @@ fn case_duplicate_ip_in_endpoint() -> Test {
     )
 }
 
+fn case_host_endpoint_named_ports() -> Test {
+    // Host endpoints' named ports join IP+port sets with their expected
+    // IPs; an all-interfaces host endpoint without IPs contributes nothing.
+    let pol = Pol::global("ssh-pol").selector("has(hep)").ingress(
+        "{action: Allow, protocol: TCP, destination: {selector: \"has(hep)\", ports: [ssh]}}",
+    );
+    let mk = |name: &str, port: u16, star: bool| {
+        let mut s = State::new(name)
+            .yaml(&pol.yaml())
+            .yaml(&yaml::hep_with_ports(
+                "hep1",
+                "node1",
+                "eth0",
+                &["192.168.0.1"],
+                &[("hep", "h1")],
+                &[("ssh", "TCP", port)],
+            ))
+            .yaml(&yaml::hep_with_ports(
+                "hep9",
+                "node2",
+                "eth0",
+                &["192.168.0.9", "fd00::9"],
+                &[("hep", "h9")],
+                &[("ssh", "TCP", 22)],
+            ));
+        let mut e = Expect::new()
+            .policies(&["ssh-pol"])
+            .np_set(
+                "has(hep)",
+                "tcp",
+                "ssh",
+                &[
+                    &format!("192.168.0.1,tcp:{port}"),
+                    "192.168.0.9,tcp:22",
+                    "fd00::9,tcp:22",
+                ],
+            )
+            .hep(
+                "hep1",
+                HepExp::new("eth0", &[], &["192.168.0.1"]).tiers(vec![TierExp::new(
+                    "default",
+                    "",
+                    &["ssh-pol"],
+                    &[],
+                )]),
+            );
+        if star {
+            s = s.yaml(&yaml::hep_with_ports(
+                "hep-all",
+                "node1",
+                "*",
+                &[],
+                &[("hep", "all")],
+                &[("ssh", "TCP", 2222)],
+            ));
+            e = e.hep(
+                "hep-all",
+                HepExp::new("*", &[], &[]).tiers(vec![TierExp::new(
+                    "default",
+                    "",
+                    &["ssh-pol"],
+                    &[],
+                )]),
+            );
+        }
+        s.expect(e)
+    };
+    Test::new(
+        "host endpoint named ports",
+        vec![
+            mk("ssh 22", 22, false),
+            mk("ssh 2200 + all-interfaces hep", 2200, true),
+        ],
+    )
+}
+
 fn all_cases() -> Vec<Test> {
     vec![
         case_empty(),
+        case_host_endpoint_named_ports(),
         case_zero_prefix_overlap(),
         case_duplicate_ip_in_endpoint(),
         case_duplicate_members(),
@@ -1820,6 +1917,7 @@ macro_rules! fv_tests {
 }
 
 fv_tests! {
+    host_endpoint_named_ports => case_host_endpoint_named_ports,
     zero_prefix_overlap => case_zero_prefix_overlap,
     duplicate_ip_in_endpoint => case_duplicate_ip_in_endpoint,
     empty => case_empty,
@@ -1902,7 +2000,7 @@ fn rule_ids_present_and_distinct() {
         .chain(pol["outboundRules"].as_array().unwrap())
         .map(|r| r["ruleId"].as_str().unwrap_or(""))
         .collect();
-    assert_eq!(ids.len(), 8);
+    assert_eq!(ids.len(), 9);
     let distinct: std::collections::BTreeSet<&&str> = ids.iter().collect();
     assert_eq!(distinct.len(), ids.len(), "rule IDs not distinct: {ids:?}");
     assert!(ids.iter().all(|i| i.len() == 16), "rule IDs: {ids:?}");

@@ -333,3 +333,22 @@ pub fn felix_config(name: &str, fields: &[(&str, &str)]) -> String {
     }
     s
 }
+
+/// A `HostEndpoint` with named ports: (name, protocol as in v3, number).
+pub fn hep_with_ports(
+    name: &str,
+    node: &str,
+    iface: &str,
+    expected_ips: &[&str],
+    labels: &[(&str, &str)],
+    ports: &[(&str, &str, u16)],
+) -> String {
+    let mut s = hep(name, node, iface, expected_ips, labels, &[]);
+    if !ports.is_empty() {
+        s.push_str("  ports:\n");
+        for (n, p, num) in ports {
+            s.push_str(&format!("  - {{name: {n}, protocol: {p}, port: {num}}}\n"));
+        }
+    }
+    s
+}
