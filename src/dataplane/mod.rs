@@ -6,5 +6,8 @@ pub mod generictables;
 pub mod ipsets;
 pub mod iptables;
 pub mod kernel;
+pub mod managers;
+pub mod netlink;
 pub mod nftables;
 pub mod rules;
+pub mod wiring;

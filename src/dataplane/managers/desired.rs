@@ -1,0 +1,264 @@
+//! Declarative desired state shared between managers (writers) and drivers
+//! (readers), held in `felix_actors::DesiredInput` cells.
+//!
+//! Every entry carries the name of the manager that wrote it and a
+//! generation number. Invariants:
+//! - A generation changes only when the entry's value changes, so a driver
+//!   that remembers the generation it last pushed can find the changed and
+//!   removed entries without comparing values (the diff costs one integer
+//!   comparison per entry).
+//! - Several managers can share one map (the filter table holds static,
+//!   policy and endpoint chains); [`OwnedMap::replace_owned`] (a manager's
+//!   full rewrite after a restart) only replaces that manager's entries.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::Hash;
+
+use ipnet::IpNet;
+
+use crate::dataplane::generictables::{Chain, Rule};
+use crate::dataplane::ipsets::IpSetType;
+
+/// One entry of an [`OwnedMap`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned<T> {
+    /// Name of the manager that wrote the entry.
+    pub owner: String,
+    /// Generation, unique within the map; changes whenever the value does.
+    pub generation: u64,
+    /// The value.
+    pub value: T,
+}
+
+/// A map whose entries are owned by managers and versioned by generation.
+#[derive(Debug, Clone)]
+pub struct OwnedMap<K: Ord, T> {
+    entries: BTreeMap<K, Versioned<T>>,
+    next_generation: u64,
+}
+
+impl<K: Ord, T> Default for OwnedMap<K, T> {
+    fn default() -> Self {
+        OwnedMap {
+            entries: BTreeMap::new(),
+            next_generation: 1,
+        }
+    }
+}
+
+impl<K: Ord + Clone, T: PartialEq> OwnedMap<K, T> {
+    /// Sets `key` to `value` on behalf of `owner`. Returns true if anything
+    /// changed (an equal value with the same owner keeps its generation).
+    pub fn set(&mut self, owner: &str, key: K, value: T) -> bool {
+        if let Some(e) = self.entries.get(&key) {
+            if e.value == value && e.owner == owner {
+                return false;
+            }
+        }
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        self.entries.insert(
+            key,
+            Versioned {
+                owner: owner.to_string(),
+                generation,
+                value,
+            },
+        );
+        true
+    }
+
+    /// Removes `key`; returns true if it was present.
+    pub fn remove(&mut self, key: &K) -> bool {
+        self.entries.remove(key).is_some()
+    }
+
+    /// Replaces every entry owned by `owner` with `entries` (entries of other
+    /// owners are kept; an unchanged entry keeps its generation).
+    pub fn replace_owned(&mut self, owner: &str, entries: impl IntoIterator<Item = (K, T)>) {
+        let mut keep = BTreeSet::new();
+        for (k, v) in entries {
+            keep.insert(k.clone());
+            self.set(owner, k, v);
+        }
+        self.entries
+            .retain(|k, e| e.owner != owner || keep.contains(k));
+    }
+
+    /// The value under `key`.
+    pub fn get(&self, key: &K) -> Option<&T> {
+        self.entries.get(key).map(|e| &e.value)
+    }
+
+    /// The owner of the entry under `key`.
+    pub fn owner_of(&self, key: &K) -> Option<&str> {
+        self.entries.get(key).map(|e| e.owner.as_str())
+    }
+
+    /// Every entry in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &Versioned<T>)> {
+        self.entries.iter()
+    }
+
+    /// Keys owned by `owner`.
+    pub fn keys_owned_by<'a>(&'a self, owner: &'a str) -> impl Iterator<Item = &'a K> + 'a {
+        self.entries
+            .iter()
+            .filter(move |(_, e)| e.owner == owner)
+            .map(|(k, _)| k)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True if empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// What changed in an [`OwnedMap`] since a driver last pushed it.
+#[derive(Debug)]
+pub struct MapDiff<'a, K, T> {
+    /// New or changed entries.
+    pub changed: Vec<(&'a K, &'a T)>,
+    /// Keys that were pushed before and are no longer desired.
+    pub removed: Vec<K>,
+}
+
+/// The generations a driver has pushed into its kernel-facing object.
+#[derive(Debug, Clone)]
+pub struct Pushed<K> {
+    generations: HashMap<K, u64>,
+}
+
+impl<K> Default for Pushed<K> {
+    fn default() -> Self {
+        Pushed {
+            generations: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Ord + Hash + Clone> Pushed<K> {
+    /// Compares `desired` with what was pushed.
+    pub fn diff<'a, T>(&self, desired: &'a OwnedMap<K, T>) -> MapDiff<'a, K, T> {
+        let changed = desired
+            .entries
+            .iter()
+            .filter(|(k, e)| self.generations.get(*k) != Some(&e.generation))
+            .map(|(k, e)| (k, &e.value))
+            .collect();
+        let removed = self
+            .generations
+            .keys()
+            .filter(|k| !desired.entries.contains_key(*k))
+            .cloned()
+            .collect();
+        MapDiff { changed, removed }
+    }
+
+    /// Records that the current `desired` has been pushed.
+    pub fn mark_pushed<T>(&mut self, desired: &OwnedMap<K, T>) {
+        self.generations = desired
+            .entries
+            .iter()
+            .map(|(k, e)| (k.clone(), e.generation))
+            .collect();
+    }
+
+    /// Forgets one key (the next diff reports it as changed if desired).
+    pub fn forget(&mut self, key: &K) {
+        self.generations.remove(key);
+    }
+
+    /// Forgets everything (the next diff reports every entry as changed).
+    pub fn clear(&mut self) {
+        self.generations.clear();
+    }
+}
+
+/// Desired state of one `*tables` table (`filter`, `nat`, `mangle`, `raw`)
+/// for one IP version.
+#[derive(Debug, Clone, Default)]
+pub struct TableDesired {
+    /// Chains we own, by name.
+    pub chains: OwnedMap<String, Chain>,
+    /// Our rules at the top of kernel chains (`INPUT`, `FORWARD`, ...).
+    pub inserts: OwnedMap<String, Vec<Rule>>,
+}
+
+/// Desired content of one IP set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetSpec {
+    /// Kernel set type.
+    pub set_type: IpSetType,
+    /// Members as the calc graph sends them (drivers canonicalise and drop
+    /// members of the other IP version).
+    pub members: BTreeSet<String>,
+}
+
+/// Desired IP sets of one IP version, keyed by calc-graph set ID.
+pub type IpSetsDesired = OwnedMap<String, SetSpec>;
+
+/// Desired state of our nftables table for one family: the four layers
+/// (`filter`, `nat`, `mangle`, `raw`) and the IP sets.
+#[derive(Debug, Clone, Default)]
+pub struct NftDesired {
+    /// Per-layer chains and base-chain rules.
+    pub tables: BTreeMap<String, TableDesired>,
+    /// Native sets.
+    pub sets: IpSetsDesired,
+}
+
+/// Desired local routes of one IP version: for each interface, the
+/// destinations routed to it (a manager replaces an interface's whole set).
+pub type RoutesDesired = OwnedMap<String, BTreeSet<IpNet>>;
+
+/// Per-interface kernel settings the endpoint manager wants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfaceSettings {
+    /// Reverse-path filter value for IPv4 (`1` strict; `0` when the
+    /// endpoint may spoof its source).
+    pub rp_filter: u8,
+}
+
+/// Desired interface settings of one IP version, by interface name.
+pub type IfacesDesired = OwnedMap<String, IfaceSettings>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unchanged_value_keeps_its_generation_so_drivers_skip_it() {
+        let mut m: OwnedMap<String, u32> = OwnedMap::default();
+        let mut pushed = Pushed::default();
+        m.set("a", "x".into(), 1);
+        m.set("a", "y".into(), 2);
+        assert_eq!(pushed.diff(&m).changed.len(), 2);
+        pushed.mark_pushed(&m);
+        assert!(!m.set("a", "x".into(), 1));
+        assert!(pushed.diff(&m).changed.is_empty());
+        assert!(m.set("a", "x".into(), 3));
+        let d = pushed.diff(&m);
+        assert_eq!(d.changed, vec![(&"x".to_string(), &3)]);
+        assert!(d.removed.is_empty());
+        m.remove(&"y".to_string());
+        assert_eq!(pushed.diff(&m).removed, vec!["y".to_string()]);
+    }
+
+    #[test]
+    fn full_rewrite_replaces_only_the_owners_entries() {
+        let mut m: OwnedMap<String, u32> = OwnedMap::default();
+        m.set("static", "s".into(), 1);
+        m.set("policy", "p1".into(), 1);
+        m.set("policy", "p2".into(), 2);
+        m.replace_owned("policy", [("p2".to_string(), 2), ("p3".to_string(), 3)]);
+        let keys: Vec<_> = m.iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(keys, vec!["p2", "p3", "s"]);
+        assert_eq!(m.keys_owned_by("static").count(), 1);
+    }
+}

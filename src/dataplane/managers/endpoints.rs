@@ -1,0 +1,370 @@
+//! `manager/endpoints-v4` / `-v6`: owns everything per local endpoint:
+//!
+//! - the workload endpoint chains (`cali-tw-*`, `cali-fw-*`, filter) and the
+//!   host endpoint chains (per table);
+//! - the dispatch chains, which jump from the top-level chains to the
+//!   endpoint chains by interface name and end in a drop for unknown
+//!   workload interfaces (fail closed: a new `cali*` interface passes
+//!   nothing until its endpoint is programmed);
+//! - the routes to local workloads (`/32` or `/128` per address via the
+//!   workload's interface), for endpoints in state `active`;
+//! - the host-side interface settings of workload interfaces (proxy ARP,
+//!   forwarding, ...; see `netlink::IfaceSettingsTable`).
+//!
+//! Dirty tracking: per endpoint, plus one flag for the dispatch chains
+//! (set only when the set of interface names changes). Host endpoints
+//! without an interface name (matched by expected IPs) are not supported
+//! yet and are skipped.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use felix_actors::{ApplyCtx, ApplyError, DesiredInput, Manager};
+use felix_proto::{HostEndpoint, WorkloadEndpoint};
+use ipnet::IpNet;
+
+use crate::dataplane::generictables::{Chain, IpVersion};
+use crate::dataplane::rules::TableName;
+
+use super::chains::{OwnedChains, TablePlan};
+use super::desired::{IfaceSettings, IfacesDesired, RoutesDesired};
+use super::render::ChainSource;
+use super::targets::TableInputs;
+use super::Payload;
+
+/// Identity of an endpoint (or of the dispatch chains, which are one object).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Key {
+    Workload {
+        orchestrator: String,
+        workload: String,
+        endpoint: String,
+    },
+    Host(String),
+    Dispatch,
+}
+
+/// The endpoint manager's outputs for one IP version.
+#[derive(Debug, Clone)]
+pub struct EndpointOutputs {
+    /// Table inputs (endpoint and dispatch chains).
+    pub tables: TableInputs,
+    /// The route driver's input.
+    pub routes: DesiredInput<RoutesDesired>,
+    /// The interface-settings driver's input.
+    pub ifaces: DesiredInput<IfacesDesired>,
+}
+
+/// See the module docs.
+pub struct EndpointManager {
+    name: String,
+    ipv: IpVersion,
+    source: Arc<dyn ChainSource>,
+    out: EndpointOutputs,
+    workloads: BTreeMap<Key, WorkloadEndpoint>,
+    hosts: BTreeMap<Key, HostEndpoint>,
+    dirty: BTreeSet<Key>,
+    dispatch_dirty: bool,
+    chains: OwnedChains<Key>,
+    /// Interface each workload's routes and settings were written under.
+    routed_iface: BTreeMap<Key, String>,
+    /// Interface names the dispatch chains were last rendered for.
+    dispatch_for: (Vec<String>, Vec<String>),
+}
+
+/// True if the workload is administratively up (the only state that gets
+/// routes and interface settings).
+fn is_active(ep: &WorkloadEndpoint) -> bool {
+    ep.state == "active"
+}
+
+impl EndpointManager {
+    /// A manager writing as `name`.
+    pub fn new(
+        name: &str,
+        ipv: IpVersion,
+        source: Arc<dyn ChainSource>,
+        out: EndpointOutputs,
+    ) -> Self {
+        EndpointManager {
+            name: name.to_string(),
+            ipv,
+            source,
+            out,
+            workloads: BTreeMap::new(),
+            hosts: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            // The dispatch chains exist (ending in the drop) even with no
+            // endpoints at all.
+            dispatch_dirty: true,
+            chains: OwnedChains::default(),
+            routed_iface: BTreeMap::new(),
+            dispatch_for: (Vec::new(), Vec::new()),
+        }
+    }
+
+    /// True for the messages this manager consumes.
+    pub fn wants(msg: &Payload) -> bool {
+        matches!(
+            msg,
+            Payload::WorkloadEndpointUpdate(_)
+                | Payload::WorkloadEndpointRemove(_)
+                | Payload::HostEndpointUpdate(_)
+                | Payload::HostEndpointRemove(_)
+        )
+    }
+
+    fn iface_names(&self) -> (Vec<String>, Vec<String>) {
+        let wl: BTreeSet<String> = self
+            .workloads
+            .values()
+            .filter(|e| !e.name.is_empty())
+            .map(|e| e.name.clone())
+            .collect();
+        let host: BTreeSet<String> = self
+            .hosts
+            .values()
+            .filter(|e| !e.name.is_empty())
+            .map(|e| e.name.clone())
+            .collect();
+        (wl.into_iter().collect(), host.into_iter().collect())
+    }
+
+    fn render(&self, key: &Key) -> Option<Vec<(TableName, Chain)>> {
+        match key {
+            Key::Workload { .. } => {
+                let ep = self.workloads.get(key)?;
+                if ep.name.is_empty() {
+                    return None;
+                }
+                Some(
+                    self.source
+                        .workload_endpoint_chains(&ep.name, ep)
+                        .into_iter()
+                        .map(|c| (TableName::Filter, c))
+                        .collect(),
+                )
+            }
+            Key::Host(id) => {
+                let ep = self.hosts.get(key)?;
+                if ep.name.is_empty() {
+                    tracing::warn!(id = %id, "host endpoint without interface name not supported; skipped");
+                    return None;
+                }
+                Some(self.source.host_endpoint_chains(&ep.name, ep))
+            }
+            Key::Dispatch => {
+                let (wl, host) = self.iface_names();
+                Some(self.source.dispatch_chains(&wl, &host))
+            }
+        }
+    }
+
+    /// The routed destinations of a workload for this IP version.
+    fn routes_of(&self, ep: &WorkloadEndpoint) -> BTreeSet<IpNet> {
+        let nets = match self.ipv {
+            IpVersion::V4 => &ep.ipv4_nets,
+            IpVersion::V6 => &ep.ipv6_nets,
+        };
+        nets.iter()
+            .filter_map(|s| match s.parse::<IpNet>() {
+                Ok(n) => Some(n),
+                Err(_) => match s.parse::<std::net::IpAddr>() {
+                    Ok(a) => Some(IpNet::from(a)),
+                    Err(_) => {
+                        tracing::warn!(net = %s, iface = %ep.name, "unparseable endpoint address skipped");
+                        None
+                    }
+                },
+            })
+            .filter(|n| matches!((n, self.ipv), (IpNet::V4(_), IpVersion::V4) | (IpNet::V6(_), IpVersion::V6)))
+            .collect()
+    }
+
+    /// Routes and interface settings for the dirty workloads (or all).
+    fn write_routes(&mut self, ctx: &mut ApplyCtx, keys: &[Key], full: bool) {
+        let mut route_ops: Vec<(String, Option<BTreeSet<IpNet>>)> = Vec::new();
+        let mut iface_ops: Vec<(String, Option<IfaceSettings>)> = Vec::new();
+        for key in keys {
+            if !matches!(key, Key::Workload { .. }) {
+                continue;
+            }
+            let old = self.routed_iface.remove(key);
+            let want = self
+                .workloads
+                .get(key)
+                .filter(|ep| !ep.name.is_empty() && is_active(ep))
+                .map(|ep| {
+                    let settings = IfaceSettings {
+                        rp_filter: if ep.allow_spoofed_source_prefixes.is_empty() {
+                            1
+                        } else {
+                            0
+                        },
+                    };
+                    (ep.name.clone(), self.routes_of(ep), settings)
+                });
+            if let Some(old) = old {
+                if want.as_ref().is_none_or(|(n, _, _)| *n != old) {
+                    route_ops.push((old.clone(), None));
+                    iface_ops.push((old, None));
+                }
+            }
+            if let Some((iface, routes, settings)) = want {
+                route_ops.push((iface.clone(), Some(routes)));
+                iface_ops.push((iface.clone(), Some(settings)));
+                self.routed_iface.insert(key.clone(), iface);
+            }
+        }
+        let owner = self.name.as_str();
+        ctx.write(&self.out.routes, |d| {
+            if full {
+                let all: Vec<_> = route_ops
+                    .into_iter()
+                    .filter_map(|(i, r)| r.map(|r| (i, r)))
+                    .collect();
+                d.replace_owned(owner, all);
+            } else {
+                for (iface, r) in route_ops {
+                    match r {
+                        Some(r) => {
+                            d.set(owner, iface, r);
+                        }
+                        None => {
+                            d.remove(&iface);
+                        }
+                    }
+                }
+            }
+        });
+        ctx.write(&self.out.ifaces, |d| {
+            if full {
+                let all: Vec<_> = iface_ops
+                    .into_iter()
+                    .filter_map(|(i, s)| s.map(|s| (i, s)))
+                    .collect();
+                d.replace_owned(owner, all);
+            } else {
+                for (iface, s) in iface_ops {
+                    match s {
+                        Some(s) => {
+                            d.set(owner, iface, s);
+                        }
+                        None => {
+                            d.remove(&iface);
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+impl Manager<Payload> for EndpointManager {
+    fn on_update(&mut self, msg: &Payload) {
+        let key = match msg {
+            Payload::WorkloadEndpointUpdate(u) => {
+                let Some(id) = &u.id else { return };
+                let key = Key::Workload {
+                    orchestrator: id.orchestrator_id.clone(),
+                    workload: id.workload_id.clone(),
+                    endpoint: id.endpoint_id.clone(),
+                };
+                let ep = u.endpoint.clone().unwrap_or_default();
+                let old_name = self.workloads.insert(key.clone(), ep).map(|e| e.name);
+                if old_name.as_deref() != self.workloads.get(&key).map(|e| e.name.as_str()) {
+                    self.dispatch_dirty = true;
+                }
+                key
+            }
+            Payload::WorkloadEndpointRemove(r) => {
+                let Some(id) = &r.id else { return };
+                let key = Key::Workload {
+                    orchestrator: id.orchestrator_id.clone(),
+                    workload: id.workload_id.clone(),
+                    endpoint: id.endpoint_id.clone(),
+                };
+                if self.workloads.remove(&key).is_some() {
+                    self.dispatch_dirty = true;
+                }
+                key
+            }
+            Payload::HostEndpointUpdate(u) => {
+                let Some(id) = &u.id else { return };
+                let key = Key::Host(id.endpoint_id.clone());
+                let ep = u.endpoint.clone().unwrap_or_default();
+                let old_name = self.hosts.insert(key.clone(), ep).map(|e| e.name);
+                if old_name.as_deref() != self.hosts.get(&key).map(|e| e.name.as_str()) {
+                    self.dispatch_dirty = true;
+                }
+                key
+            }
+            Payload::HostEndpointRemove(r) => {
+                let Some(id) = &r.id else { return };
+                let key = Key::Host(id.endpoint_id.clone());
+                if self.hosts.remove(&key).is_some() {
+                    self.dispatch_dirty = true;
+                }
+                key
+            }
+            _ => return,
+        };
+        self.dirty.insert(key);
+    }
+
+    fn complete_deferred_work(&mut self, ctx: &mut ApplyCtx) -> Result<(), ApplyError> {
+        if ctx.full_rewrite() {
+            let mut keys: Vec<Key> = self.workloads.keys().cloned().collect();
+            keys.extend(self.hosts.keys().cloned());
+            let mut all: Vec<(Key, Vec<(TableName, Chain)>)> = keys
+                .iter()
+                .filter_map(|k| self.render(k).map(|c| (k.clone(), c)))
+                .collect();
+            if let Some(d) = self.render(&Key::Dispatch) {
+                all.push((Key::Dispatch, d));
+            }
+            self.dispatch_for = self.iface_names();
+            let mut chains = std::mem::take(&mut self.chains);
+            chains.rewrite_all(&self.out.tables, ctx, &self.name, all);
+            self.chains = chains;
+            self.routed_iface.clear();
+            self.write_routes(ctx, &keys, true);
+            self.dirty.clear();
+            self.dispatch_dirty = false;
+            return Ok(());
+        }
+        let names = if self.dispatch_dirty {
+            Some(self.iface_names())
+        } else {
+            None
+        };
+        let dispatch_changed = names.as_ref().is_some_and(|n| *n != self.dispatch_for);
+        if self.dirty.is_empty() && !dispatch_changed {
+            self.dispatch_dirty = false;
+            return Ok(());
+        }
+        let keys: Vec<Key> = std::mem::take(&mut self.dirty).into_iter().collect();
+        let mut plan = TablePlan::default();
+        for key in &keys {
+            let rendered = self.render(key);
+            self.chains.update(&mut plan, key, rendered);
+        }
+        if dispatch_changed || !self.chains_has_dispatch() {
+            let d = self.render(&Key::Dispatch);
+            self.chains.update(&mut plan, &Key::Dispatch, d);
+            if let Some(n) = names {
+                self.dispatch_for = n;
+            }
+        }
+        plan.flush(&self.out.tables, ctx, &self.name);
+        self.write_routes(ctx, &keys, false);
+        self.dispatch_dirty = false;
+        Ok(())
+    }
+}
+
+impl EndpointManager {
+    fn chains_has_dispatch(&self) -> bool {
+        self.chains.contains(&Key::Dispatch)
+    }
+}

@@ -1,0 +1,160 @@
+//! `manager/masq-v4` / `-v6`: owns NAT-outgoing. It keeps two IP sets — all
+//! IP pools of this family (`network-ip-pools`, except pools used only for
+//! load balancers, whose traffic must still be masqueraded) and the pools
+//! with `natOutgoing` (`masq-ipam-pools`) — and the `cali-nat-outgoing`
+//! chain in the nat table, which masquerades traffic from a masquerade pool
+//! to anywhere outside all pools (with no masquerade pool the set is empty
+//! and the rule matches nothing).
+//!
+//! One dirty flag: pool changes are rare, so the pass rewrites the two sets
+//! and the chain.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use felix_actors::{ApplyCtx, ApplyError, Manager};
+use felix_proto::IpamPool;
+use ipnet::IpNet;
+
+use crate::dataplane::generictables::{Chain, IpVersion};
+use crate::dataplane::ipsets::IpSetType;
+use crate::dataplane::rules::TableName;
+
+use super::desired::SetSpec;
+use super::render::ChainSource;
+use super::targets::{SetInputs, TableInputs};
+use super::Payload;
+
+/// Set ID of all pools (upstream's name).
+pub const IPSET_ID_ALL_POOLS: &str = "network-ip-pools";
+/// Set ID of the masquerade pools (upstream's name).
+pub const IPSET_ID_MASQ_POOLS: &str = "masq-ipam-pools";
+
+/// See the module docs.
+pub struct MasqManager {
+    name: String,
+    ipv: IpVersion,
+    source: Arc<dyn ChainSource>,
+    tables: TableInputs,
+    sets: SetInputs,
+    pools: BTreeMap<String, (IpNet, IpamPool)>,
+    dirty: bool,
+}
+
+impl MasqManager {
+    /// A manager writing as `name`.
+    pub fn new(
+        name: &str,
+        ipv: IpVersion,
+        source: Arc<dyn ChainSource>,
+        tables: TableInputs,
+        sets: SetInputs,
+    ) -> Self {
+        MasqManager {
+            name: name.to_string(),
+            ipv,
+            source,
+            tables,
+            sets,
+            pools: BTreeMap::new(),
+            dirty: true,
+        }
+    }
+
+    /// True for the messages this manager consumes.
+    pub fn wants(msg: &Payload) -> bool {
+        matches!(msg, Payload::IpamPoolUpdate(_) | Payload::IpamPoolRemove(_))
+    }
+
+    fn family_ok(&self, net: &IpNet) -> bool {
+        matches!(
+            (net, self.ipv),
+            (IpNet::V4(_), IpVersion::V4) | (IpNet::V6(_), IpVersion::V6)
+        )
+    }
+}
+
+fn load_balancer_only(p: &IpamPool) -> bool {
+    p.allowed_uses.len() == 1 && p.allowed_uses[0] == "LoadBalancer"
+}
+
+impl Manager<Payload> for MasqManager {
+    fn on_update(&mut self, msg: &Payload) {
+        match msg {
+            Payload::IpamPoolUpdate(u) => {
+                let pool = u.pool.clone().unwrap_or_default();
+                let parsed = pool
+                    .cidr
+                    .parse::<IpNet>()
+                    .ok()
+                    .filter(|n| self.family_ok(n));
+                let changed = match parsed {
+                    Some(net) => {
+                        self.pools.insert(u.id.clone(), (net.trunc(), pool));
+                        true
+                    }
+                    None => self.pools.remove(&u.id).is_some(),
+                };
+                self.dirty |= changed;
+            }
+            Payload::IpamPoolRemove(r) => {
+                self.dirty |= self.pools.remove(&r.id).is_some();
+            }
+            _ => {}
+        }
+    }
+
+    fn complete_deferred_work(&mut self, ctx: &mut ApplyCtx) -> Result<(), ApplyError> {
+        if !self.dirty && !ctx.full_rewrite() {
+            return Ok(());
+        }
+        let all: BTreeSet<String> = self
+            .pools
+            .values()
+            .filter(|(_, p)| !load_balancer_only(p))
+            .map(|(n, _)| n.to_string())
+            .collect();
+        let masq: BTreeSet<String> = self
+            .pools
+            .values()
+            .filter(|(_, p)| p.masquerade)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        let owner = self.name.as_str();
+        self.sets.write(ctx, |d| {
+            d.replace_owned(
+                owner,
+                [
+                    (
+                        IPSET_ID_ALL_POOLS.to_string(),
+                        SetSpec {
+                            set_type: IpSetType::HashNet,
+                            members: all,
+                        },
+                    ),
+                    (
+                        IPSET_ID_MASQ_POOLS.to_string(),
+                        SetSpec {
+                            set_type: IpSetType::HashNet,
+                            members: masq,
+                        },
+                    ),
+                ],
+            )
+        });
+        let chains: Vec<Chain> = self
+            .source
+            .masquerade_chains(
+                &self.source.ipset_name(IPSET_ID_MASQ_POOLS),
+                &self.source.ipset_name(IPSET_ID_ALL_POOLS),
+            )
+            .into_iter()
+            .collect();
+        self.tables.write(ctx, TableName::Nat, |d| {
+            d.chains
+                .replace_owned(owner, chains.into_iter().map(|c| (c.name.clone(), c)));
+        });
+        self.dirty = false;
+        Ok(())
+    }
+}

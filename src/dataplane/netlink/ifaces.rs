@@ -1,0 +1,188 @@
+//! [`IfaceSettingsTable`]: applies the per-interface kernel settings upstream
+//! Felix sets on the host side of workload interfaces (one IP version):
+//!
+//! - IPv4: `route_localnet=1`, `neigh/<if>/proxy_delay=0`, `proxy_arp=1`
+//!   (the host answers the workload's ARP for its gateway 169.254.1.1),
+//!   `forwarding=1`, `rp_filter` (strict unless the endpoint may spoof);
+//! - IPv6: `proxy_ndp=1`, `forwarding=1`;
+//! - both: `ipv6 accept_ra=0` (a workload must not be able to route the
+//!   host by router advertisements).
+//!
+//! All settings of one interface are one `sysctl -w` command. Settings are
+//! idempotent, so a resync simply rewrites them; an interface that is
+//! missing or down is retried on later applies. Nothing is ever removed:
+//! the settings die with the interface.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::dataplane::generictables::IpVersion;
+use crate::dataplane::managers::{IfaceSettings, IfacesDesired, Pushed};
+
+use super::{Netlink, NetlinkError};
+
+/// What one apply did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IfacesStats {
+    /// Interfaces configured.
+    pub configured: usize,
+    /// Interfaces skipped because missing or down.
+    pub waiting: usize,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct IfaceSettingsTable {
+    ipv: IpVersion,
+    nl: Netlink,
+    pushed: Pushed<String>,
+    waiting: bool,
+}
+
+/// The `key=value` sysctl assignments for one interface.
+pub fn sysctls_for(ipv: IpVersion, iface: &str, s: &IfaceSettings) -> Vec<String> {
+    let mut v = vec![format!("net/ipv6/conf/{iface}/accept_ra=0")];
+    match ipv {
+        IpVersion::V4 => v.extend([
+            format!("net/ipv4/conf/{iface}/route_localnet=1"),
+            format!("net/ipv4/neigh/{iface}/proxy_delay=0"),
+            format!("net/ipv4/conf/{iface}/proxy_arp=1"),
+            format!("net/ipv4/conf/{iface}/forwarding=1"),
+            format!("net/ipv4/conf/{iface}/rp_filter={}", s.rp_filter),
+        ]),
+        IpVersion::V6 => v.extend([
+            format!("net/ipv6/conf/{iface}/proxy_ndp=1"),
+            format!("net/ipv6/conf/{iface}/forwarding=1"),
+        ]),
+    }
+    v
+}
+
+impl IfaceSettingsTable {
+    /// A table; the first apply writes every desired interface.
+    pub fn new(ipv: IpVersion, nl: Netlink) -> Self {
+        IfaceSettingsTable {
+            ipv,
+            nl,
+            pushed: Pushed::default(),
+            waiting: false,
+        }
+    }
+
+    /// Rewrites every interface at the next apply.
+    pub fn queue_resync(&mut self) {
+        self.pushed.clear();
+        self.waiting = true;
+    }
+
+    /// True if interfaces wait to be configured.
+    pub fn is_dirty(&self) -> bool {
+        self.waiting
+    }
+
+    /// Configures new or changed interfaces that are up.
+    pub fn apply(&mut self, desired: &IfacesDesired) -> Result<IfacesStats, NetlinkError> {
+        let mut stats = IfacesStats::default();
+        let diff = self.pushed.diff(desired);
+        if diff.changed.is_empty() {
+            self.waiting = false;
+            self.pushed.mark_pushed(desired);
+            return Ok(stats);
+        }
+        let up: BTreeSet<String> = self
+            .nl
+            .list_links()?
+            .into_iter()
+            .filter(|l| l.up)
+            .map(|l| l.name)
+            .collect();
+        let mut failed: BTreeMap<String, ()> = BTreeMap::new();
+        let mut first_err = None;
+        for (iface, settings) in diff.changed {
+            if !up.contains(iface) {
+                stats.waiting += 1;
+                failed.insert(iface.clone(), ());
+                continue;
+            }
+            let kvs = sysctls_for(self.ipv, iface, settings);
+            let mut args: Vec<&str> = vec!["-q", "-w"];
+            args.extend(kvs.iter().map(String::as_str));
+            match self.nl.write_sysctls(&args) {
+                Ok(()) => stats.configured += 1,
+                Err(e) => {
+                    tracing::warn!(iface = %iface, error = %e, "interface settings failed");
+                    failed.insert(iface.clone(), ());
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        // Remember everything except what still needs doing.
+        self.pushed.mark_pushed(desired);
+        for iface in failed.keys() {
+            self.pushed.forget(iface);
+        }
+        self.waiting = !failed.is_empty();
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(stats),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::kernel::{Commands, FakeResponse, ScriptedCommands};
+
+    #[test]
+    fn configures_up_interfaces_once_and_waits_for_missing_ones() {
+        let fake = ScriptedCommands::new(|req| {
+            if req.args.join(" ").contains("link show") {
+                FakeResponse::Ok(r#"[{"ifname":"cali1","flags":["UP"],"operstate":"UP"}]"#.into())
+            } else {
+                FakeResponse::Ok(String::new())
+            }
+        });
+        let cmds = Commands::unhooked(fake.clone(), "driver/ifaces-v4");
+        let mut t = IfaceSettingsTable::new(IpVersion::V4, Netlink::new(cmds));
+        let mut d = IfacesDesired::default();
+        d.set("m", "cali1".into(), IfaceSettings { rp_filter: 1 });
+        d.set("m", "cali2".into(), IfaceSettings { rp_filter: 1 });
+        let s = t.apply(&d).unwrap();
+        assert_eq!(
+            s,
+            IfacesStats {
+                configured: 1,
+                waiting: 1
+            }
+        );
+        let sysctl: Vec<_> = fake
+            .calls()
+            .into_iter()
+            .filter(|c| c.program == "sysctl")
+            .collect();
+        assert_eq!(sysctl.len(), 1);
+        assert!(sysctl[0]
+            .args
+            .contains(&"net/ipv4/conf/cali1/proxy_arp=1".to_string()));
+        assert!(t.is_dirty());
+        fake.clear_calls();
+        let s = t.apply(&d).unwrap();
+        // Only the waiting interface is looked at again.
+        assert_eq!(
+            s,
+            IfacesStats {
+                configured: 0,
+                waiting: 1
+            }
+        );
+        assert_eq!(fake.count("sysctl"), 0);
+    }
+
+    #[test]
+    fn ipv6_settings_enable_proxy_ndp_and_disable_router_adverts() {
+        let v = sysctls_for(IpVersion::V6, "cali9", &IfaceSettings { rp_filter: 1 });
+        assert!(v.contains(&"net/ipv6/conf/cali9/proxy_ndp=1".to_string()));
+        assert!(v.contains(&"net/ipv6/conf/cali9/accept_ra=0".to_string()));
+        assert!(!v.iter().any(|s| s.contains("ipv4")));
+    }
+}
