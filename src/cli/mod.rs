@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 pub mod admin;
 pub mod calc;
+pub mod datastore;
 pub mod node_name;
 pub mod run;
 
@@ -45,6 +46,9 @@ pub enum Command {
     Run(run::RunArgs),
     /// Query or control a running daemon over its admin socket.
     Admin(admin::AdminArgs),
+    /// Load resources into an etcd datastore and list them (as calicoctl
+    /// stores them).
+    Datastore(datastore::DatastoreArgs),
 }
 
 /// Runs the parsed command line.
@@ -53,5 +57,6 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Calc(a) => calc::run(a),
         Command::Run(a) => run::run(a),
         Command::Admin(a) => admin::run(a),
+        Command::Datastore(a) => datastore::run(a),
     }
 }

@@ -40,6 +40,7 @@
 //! reported naming file, line and field.  Nothing else is affected.
 
 pub mod bench;
+pub mod etcd;
 pub mod file;
 pub mod snapshot;
 

@@ -1,0 +1,252 @@
+//! The etcd syncer benchmark: initial sync throughput, memory, and recovery
+//! after an etcd restart.  Run by `cargo test --release -p felix --test
+//! etcd_bench -- --ignored --nocapture`, or call [`run`] from a CLI.
+//!
+//! Figures reported ([`EtcdBenchReport`]):
+//! * `keys_per_sec`: stored keys delivered into the syncer channel per
+//!   second, from [`EtcdSyncer::start`] to `InSync` (etcd reads, JSON and
+//!   base64 decoding, validation, conversion and batching included);
+//! * RSS of the process before and after the sync, and its high-water
+//!   mark;
+//! * `recovery`: after etcd is killed, changed behind the syncer's back and
+//!   started again, the time from etcd answering until the syncer has
+//!   delivered the change.
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::client::EtcdClient;
+use super::config::EtcdConfig;
+use super::keys;
+use super::syncer::{EtcdSyncer, EtcdSyncerConfig};
+use super::testing::EtcdTestServer;
+use crate::model::{Key, SyncStatus, SyncerEvent};
+use crate::resources::Kind;
+
+/// etcd's default limit on operations per transaction.
+const TXN_OPS: usize = 128;
+
+/// Figures from [`run`].
+#[derive(Clone, Debug)]
+pub struct EtcdBenchReport {
+    pub keys: usize,
+    pub updates: usize,
+    pub load_time: Duration,
+    pub sync_time: Duration,
+    pub keys_per_sec: f64,
+    pub rss_before_kib: u64,
+    pub rss_after_kib: u64,
+    pub rss_peak_kib: u64,
+    pub recovery: Duration,
+}
+
+impl std::fmt::Display for EtcdBenchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "etcd keys stored:        {}", self.keys)?;
+        writeln!(f, "load into etcd:          {:.2?}", self.load_time)?;
+        writeln!(
+            f,
+            "initial sync:            {:.2?} ({} updates)",
+            self.sync_time, self.updates
+        )?;
+        writeln!(
+            f,
+            "throughput:              {:.0} keys/s",
+            self.keys_per_sec
+        )?;
+        writeln!(
+            f,
+            "RSS before/after/peak:   {} / {} / {} MiB",
+            self.rss_before_kib / 1024,
+            self.rss_after_kib / 1024,
+            self.rss_peak_kib / 1024
+        )?;
+        write!(f, "recovery after restart:  {:.2?}", self.recovery)
+    }
+}
+
+/// A workload endpoint as calicoctl would store it (index `i`).
+pub fn sample_workload_endpoint(i: usize) -> (String, String) {
+    let ns = format!("ns{}", i % 100);
+    let node = format!("node{}", i % 500);
+    let pod = format!("pod-{i}");
+    let name = format!("{node}-k8s-{pod}-eth0");
+    let key = keys::resource_key(Kind::WorkloadEndpoint, Some(&ns), &name);
+    let ip = format!(
+        "10.{}.{}.{}/32",
+        (i >> 16) & 0xff,
+        (i >> 8) & 0xff,
+        i & 0xff
+    );
+    let value = serde_json::json!({
+        "kind": "WorkloadEndpoint",
+        "apiVersion": "projectcalico.org/v3",
+        "metadata": {
+            "name": name, "namespace": ns,
+            "uid": super::apply::new_uuid(),
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": {
+                "app": format!("app{}", i % 50),
+                "tier": if i % 3 == 0 { "frontend" } else { "backend" },
+                "projectcalico.org/namespace": ns,
+                "projectcalico.org/orchestrator": "k8s",
+            }
+        },
+        "spec": {
+            "orchestrator": "k8s", "node": node, "pod": pod, "endpoint": "eth0",
+            "containerID": format!("c{i:012x}"),
+            "ipNetworks": [ip],
+            "profiles": [format!("kns.{ns}"), "ksa.default.default"],
+            "interfaceName": format!("cali{i:011x}"),
+            "ports": [{"name": "http", "protocol": "TCP", "port": 8080}]
+        }
+    });
+    (key, value.to_string())
+}
+
+/// A policy as calicoctl would store it (index `i`; namespaced for even
+/// `i`, global for odd).
+pub fn sample_policy(i: usize) -> (String, String) {
+    let name = format!("policy-{i}");
+    let rules = serde_json::json!([
+        {"action": "Allow", "protocol": "TCP",
+         "source": {"selector": format!("app == 'app{}'", i % 50)},
+         "destination": {"ports": [80, 443, "8000:8100"]}},
+        {"action": "Deny", "source": {"nets": ["192.168.0.0/16"]}}
+    ]);
+    let annotation = serde_json::json!({ "name": name }).to_string();
+    if i % 2 == 0 {
+        let ns = format!("ns{}", i % 100);
+        let key = keys::resource_key(Kind::NetworkPolicy, Some(&ns), &name);
+        let value = serde_json::json!({
+            "kind": "NetworkPolicy", "apiVersion": "projectcalico.org/v3",
+            "metadata": {"name": name, "namespace": ns, "uid": "u", "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "annotations": {"projectcalico.org/metadata": annotation}},
+            "spec": {"order": i as f64, "selector": format!("app == 'app{}'", i % 50),
+                     "types": ["Ingress"], "ingress": rules}
+        });
+        (key, value.to_string())
+    } else {
+        let key = keys::resource_key(Kind::GlobalNetworkPolicy, None, &name);
+        let value = serde_json::json!({
+            "kind": "GlobalNetworkPolicy", "apiVersion": "projectcalico.org/v3",
+            "metadata": {"name": name, "uid": "u", "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "annotations": {"projectcalico.org/metadata": annotation}},
+            "spec": {"order": i as f64, "selector": format!("tier == 'backend' && app == 'app{}'", i % 50),
+                     "types": ["Ingress", "Egress"], "ingress": rules, "egress": [{"action": "Allow"}]}
+        });
+        (key, value.to_string())
+    }
+}
+
+/// Writes `kvs` with multi-put transactions.
+pub fn put_all(client: &EtcdClient, kvs: &[(String, String)]) -> Result<(), String> {
+    for chunk in kvs.chunks(TXN_OPS) {
+        let pairs: Vec<(&[u8], &[u8])> = chunk
+            .iter()
+            .map(|(k, v)| (k.as_bytes(), v.as_bytes()))
+            .collect();
+        client.put_many(&pairs).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Resident set size and its peak, in KiB, from `/proc/self/status`.
+pub fn rss_kib() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Loads `workloads` endpoints and `policies` policies into `server`,
+/// measures the initial sync, then restarts etcd with one endpoint deleted
+/// behind the syncer's back and measures the recovery.
+pub fn run(
+    server: &mut EtcdTestServer,
+    workloads: usize,
+    policies: usize,
+) -> Result<EtcdBenchReport, String> {
+    let client = server.client();
+    let t = Instant::now();
+    let mut kvs: Vec<(String, String)> = (0..workloads).map(sample_workload_endpoint).collect();
+    kvs.extend((0..policies).map(sample_policy));
+    put_all(&client, &kvs)?;
+    let load_time = t.elapsed();
+    let keys = kvs.len();
+    let victim = kvs.first().map(|(k, _)| k.clone());
+    drop(kvs);
+
+    let (rss_before, _) = rss_kib();
+    let (tx, rx) = mpsc::sync_channel(64);
+    let config = EtcdSyncerConfig::new(
+        EtcdConfig::with_endpoints(&server.url()).map_err(|e| e.to_string())?,
+    );
+    let start = Instant::now();
+    let syncer = EtcdSyncer::start(config, tx).map_err(|e| e.to_string())?;
+    let mut updates = 0usize;
+    let mut wep_keys = std::collections::HashSet::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(SyncerEvent::Updates(u)) => {
+                updates += u.len();
+                for up in u {
+                    if let Key::WorkloadEndpoint(k) = up.key {
+                        wep_keys.insert(k);
+                    }
+                }
+            }
+            Ok(SyncerEvent::Status(SyncStatus::InSync)) => break,
+            Ok(SyncerEvent::Status(_)) => {}
+            Err(e) => return Err(format!("no InSync: {e}")),
+        }
+    }
+    let sync_time = start.elapsed();
+    let (rss_after, rss_peak) = rss_kib();
+
+    // Recovery: kill etcd, delete one endpoint while the syncer cannot
+    // see it, bring etcd back and time until the deletion arrives.
+    let victim = victim.ok_or("no keys loaded")?;
+    server
+        .offline(|c| c.delete(victim.as_bytes()).map_err(|e| e.to_string()))
+        .map_err(|e| e.to_string())??;
+    let back = Instant::now();
+    let expected = wep_keys.len().saturating_sub(1);
+    loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(SyncerEvent::Updates(u)) => {
+                for up in u {
+                    if let (Key::WorkloadEndpoint(k), None) = (&up.key, &up.value) {
+                        wep_keys.remove(k);
+                    }
+                }
+                if wep_keys.len() == expected {
+                    break;
+                }
+            }
+            Ok(SyncerEvent::Status(s)) => {
+                return Err(format!("unexpected status {s:?} after InSync"))
+            }
+            Err(e) => return Err(format!("no recovery: {e}")),
+        }
+    }
+    let recovery = back.elapsed();
+    syncer.stop();
+    Ok(EtcdBenchReport {
+        keys,
+        updates,
+        load_time,
+        sync_time,
+        keys_per_sec: keys as f64 / sync_time.as_secs_f64(),
+        rss_before_kib: rss_before,
+        rss_after_kib: rss_after,
+        rss_peak_kib: rss_peak,
+        recovery,
+    })
+}

@@ -1,0 +1,33 @@
+//! The etcd v3 datastore (`--datastore etcdv3:URLS`), shared with
+//! calicoctl in etcdv3 mode.
+//!
+//! * [`keys`]: upstream's key layout (which key holds which resource);
+//! * [`syncer`]: [`EtcdSyncer`], the live syncer thread (list at one
+//!   revision, then watch; resync on compaction or disconnection);
+//! * [`config`]: `--datastore` parsing ([`parse_datastore_spec`]) and the
+//!   etcd connection settings ([`EtcdConfig`]);
+//! * [`apply`]: writing resources as calicoctl stores them and listing them
+//!   (`felix datastore apply` / `get`);
+//! * [`client`]: the etcd operations, over etcd's JSON gateway with a small
+//!   built-in HTTP/1.1 client (plain HTTP only; see [`config`] on TLS);
+//! * [`testing`]: a throwaway etcd server for tests and benchmarks;
+//! * [`bench`]: the initial-sync and recovery benchmark.
+//!
+//! Values are decoded, validated and converted by [`crate::resources`]
+//! exactly as the file datastore's documents are; a value that fails is
+//! logged with its key and treated as absent.
+
+pub mod apply;
+pub mod bench;
+pub mod client;
+pub mod config;
+pub mod keys;
+pub mod syncer;
+pub mod testing;
+
+mod http;
+mod value;
+
+pub use client::{EtcdClient, EtcdError};
+pub use config::{parse_datastore_spec, parse_endpoints, ConfigError, DatastoreSpec, EtcdConfig};
+pub use syncer::{EtcdSyncer, EtcdSyncerConfig, EtcdSyncerError, EtcdSyncerStats};

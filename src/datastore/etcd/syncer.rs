@@ -1,0 +1,643 @@
+//! The etcd datastore syncer (`--datastore etcdv3:URLS`).
+//!
+//! # Contract
+//!
+//! [`EtcdSyncer::start`] spawns one OS thread that turns the Calico keys in
+//! etcd (layout in [`super::keys`]) into the [`SyncerEvent`] stream of
+//! [`crate::model`], with the same contract as the file syncer:
+//!
+//! 1. `Status(WaitForDatastore)` until etcd first answers;
+//! 2. `Status(ResyncInProgress)`, then the initial listing as `Updates`
+//!    batches of at most [`EtcdSyncerConfig::batch_size`];
+//! 3. `Status(InSync)`, exactly once, after a complete listing at one
+//!    revision has been delivered;
+//! 4. live changes as further `Updates` batches.
+//!
+//! Only net per-key differences are sent; `value: None` means absent.
+//!
+//! # Design
+//!
+//! *List, then watch.*  A listing reads every key under
+//! [`super::keys::SYNC_PREFIXES`] page by page
+//! ([`EtcdSyncerConfig::page_size`]), all pages at the revision of the
+//! first, so the result is one consistent snapshot.  The watch then starts
+//! at that revision + 1 over the whole `/calico/` prefix; keys outside the
+//! layout are ignored.
+//!
+//! *Resync.*  When the watch is cancelled (compaction, or etcd's own
+//! reasons), the connection drops, or a listing page's revision has been
+//! compacted, the syncer lists again.  It remembers each key's
+//! `mod_revision`; a resync lists keys and revisions only and fetches the
+//! values of the keys that changed (at the listing's revision), so
+//! unchanged keys cost neither transfer nor decoding, and keys that are no
+//! longer listed are deleted: only real differences are emitted,
+//! including deletions that happened while it was disconnected.  Statuses
+//! are never sent again after `InSync`.
+//!
+//! *Backoff.*  Failed attempts are retried after a delay that doubles from
+//! [`EtcdSyncerConfig::backoff_min`] up to
+//! [`EtcdSyncerConfig::backoff_max`] (default 50 ms to 1 s), reset by the
+//! next complete listing.  A compaction triggers an immediate relist, except
+//! that three in a row fall back to the backoff.  The first failure of an
+//! outage is logged as a warning, the rest at debug level.
+//!
+//! *Memory.*  Per key the syncer keeps its `mod_revision` and its decoded
+//! model entries (the merger's view); nothing is queued while etcd is
+//! unreachable, and a listing holds at most one page of raw values.
+//!
+//! *Bad values.*  A value that does not decode or validate is logged once
+//! per change with its key and treated as absent.  Two keys that convert to
+//! one model key (a `Profile` `kns.x` and a `Namespace` `x`) follow the file
+//! datastore's rule, with the etcd key in place of the file path: the value
+//! from the byte-wise smaller key is in force.
+//!
+//! # Shutdown
+//!
+//! [`EtcdSyncer::stop`] (or dropping the handle) raises a flag that blocked
+//! network reads, backoff sleeps and sends all check within 200 ms; the
+//! thread also ends when the receiver is dropped (noticed on its next send).
+
+use std::collections::HashMap;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::client::{prefix_end, EtcdClient, EtcdError, KeyValue, WatchEvent, WatchMessage};
+use super::config::{ConfigError, EtcdConfig};
+use super::keys;
+use super::value;
+use crate::datastore::merge::{Doc, Merger, RelPath};
+use crate::model::{SyncStatus, SyncerEvent, Update};
+
+/// Default maximum number of updates per `SyncerEvent::Updates`.
+pub const DEFAULT_BATCH_SIZE: usize = 1000;
+/// Default number of keys per listing page.
+pub const DEFAULT_PAGE_SIZE: i64 = 2000;
+/// Default first retry delay.
+pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(50);
+/// Default longest retry delay.
+pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Granularity of interruptible sleeps.
+const SLEEP_SLICE: Duration = Duration::from_millis(50);
+/// A resync page with more changed keys than this is re-read whole.
+const REFETCH_ONE_BY_ONE: usize = 16;
+/// Immediate relists (after compactions) allowed in a row before backing off.
+const MAX_IMMEDIATE: u32 = 3;
+
+/// Settings of an [`EtcdSyncer`].
+#[derive(Clone, Debug)]
+pub struct EtcdSyncerConfig {
+    pub etcd: EtcdConfig,
+    /// Maximum updates per batch (at least 1).
+    pub batch_size: usize,
+    /// Keys per listing page (at least 1).
+    pub page_size: i64,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// Timeout of one unary request (a listing page).
+    pub request_timeout: Duration,
+}
+
+impl EtcdSyncerConfig {
+    /// Defaults for `etcd`.
+    pub fn new(etcd: EtcdConfig) -> Self {
+        EtcdSyncerConfig {
+            etcd,
+            batch_size: DEFAULT_BATCH_SIZE,
+            page_size: DEFAULT_PAGE_SIZE,
+            backoff_min: DEFAULT_BACKOFF_MIN,
+            backoff_max: DEFAULT_BACKOFF_MAX,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why an [`EtcdSyncer`] could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdSyncerError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot start the etcd syncer thread: {0}")]
+    Spawn(#[from] io::Error),
+}
+
+/// Counters of a running syncer (for tests, benchmarks and metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EtcdSyncerStats {
+    /// Complete listings (the initial one and every resync).
+    pub lists: u64,
+    /// Watches or listings that failed because of compaction.
+    pub compactions: u64,
+    /// Failed attempts (connection errors, broken watches, ...).
+    pub failures: u64,
+    /// Last revision fully processed.
+    pub revision: i64,
+    /// Calico keys currently known.
+    pub keys: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    lists: AtomicU64,
+    compactions: AtomicU64,
+    failures: AtomicU64,
+    revision: AtomicI64,
+    keys: AtomicU64,
+}
+
+/// Handle of a running etcd syncer thread; see the module docs.
+pub struct EtcdSyncer {
+    stop: Arc<AtomicBool>,
+    counters: Arc<Counters>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EtcdSyncer {
+    /// Validates `config` and starts the syncer thread.  An unreachable
+    /// etcd is not an error: it is waited for.
+    pub fn start(
+        config: EtcdSyncerConfig,
+        out: SyncSender<SyncerEvent>,
+    ) -> Result<EtcdSyncer, EtcdSyncerError> {
+        config.etcd.validate()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let client = EtcdClient::new(&config.etcd.endpoints, Some(stop.clone()))
+            .map_err(ConfigError::Endpoint)?
+            .with_request_timeout(config.request_timeout);
+        let counters = Arc::new(Counters::default());
+        let worker = Worker {
+            batch_size: config.batch_size.max(1),
+            page_size: config.page_size.max(1),
+            config,
+            client,
+            out,
+            stop: stop.clone(),
+            counters: counters.clone(),
+            merger: Merger::new(Path::new("")),
+            known: HashMap::new(),
+            generation: 0,
+        };
+        let thread = std::thread::Builder::new()
+            .name("etcd-syncer".into())
+            .spawn(move || worker.run())?;
+        Ok(EtcdSyncer {
+            stop,
+            counters,
+            thread: Some(thread),
+        })
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> EtcdSyncerStats {
+        EtcdSyncerStats {
+            lists: self.counters.lists.load(Ordering::SeqCst),
+            compactions: self.counters.compactions.load(Ordering::SeqCst),
+            failures: self.counters.failures.load(Ordering::SeqCst),
+            revision: self.counters.revision.load(Ordering::SeqCst),
+            keys: self.counters.keys.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Stops the thread and waits for it to finish.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    /// True once the thread has ended.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("etcd syncer thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for EtcdSyncer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Why the current attempt ended.
+enum Interrupt {
+    /// Stop requested or receiver gone.
+    Stopped,
+    /// Try again: relist (after the backoff unless `immediate`).
+    Retry { reason: String, immediate: bool },
+}
+
+/// What the syncer remembers per etcd key.
+struct Known {
+    mod_revision: i64,
+    /// Listing generation that last saw the key.
+    generation: u64,
+}
+
+struct Worker {
+    config: EtcdSyncerConfig,
+    batch_size: usize,
+    page_size: i64,
+    client: EtcdClient,
+    out: SyncSender<SyncerEvent>,
+    stop: Arc<AtomicBool>,
+    counters: Arc<Counters>,
+    merger: Merger,
+    known: HashMap<String, Known>,
+    generation: u64,
+}
+
+/// Progress of the status sequence.
+#[derive(Default)]
+struct Phase {
+    resync_sent: bool,
+    in_sync: bool,
+}
+
+impl Worker {
+    fn run(mut self) {
+        if self
+            .send(SyncerEvent::Status(SyncStatus::WaitForDatastore))
+            .is_err()
+        {
+            return;
+        }
+        let mut phase = Phase::default();
+        let mut backoff = self.config.backoff_min;
+        let mut outage_logged = false;
+        let mut immediate_in_a_row = 0u32;
+        loop {
+            let reason = match self.attempt(&mut phase, &mut backoff, &mut outage_logged) {
+                Interrupt::Stopped => return,
+                Interrupt::Retry { reason, immediate } => {
+                    if immediate && immediate_in_a_row < MAX_IMMEDIATE {
+                        immediate_in_a_row += 1;
+                        tracing::info!("etcd resync: {reason}");
+                        continue;
+                    }
+                    reason
+                }
+            };
+            immediate_in_a_row = 0;
+            self.counters.failures.fetch_add(1, Ordering::SeqCst);
+            if outage_logged {
+                tracing::debug!(retry_in_ms = backoff.as_millis() as u64, "etcd: {reason}");
+            } else {
+                tracing::warn!(
+                    endpoints = %self.client.urls().join(","),
+                    retry_in_ms = backoff.as_millis() as u64,
+                    "etcd: {reason}"
+                );
+                outage_logged = true;
+            }
+            if self.sleep(backoff).is_err() {
+                return;
+            }
+            backoff = (backoff * 2).min(self.config.backoff_max.max(self.config.backoff_min));
+        }
+    }
+
+    /// One list-then-watch attempt; returns why it ended.
+    fn attempt(
+        &mut self,
+        phase: &mut Phase,
+        backoff: &mut Duration,
+        outage_logged: &mut bool,
+    ) -> Interrupt {
+        let revision = match self.list(phase) {
+            Ok(r) => r,
+            Err(i) => return i,
+        };
+        *backoff = self.config.backoff_min;
+        if *outage_logged {
+            tracing::info!(revision, "etcd reachable again; resynced");
+            *outage_logged = false;
+        }
+        if let Err(i) = self.flush() {
+            return i;
+        }
+        if !phase.in_sync {
+            if let Err(i) = self.send(SyncerEvent::Status(SyncStatus::InSync)) {
+                return i;
+            }
+            phase.in_sync = true;
+            tracing::info!(revision, keys = self.known.len(), "etcd datastore in sync");
+        }
+        self.watch(revision)
+    }
+
+    fn interrupt(&self, e: EtcdError) -> Interrupt {
+        match e {
+            EtcdError::Stopped => Interrupt::Stopped,
+            EtcdError::Compacted { .. } => {
+                self.counters.compactions.fetch_add(1, Ordering::SeqCst);
+                Interrupt::Retry {
+                    reason: e.to_string(),
+                    immediate: true,
+                }
+            }
+            other => Interrupt::Retry {
+                reason: other.to_string(),
+                immediate: false,
+            },
+        }
+    }
+
+    /// Lists every Calico key at one revision, applying differences from
+    /// what is known; returns the revision.
+    fn list(&mut self, phase: &mut Phase) -> Result<i64, Interrupt> {
+        self.generation += 1;
+        let generation = self.generation;
+        let mut revision = 0i64;
+        for prefix in keys::SYNC_PREFIXES {
+            let end = prefix_end(prefix.as_bytes());
+            let mut start = prefix.as_bytes().to_vec();
+            loop {
+                if self.stop.load(Ordering::SeqCst) {
+                    return Err(Interrupt::Stopped);
+                }
+                // A resync first reads keys and revisions only, then the
+                // values of the keys that changed.
+                let keys_only = !self.known.is_empty();
+                let page = if keys_only {
+                    self.client
+                        .range_keys(&start, &end, revision, self.page_size)
+                } else {
+                    self.client.range(&start, &end, revision, self.page_size)
+                }
+                .map_err(|e| self.interrupt(e))?;
+                if revision == 0 {
+                    revision = page.revision;
+                    if !phase.resync_sent {
+                        self.send(SyncerEvent::Status(SyncStatus::ResyncInProgress))?;
+                        phase.resync_sent = true;
+                    }
+                }
+                let more = page.more;
+                let page_start = std::mem::take(&mut start);
+                if let Some(last) = page.kvs.last() {
+                    start.clone_from(&last.key);
+                    start.push(0);
+                }
+                let kvs = if keys_only {
+                    self.with_values(page.kvs, &page_start, &start, revision)?
+                } else {
+                    page.kvs
+                };
+                for kv in kvs {
+                    self.put(kv, generation);
+                }
+                if self.merger.dirty_len() >= self.batch_size {
+                    self.flush()?;
+                }
+                if !more {
+                    break;
+                }
+            }
+        }
+        let gone: Vec<String> = self
+            .known
+            .iter()
+            .filter(|(_, k)| k.generation != generation)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in gone {
+            self.delete(&key);
+        }
+        self.counters.lists.fetch_add(1, Ordering::SeqCst);
+        self.counters.revision.store(revision, Ordering::SeqCst);
+        self.counters
+            .keys
+            .store(self.known.len() as u64, Ordering::SeqCst);
+        Ok(revision)
+    }
+
+    /// Completes a keys-only page: fetches (at `revision`) the values of
+    /// the keys whose `mod_revision` differs from what is known.  Keys
+    /// known unchanged are returned without values (only their revision
+    /// is looked at).  Many changes re-read the page's whole range.
+    fn with_values(
+        &self,
+        kvs: Vec<KeyValue>,
+        page_start: &[u8],
+        page_end: &[u8],
+        revision: i64,
+    ) -> Result<Vec<KeyValue>, Interrupt> {
+        let changed = |kv: &KeyValue| {
+            let Ok(key) = std::str::from_utf8(&kv.key) else {
+                return false;
+            };
+            keys::parse_key(key).is_some()
+                && self
+                    .known
+                    .get(key)
+                    .is_none_or(|k| k.mod_revision != kv.mod_revision)
+        };
+        let need = kvs.iter().filter(|kv| changed(kv)).count();
+        if need == 0 {
+            return Ok(kvs);
+        }
+        if need > REFETCH_ONE_BY_ONE {
+            let page = self
+                .client
+                .range(page_start, page_end, revision, self.page_size)
+                .map_err(|e| self.interrupt(e))?;
+            return Ok(page.kvs);
+        }
+        let mut out = Vec::with_capacity(kvs.len());
+        for kv in kvs {
+            if !changed(&kv) {
+                out.push(kv);
+                continue;
+            }
+            let mut end = kv.key.clone();
+            end.push(0);
+            let page = self
+                .client
+                .range(&kv.key, &end, revision, 1)
+                .map_err(|e| self.interrupt(e))?;
+            out.extend(page.kvs);
+        }
+        Ok(out)
+    }
+
+    /// Watches from `revision + 1` until something breaks.
+    fn watch(&mut self, revision: i64) -> Interrupt {
+        let prefix = keys::WATCH_PREFIX.as_bytes();
+        let mut stream = match self.client.watch(prefix, &prefix_end(prefix), revision + 1) {
+            Ok(s) => s,
+            Err(e) => return self.interrupt(e),
+        };
+        loop {
+            let message = match stream.next_message() {
+                None => {
+                    return Interrupt::Retry {
+                        reason: "watch connection closed".into(),
+                        immediate: false,
+                    }
+                }
+                Some(Err(e)) => return self.interrupt(e),
+                Some(Ok(m)) => m,
+            };
+            match message {
+                WatchMessage::Created { .. } => {}
+                WatchMessage::Progress { revision } => {
+                    self.counters.revision.fetch_max(revision, Ordering::SeqCst);
+                }
+                WatchMessage::Canceled {
+                    compact_revision,
+                    reason,
+                } => {
+                    if compact_revision > 0 {
+                        return self.interrupt(EtcdError::Compacted {
+                            revision: revision + 1,
+                            compact_revision,
+                        });
+                    }
+                    return Interrupt::Retry {
+                        reason: format!("watch cancelled by etcd: {reason}"),
+                        immediate: false,
+                    };
+                }
+                WatchMessage::Events { revision, events } => {
+                    let generation = self.generation;
+                    for event in events {
+                        match event {
+                            WatchEvent::Put(kv) => self.put(kv, generation),
+                            WatchEvent::Delete { key, .. } => {
+                                if let Ok(key) = String::from_utf8(key) {
+                                    self.delete(&key);
+                                }
+                            }
+                        }
+                    }
+                    if let Err(i) = self.flush() {
+                        return i;
+                    }
+                    self.counters.revision.fetch_max(revision, Ordering::SeqCst);
+                    self.counters
+                        .keys
+                        .store(self.known.len() as u64, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+
+    /// A key was listed or written.
+    fn put(&mut self, kv: KeyValue, generation: u64) {
+        let Ok(key) = String::from_utf8(kv.key) else {
+            return;
+        };
+        let Some(id) = keys::parse_key(&key) else {
+            return;
+        };
+        if let Some(known) = self.known.get_mut(&key) {
+            known.generation = generation;
+            if known.mod_revision == kv.mod_revision {
+                return;
+            }
+            known.mod_revision = kv.mod_revision;
+        } else {
+            self.known.insert(
+                key.clone(),
+                Known {
+                    mod_revision: kv.mod_revision,
+                    generation,
+                },
+            );
+        }
+        let result = value::decode(&key, &id, &kv.value);
+        if let Err(message) = &result {
+            tracing::error!("{message}");
+        }
+        let doc = Doc {
+            id,
+            line: 1,
+            result,
+        };
+        for message in self
+            .merger
+            .replace_file(&RelPath::new(Path::new(&key)), Some(vec![doc]))
+        {
+            tracing::error!("{message}");
+        }
+    }
+
+    /// A key was deleted (or is no longer listed).
+    fn delete(&mut self, key: &str) {
+        if self.known.remove(key).is_none() {
+            return;
+        }
+        for message in self
+            .merger
+            .replace_file(&RelPath::new(Path::new(key)), None)
+        {
+            tracing::error!("{message}");
+        }
+    }
+
+    /// Sends the merger's net changes in bounded batches.
+    fn flush(&mut self) -> Result<(), Interrupt> {
+        let updates = self.merger.take_updates();
+        if updates.is_empty() {
+            return Ok(());
+        }
+        let mut batch: Vec<Update> = Vec::with_capacity(self.batch_size.min(updates.len()));
+        for update in updates {
+            batch.push(update);
+            if batch.len() == self.batch_size {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(self.batch_size));
+                self.send(SyncerEvent::Updates(full))?;
+            }
+        }
+        if !batch.is_empty() {
+            self.send(SyncerEvent::Updates(batch))?;
+        }
+        Ok(())
+    }
+
+    /// Sends one event, waiting while the channel is full.
+    fn send(&self, event: SyncerEvent) -> Result<(), Interrupt> {
+        let mut event = event;
+        let mut backoff = Duration::from_millis(1);
+        loop {
+            if self.stop.load(Ordering::SeqCst) {
+                return Err(Interrupt::Stopped);
+            }
+            match self.out.try_send(event) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Disconnected(_)) => return Err(Interrupt::Stopped),
+                Err(TrySendError::Full(back)) => {
+                    event = back;
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+
+    /// Sleeps for `d`, waking early (with `Err`) on a stop request.
+    fn sleep(&self, d: Duration) -> Result<(), ()> {
+        let deadline = Instant::now() + d;
+        loop {
+            if self.stop.load(Ordering::SeqCst) {
+                return Err(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(());
+            }
+            std::thread::sleep((deadline - now).min(SLEEP_SLICE));
+        }
+    }
+}
