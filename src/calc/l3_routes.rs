@@ -26,6 +26,11 @@
 //! * Node-dependent fields (`dst_node_ip`, `same_subnet`) follow the node:
 //!   a node change marks every route attributed to it dirty; a change of
 //!   this node's own subnet marks every route dirty.
+//! * Routes inherit from enclosing CIDRs (pool metadata, a block's owner
+//!   and the borrowed flag), so a pool or block change re-evaluates every
+//!   route inside it.  Upstream re-evaluates only inside pools; its
+//!   routes inside a re-pointed block stay stale until touched again,
+//!   which makes its output depend on history.  Here it does not.
 //! * A host address never takes a workload type from an enclosing block;
 //!   a tunnel address takes it only from a block of exactly its own size.
 //! * `0.0.0.0/32` and `::/128` are never sent.
@@ -339,9 +344,14 @@ impl L3RouteResolver {
         };
         if changed {
             // Every route inside the pool inherits its metadata.
-            let inside: Vec<IpNet> = self.cidrs.within(&cidr).map(|(k, _)| *k).collect();
-            self.dirty.extend(inside);
+            self.mark_within(&cidr);
         }
+    }
+
+    /// Marks `cidr` and every recorded CIDR inside it dirty.
+    fn mark_within(&mut self, cidr: &IpNet) {
+        let inside: Vec<IpNet> = self.cidrs.within(cidr).map(|(k, _)| *k).collect();
+        self.dirty.extend(inside);
     }
 
     /// An IPAM block was created, changed or deleted (`None`).  Ignored
@@ -358,11 +368,16 @@ impl L3RouteResolver {
             }
         }
         let have = self.block_routes.remove(&cidr).unwrap_or_default();
-        // Withdraw stale or re-pointed destinations first, then add.
+        // Withdraw stale or re-pointed destinations first, then add.  The
+        // routes inside a changed destination inherit its owner (types,
+        // borrowed flag), so they are re-evaluated too; upstream marks
+        // only the block itself, which leaves them stale until something
+        // else touches them.
         for (dst, node) in &have {
             if want.get(dst) != Some(node) {
                 self.update(*dst, |ri| ri.block = None);
                 self.node_route_remove(node, *dst);
+                self.mark_within(dst);
             }
         }
         for (dst, node) in &want {
@@ -370,6 +385,7 @@ impl L3RouteResolver {
                 let n = node.clone();
                 self.update(*dst, |ri| ri.block = Some(n));
                 self.node_route_add(node, *dst);
+                self.mark_within(dst);
             }
         }
         if !want.is_empty() {
@@ -454,12 +470,18 @@ impl L3RouteResolver {
                 });
             }
         }
-        // Routes whose node IP or same-subnet flag follow this node.
-        let mut follow: Vec<IpNet> = self
+        // Routes whose node IP or same-subnet flag follow this node: its
+        // blocks and workloads (and anything recorded inside them, which
+        // may take its owner from them), its host and tunnel addresses.
+        let owned: Vec<IpNet> = self
             .node_routes
             .get(name)
             .map(|m| m.keys().copied().collect())
             .unwrap_or_default();
+        for c in &owned {
+            self.mark_within(c);
+        }
+        let mut follow = Vec::new();
         for i in old.iter().chain(new.iter()) {
             follow.extend(i.host_addrs.iter().map(|a| host_cidr(*a)));
             follow.extend(i.tunnel_addrs().map(host_cidr));

@@ -579,3 +579,23 @@ fn teardown_in_any_order_leaves_nothing_behind() {
         );
     }
 }
+
+#[test]
+fn routes_inside_a_reassigned_block_follow_its_new_owner() {
+    let mut r = L3RouteResolver::new(ME, RouteSource::CalicoIpam);
+    let mut rec = Rec::default();
+    r.on_pool(&n("10.0.0.0/16"), Some(&vxlan_pool(true)));
+    let mut node2 = bgp_node("192.168.0.2/24");
+    node2.ipv4_vxlan_tunnel_addr = Some("10.0.1.0".parse().unwrap());
+    r.on_node(REMOTE, Some(&node2));
+    r.on_block(&n("10.0.1.0/29"), Some(&block(REMOTE)));
+    flushed(&mut r, &mut rec);
+    assert!(!rec.routes["10.0.1.0/32"].borrowed);
+    // The block moves: the tunnel address inside it is now borrowed.
+    r.on_block(&n("10.0.1.0/29"), Some(&block(REMOTE2)));
+    flushed(&mut r, &mut rec);
+    assert!(rec.routes["10.0.1.0/32"].borrowed);
+    r.on_block(&n("10.0.1.0/29"), None);
+    flushed(&mut r, &mut rec);
+    assert!(!rec.routes["10.0.1.0/32"].borrowed);
+}
