@@ -1541,12 +1541,11 @@ fn case_empty() -> Test {
     Test::new("empty datastore", vec![State::empty()])
 }
 
-fn dup_state(
-    name: &str,
-    eps: &[(&str, &[&str], &[(&str, u16)])],
-    members: &[&str],
-    np_members: &[&str],
-) -> State {
+/// A local endpoint of the duplicate-member states: pod name, IPs and
+/// TCP named ports (name, number).
+type DupEp<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, u16)]);
+
+fn dup_state(name: &str, eps: &[DupEp], members: &[&str], np_members: &[&str]) -> State {
     // Local endpoints "d-*" with the given IPs and TCP named ports; a policy
     // selecting all of them whose rules use a selector set and a named-port
     // set over the same endpoints.
