@@ -118,6 +118,10 @@ mod full_ruleset {
     const SRC_SET: &str = "s:workloads";
 
     fn renderer(backend: Backend) -> Renderer {
+        renderer_for(backend, IpVersion::V4)
+    }
+
+    fn renderer_for(backend: Backend, ipv: IpVersion) -> Renderer {
         let kv: BTreeMap<String, String> = [
             ("DefaultEndpointToHostAction", "ACCEPT"),
             ("LogConnectionTransitions", "FirstResponseAfterLog"),
@@ -128,7 +132,7 @@ mod full_ruleset {
         .collect();
         let (cfg, errs) = Config::build(&[(Source::ConfigFile, kv)]);
         assert!(errs.is_empty(), "{errs:?}");
-        Renderer::new(RenderConfig::build(&cfg, IpVersion::V4, backend).unwrap())
+        Renderer::new(RenderConfig::build(&cfg, ipv, backend).unwrap())
     }
 
     fn icmp() -> Option<ProtoProtocol> {
@@ -164,7 +168,8 @@ mod full_ruleset {
         r: &Renderer,
         action: &str,
     ) -> (Vec<(TableName, Chain)>, Vec<(TableName, String, Vec<Rule>)>) {
-        let namer = |id: &str| IpVersionConfig::new(IpVersion::V4).name_for_main_ipset(id);
+        let ipv = r.config().ip_version;
+        let namer = |id: &str| IpVersionConfig::new(ipv).name_for_main_ipset(id);
         let pid = PolicyId {
             name: "icmp".into(),
             namespace: String::new(),
@@ -378,5 +383,70 @@ mod full_ruleset {
         assert!(ping_ok(&wl, "10.0.0.1"), "policy allows ICMP to the host");
         program("deny");
         assert!(!ping_ok(&wl, "10.0.0.1"), "policy denies ICMP to the host");
+    }
+
+    #[test]
+    fn kernel_full_ipv6_ruleset_loads_in_both_backends() {
+        let tools = [
+            "ip6tables-nft-restore",
+            "ip6tables-nft-save",
+            "ipset",
+            "nft",
+        ];
+        let Some(node) = TestNetns::create(&tools) else {
+            return;
+        };
+        let names = IpVersionConfig::new(IpVersion::V6);
+        let set_ids = [SRC_SET, "masq-ipam-pools", "all-ipam-pools"];
+        for id in set_ids {
+            let n = names.name_for_main_ipset(id);
+            node.sh("ipset", &["create", &n, "hash:net", "family", "inet6"]);
+        }
+        let r = renderer_for(Backend::Iptables, IpVersion::V6);
+        let (chains, inserts) = ruleset(&r, "allow");
+        for t in TableName::ALL {
+            let mut table = IptablesTable::new(
+                t.as_str(),
+                IpVersion::V6,
+                ResolvedBackend::Nft,
+                IptablesMode::Program,
+                node.commands("ip6tables"),
+                IptablesOptions::default(),
+            );
+            for (_, c) in chains.iter().filter(|(ct, _)| *ct == t) {
+                table.set_chain(c.clone());
+            }
+            for (_, k, rules) in inserts.iter().filter(|(ct, _, _)| *ct == t) {
+                table.set_insert_rules(k, rules.clone());
+            }
+            table
+                .apply()
+                .unwrap_or_else(|e| panic!("ip6tables {t:?} failed to load: {e}"));
+        }
+        let r = renderer_for(Backend::Nftables, IpVersion::V6);
+        let mut table = NftablesTable::new(
+            IpVersion::V6,
+            NftablesMode::Program,
+            node.commands("nft"),
+            NftablesOptions {
+                sleep: Arc::new(|_| {}),
+                ..NftablesOptions::default()
+            },
+        );
+        for id in set_ids {
+            table.set_ip_set(&names.name_for_main_ipset(id), NftSetKind::Net, []);
+        }
+        let (chains, inserts) = ruleset(&r, "deny");
+        for (_, c) in chains {
+            table.set_chain(c);
+        }
+        for (_, k, rules) in inserts {
+            table.set_insert_rules(&k, rules);
+        }
+        table
+            .apply()
+            .unwrap_or_else(|e| panic!("nft ip6 failed to load: {e}"));
+        let listed = node.sh("nft", &["list", "table", "ip6", "calico"]);
+        assert!(listed.contains("icmpv6 type"), "{listed}");
     }
 }
