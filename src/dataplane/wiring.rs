@@ -144,6 +144,7 @@ pub fn register(
         families.push(IpVersion::V6);
     }
     let backend = BackendChoice::new(configured_backend(cfg));
+    let ip_forwarding = cfg.ip_forwarding() == "Enabled";
     let refresh = cfg.table_refresh_interval().max(Duration::from_secs(1));
     let max_ipset = u32::try_from(cfg.max_ipset_size().max(1)).unwrap_or(u32::MAX);
     let own = RouteOwnership {
@@ -252,7 +253,7 @@ pub fn register(
             &name,
             Phase::Routes,
             ifaces.clone(),
-            move || IfacesDriver::new(&n, ipv, seam.clone()),
+            move || IfacesDriver::new(&n, ipv, seam.clone(), ip_forwarding),
         ));
         let name = format!("driver/cleanup-{fam}");
         let cleanup_mode = match mode {

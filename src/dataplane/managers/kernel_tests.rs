@@ -222,6 +222,27 @@ async fn settle(h: &SupervisorHandle<Payload>) {
     panic!("dataplane did not settle: {:#?}", h.status.snapshot());
 }
 
+fn dump(node: &TestNetns, h: &SupervisorHandle<Payload>) {
+    for (p, a) in [
+        ("iptables-legacy-save", vec!["-c"]),
+        ("iptables-nft-save", vec!["-c"]),
+        ("nft", vec!["list", "ruleset"]),
+        ("ip", vec!["route"]),
+        ("ip", vec!["link"]),
+        (
+            "sysctl",
+            vec![
+                "net.ipv4.conf.cali1.proxy_arp",
+                "net.ipv4.ip_forward",
+                "net.ipv4.conf.cali2.proxy_arp",
+            ],
+        ),
+    ] {
+        eprintln!("==== {p} {a:?}\n{}", ns_out(&node.name, p, &a));
+    }
+    eprintln!("{:#?}", h.status.snapshot());
+}
+
 /// `[packets:bytes]` counters of our rules in chains starting with `prefix`.
 fn counters(node: &TestNetns, prefix: &str) -> Vec<String> {
     let mut out = ns_out(&node.name, "iptables-legacy-save", &["-c", "-t", "filter"]);
@@ -241,6 +262,18 @@ async fn policy_on_real_traffic(cfg_kv: &[(&str, &str)], iptables: bool) {
     let (Some(w1), Some(w2)) = (TestNetns::create(&[]), TestNetns::create(&[])) else {
         return;
     };
+    // A node has an uplink and a default route (proxy ARP answers only for
+    // destinations it can route elsewhere).
+    node.sh(
+        "ip",
+        &[
+            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink1",
+        ],
+    );
+    node.sh("ip", &["addr", "add", "192.168.99.1/24", "dev", "uplink0"]);
+    node.sh("ip", &["link", "set", "uplink1", "up"]);
+    node.sh("ip", &["link", "set", "uplink0", "up"]);
+    node.sh("ip", &["route", "add", "default", "dev", "uplink0"]);
     plug(&node, &w1, "cali1", "10.65.0.2");
     plug(&node, &w2, "cali2", "10.65.0.3");
     let _l8080 = Listener::start(&w2.name, 8080);
@@ -258,7 +291,10 @@ async fn policy_on_real_traffic(cfg_kv: &[(&str, &str)], iptables: bool) {
     h.addr.do_send(UpdateBatch(base));
     h.addr.do_send(InSync);
     settle(&h).await;
-    assert!(ping_ok(&w1.name, "10.65.0.3"), "profile allow must pass");
+    if !ping_ok(&w1.name, "10.65.0.3") {
+        dump(&node, &h);
+        panic!("profile allow must pass");
+    }
     assert!(tcp_ok(&w1.name, "10.65.0.3", 9090));
 
     // Default deny: a profile without rules.

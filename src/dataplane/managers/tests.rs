@@ -616,7 +616,7 @@ async fn iptables_wiring_creates_sets_before_rules_and_routes_the_workload_only_
         "cali-pi-",
         "cali-pri-kns.default",
         "cali-to-wl-dispatch",
-        "-A FORWARD",
+        "FORWARD -m comment",
     ] {
         assert!(
             all_rules.contains(needle),

@@ -8,6 +8,10 @@
 //! - both: `ipv6 accept_ra=0` (a workload must not be able to route the
 //!   host by router advertisements).
 //!
+//! With `IPForwarding` enabled the global forwarding switch of the family
+//! (`net/ipv4/ip_forward`, `net/ipv6/conf/all/forwarding`) is also turned on,
+//! at the first apply and every resync.
+//!
 //! All settings of one interface are one `sysctl -w` command. Settings are
 //! idempotent, so a resync simply rewrites them; an interface that is
 //! missing or down is retried on later applies. Nothing is ever removed:
@@ -36,6 +40,8 @@ pub struct IfaceSettingsTable {
     nl: Netlink,
     pushed: Pushed<String>,
     waiting: bool,
+    ip_forwarding: bool,
+    globals_done: bool,
 }
 
 /// The `key=value` sysctl assignments for one interface.
@@ -58,13 +64,16 @@ pub fn sysctls_for(ipv: IpVersion, iface: &str, s: &IfaceSettings) -> Vec<String
 }
 
 impl IfaceSettingsTable {
-    /// A table; the first apply writes every desired interface.
-    pub fn new(ipv: IpVersion, nl: Netlink) -> Self {
+    /// A table; the first apply writes every desired interface (and, with
+    /// `ip_forwarding`, the global forwarding switch).
+    pub fn new(ipv: IpVersion, nl: Netlink, ip_forwarding: bool) -> Self {
         IfaceSettingsTable {
             ipv,
             nl,
             pushed: Pushed::default(),
             waiting: false,
+            ip_forwarding,
+            globals_done: false,
         }
     }
 
@@ -72,16 +81,27 @@ impl IfaceSettingsTable {
     pub fn queue_resync(&mut self) {
         self.pushed.clear();
         self.waiting = true;
+        self.globals_done = false;
     }
 
     /// True if interfaces wait to be configured.
     pub fn is_dirty(&self) -> bool {
-        self.waiting
+        self.waiting || !self.globals_done
     }
 
     /// Configures new or changed interfaces that are up.
     pub fn apply(&mut self, desired: &IfacesDesired) -> Result<IfacesStats, NetlinkError> {
         let mut stats = IfacesStats::default();
+        if !self.globals_done {
+            if self.ip_forwarding {
+                let key = match self.ipv {
+                    IpVersion::V4 => "net/ipv4/ip_forward",
+                    IpVersion::V6 => "net/ipv6/conf/all/forwarding",
+                };
+                self.nl.write_sysctl(key, "1")?;
+            }
+            self.globals_done = true;
+        }
         let diff = self.pushed.diff(desired);
         if diff.changed.is_empty() {
             self.waiting = false;
@@ -143,7 +163,7 @@ mod tests {
             }
         });
         let cmds = Commands::unhooked(fake.clone(), "driver/ifaces-v4");
-        let mut t = IfaceSettingsTable::new(IpVersion::V4, Netlink::new(cmds));
+        let mut t = IfaceSettingsTable::new(IpVersion::V4, Netlink::new(cmds), true);
         let mut d = IfacesDesired::default();
         d.set("m", "cali1".into(), IfaceSettings { rp_filter: 1 });
         d.set("m", "cali2".into(), IfaceSettings { rp_filter: 1 });
@@ -160,8 +180,9 @@ mod tests {
             .into_iter()
             .filter(|c| c.program == "sysctl")
             .collect();
-        assert_eq!(sysctl.len(), 1);
-        assert!(sysctl[0]
+        assert_eq!(sysctl.len(), 2);
+        assert_eq!(sysctl[0].args, vec!["-q", "-w", "net/ipv4/ip_forward=1"]);
+        assert!(sysctl[1]
             .args
             .contains(&"net/ipv4/conf/cali1/proxy_arp=1".to_string()));
         assert!(t.is_dirty());

@@ -73,12 +73,18 @@ pub struct IfacesDriver {
 }
 
 impl IfacesDriver {
-    /// An adapter named `actor`.
-    pub fn new(actor: &str, ipv: IpVersion, seam: Arc<dyn CommandSeam>) -> Self {
+    /// An adapter named `actor`; `ip_forwarding` also turns on the
+    /// family's global forwarding switch.
+    pub fn new(
+        actor: &str,
+        ipv: IpVersion,
+        seam: Arc<dyn CommandSeam>,
+        ip_forwarding: bool,
+    ) -> Self {
         let bridge = SeamBridge::new(seam);
         let nl = Netlink::new(bridge.commands(actor));
         IfacesDriver {
-            table: IfaceSettingsTable::new(ipv, nl),
+            table: IfaceSettingsTable::new(ipv, nl, ip_forwarding),
             bridge,
         }
     }
