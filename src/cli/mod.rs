@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 pub mod admin;
+pub mod bench;
 pub mod calc;
 pub mod datastore;
 pub mod node_name;
@@ -42,6 +43,8 @@ pub enum Command {
     /// Replay datastore states through the calculation graph offline and
     /// print the resulting dataplane view (or message stream).
     Calc(calc::CalcArgs),
+    /// Print benchmark figures (calculation graph, datastore load).
+    Bench(bench::BenchArgs),
     /// Run the node daemon: datastore -> calculation graph -> dataplane.
     Run(run::RunArgs),
     /// Query or control a running daemon over its admin socket.
@@ -55,6 +58,7 @@ pub enum Command {
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Calc(a) => calc::run(a),
+        Command::Bench(a) => bench::run(a),
         Command::Run(a) => run::run(a),
         Command::Admin(a) => admin::run(a),
         Command::Datastore(a) => datastore::run(a),

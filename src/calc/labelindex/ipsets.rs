@@ -6,6 +6,9 @@
 //! labels from, and computes the members of every *active* IP set: a
 //! selector, optionally combined with a named port and protocol.
 //!
+//! Memory: objects are stored in compact form (interned label ids, CIDRs,
+//! ports, parent ids); the model values they came from are not kept.
+//!
 //! Invariants:
 //! * Membership is reference counted: several objects may contribute the
 //!   same member (two endpoints briefly sharing an IP, overlapping network
@@ -13,7 +16,9 @@
 //!   removed when it goes 1 -> 0, never otherwise.
 //! * Every contribution added is removed with exactly the same key
 //!   (set index, member): contributions are recomputed from the stored
-//!   object, never from the update that replaces it.
+//!   compact object, never from the update that replaces it.
+//! * Every interned id taken for an object, a parent or a set restriction
+//!   is released when that object, parent or set goes.
 //! * There is one index for all uses; do not create a second all-endpoint
 //!   index (it is the graph's largest memory cost).
 //! * Deleting a set reports no member removals: the set removal itself
@@ -24,10 +29,11 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
+use super::interner::{lookup, IdLabels, Interner};
 use super::member::{host_net, Member, NpProtocol};
-use super::restriction::{Choice, RestrictionIndex, ValueIndex};
+use super::restriction::{Choice, SmallSet};
 use crate::model::{EndpointPort, HostEndpoint, Labels, NetworkSet, WorkloadEndpoint};
-use crate::selector::{Selector, WithParents};
+use crate::selector::{LabelSource, Selector};
 
 /// Identity of a labelled object in the index.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -37,7 +43,7 @@ pub enum LabelledKey {
     NetworkSet(crate::model::NetworkSetKey),
 }
 
-/// The stored value of a labelled object.
+/// The value of a labelled object, as it arrives.
 #[derive(Clone, Debug)]
 pub enum LabelledValue {
     Workload(Arc<WorkloadEndpoint>),
@@ -74,11 +80,12 @@ impl LabelledValue {
     /// CIDRs (any prefix length is ignored), a host endpoint's expected IPs,
     /// a network set's nets with host bits cleared and a /0 split into two
     /// halves (the Linux dataplane cannot hold a zero-length prefix).
-    fn for_each_cidr(&self, mut f: impl FnMut(IpNet)) {
+    fn cidrs(&self) -> Box<[IpNet]> {
+        let mut out = Vec::new();
         match self {
             LabelledValue::Workload(w) => {
                 for n in w.ipv4_nets.iter().chain(w.ipv6_nets.iter()) {
-                    f(host_net(n.addr()));
+                    out.push(host_net(n.addr()));
                 }
             }
             LabelledValue::Host(h) => {
@@ -87,60 +94,25 @@ impl LabelledValue {
                     .iter()
                     .chain(h.expected_ipv6_addrs.iter())
                 {
-                    f(host_net(*a));
+                    out.push(host_net(*a));
                 }
             }
             LabelledValue::NetworkSet(n) => {
                 for net in &n.nets {
                     let net = net.trunc();
                     if net.prefix_len() == 0 {
-                        match net {
-                            IpNet::V4(_) => {
-                                for s in ["0.0.0.0/1", "128.0.0.0/1"] {
-                                    if let Ok(half) = s.parse() {
-                                        f(half);
-                                    }
-                                }
-                            }
-                            IpNet::V6(_) => {
-                                for s in ["::/1", "8000::/1"] {
-                                    if let Ok(half) = s.parse() {
-                                        f(half);
-                                    }
-                                }
-                            }
-                        }
+                        let halves: [&str; 2] = match net {
+                            IpNet::V4(_) => ["0.0.0.0/1", "128.0.0.0/1"],
+                            IpNet::V6(_) => ["::/1", "8000::/1"],
+                        };
+                        out.extend(halves.iter().filter_map(|s| s.parse::<IpNet>().ok()));
                     } else {
-                        f(net);
+                        out.push(net);
                     }
                 }
             }
         }
-    }
-
-    /// Whether two values contribute identically (same labels, profiles,
-    /// addresses and ports).
-    fn same_contribution(&self, other: &LabelledValue) -> bool {
-        let ptr_eq = match (self, other) {
-            (LabelledValue::Workload(a), LabelledValue::Workload(b)) => Arc::ptr_eq(a, b),
-            (LabelledValue::Host(a), LabelledValue::Host(b)) => Arc::ptr_eq(a, b),
-            (LabelledValue::NetworkSet(a), LabelledValue::NetworkSet(b)) => Arc::ptr_eq(a, b),
-            _ => false,
-        };
-        if ptr_eq {
-            return true;
-        }
-        if self.labels() != other.labels()
-            || self.profile_ids() != other.profile_ids()
-            || self.ports() != other.ports()
-        {
-            return false;
-        }
-        let mut a = Vec::new();
-        self.for_each_cidr(|n| a.push(n));
-        let mut b = Vec::new();
-        other.for_each_cidr(|n| b.push(n));
-        a == b
+        out.into_boxed_slice()
     }
 }
 
@@ -160,69 +132,207 @@ pub struct IpSetDef {
     pub np_name: String,
 }
 
+/// A selector restriction with interned ids.
+#[derive(Clone, Debug)]
+enum IdChoice {
+    Values(u32, Vec<u32>),
+    Present(u32),
+    Unoptimized,
+}
+
 struct SetData {
     uid: Arc<str>,
     def: IpSetDef,
+    choice: IdChoice,
     members: HashMap<Member, u32>,
 }
 
+/// An object in compact form.
+#[derive(PartialEq)]
 struct EpData {
-    key: LabelledKey,
-    value: LabelledValue,
-    parents: Vec<u32>,
-    /// Indices of the active sets this object matches.
+    labels: IdLabels,
+    cidrs: Box<[IpNet]>,
+    ports: Box<[EndpointPort]>,
+    parents: Box<[u32]>,
+    /// Indices of the active sets this object matches (sorted).
     matching: Vec<u32>,
+}
+
+impl EpData {
+    fn same_contribution(&self, other: &EpData) -> bool {
+        self.labels == other.labels
+            && self.cidrs == other.cidrs
+            && self.ports == other.ports
+            && self.parents == other.parents
+    }
 }
 
 struct ParentData {
     name: String,
-    labels: Option<Arc<Labels>>,
+    labels: Option<IdLabels>,
     endpoints: HashSet<u32>,
+}
+
+/// Objects indexed by their own interned label values.
+#[derive(Default)]
+struct IdValueIndex {
+    by_kv: HashMap<u32, HashMap<u32, SmallSet<u32>>>,
+}
+
+impl IdValueIndex {
+    fn add(&mut self, id: u32, labels: &[(u32, u32)]) {
+        for (k, v) in labels {
+            let per_key = self.by_kv.entry(*k).or_default();
+            match per_key.get_mut(v) {
+                Some(set) => set.insert(id),
+                None => {
+                    per_key.insert(*v, SmallSet::One(id));
+                }
+            }
+        }
+    }
+
+    fn remove(&mut self, id: u32, labels: &[(u32, u32)]) {
+        for (k, v) in labels {
+            if let Some(per_key) = self.by_kv.get_mut(k) {
+                if let Some(set) = per_key.get_mut(v) {
+                    if set.remove(&id) {
+                        per_key.remove(v);
+                    }
+                }
+                if per_key.is_empty() {
+                    self.by_kv.remove(k);
+                }
+            }
+        }
+    }
+
+    /// Calls `f` for each object satisfying `choice`; false if the choice
+    /// cannot be answered from the index (unoptimised selector).
+    fn for_each_matching(&self, choice: &IdChoice, mut f: impl FnMut(u32)) -> bool {
+        match choice {
+            IdChoice::Values(k, vals) => {
+                if let Some(per_key) = self.by_kv.get(k) {
+                    for v in vals {
+                        if let Some(set) = per_key.get(v) {
+                            set.for_each(&mut f);
+                        }
+                    }
+                }
+                true
+            }
+            IdChoice::Present(k) => {
+                if let Some(per_key) = self.by_kv.get(k) {
+                    for set in per_key.values() {
+                        set.for_each(&mut f);
+                    }
+                }
+                true
+            }
+            IdChoice::Unoptimized => false,
+        }
+    }
+}
+
+/// Active sets indexed by their restriction, for candidate lookup from an
+/// object's labels.
+#[derive(Default)]
+struct SetRestrictions {
+    by_value: HashMap<(u32, u32), Vec<u32>>,
+    by_present: HashMap<u32, Vec<u32>>,
+    unoptimized: Vec<u32>,
+}
+
+fn vec_remove(v: &mut Vec<u32>, x: u32) {
+    if let Some(pos) = v.iter().position(|e| *e == x) {
+        v.swap_remove(pos);
+    }
+}
+
+impl SetRestrictions {
+    fn add(&mut self, set: u32, choice: &IdChoice) {
+        match choice {
+            IdChoice::Values(k, vals) => {
+                for v in vals {
+                    self.by_value.entry((*k, *v)).or_default().push(set);
+                }
+            }
+            IdChoice::Present(k) => self.by_present.entry(*k).or_default().push(set),
+            IdChoice::Unoptimized => self.unoptimized.push(set),
+        }
+    }
+
+    fn remove(&mut self, set: u32, choice: &IdChoice) {
+        match choice {
+            IdChoice::Values(k, vals) => {
+                for v in vals {
+                    if let Some(list) = self.by_value.get_mut(&(*k, *v)) {
+                        vec_remove(list, set);
+                        if list.is_empty() {
+                            self.by_value.remove(&(*k, *v));
+                        }
+                    }
+                }
+            }
+            IdChoice::Present(k) => {
+                if let Some(list) = self.by_present.get_mut(k) {
+                    vec_remove(list, set);
+                    if list.is_empty() {
+                        self.by_present.remove(k);
+                    }
+                }
+            }
+            IdChoice::Unoptimized => vec_remove(&mut self.unoptimized, set),
+        }
+    }
+}
+
+/// Label lookup over interned labels plus parents' labels.
+struct IdView<'a> {
+    interner: &'a Interner,
+    own: &'a [(u32, u32)],
+    parents: &'a [&'a [(u32, u32)]],
+}
+
+impl LabelSource for IdView<'_> {
+    fn get_label(&self, key: &str) -> Option<&str> {
+        let k = self.interner.get(key)?;
+        if let Some(v) = lookup(self.own, k) {
+            return Some(self.interner.resolve(v));
+        }
+        self.parents
+            .iter()
+            .find_map(|p| lookup(p, k))
+            .map(|v| self.interner.resolve(v))
+    }
 }
 
 /// The shared index; see the module docs.
 #[derive(Default)]
 pub struct IpSetIndex {
+    interner: Interner,
+
     ep_ids: HashMap<LabelledKey, u32>,
     eps: Vec<Option<EpData>>,
     free_eps: Vec<u32>,
-    ep_values: ValueIndex<u32>,
+    ep_values: IdValueIndex,
 
     parent_ids: HashMap<String, u32>,
     parents: Vec<Option<ParentData>>,
     free_parents: Vec<u32>,
-    parent_values: ValueIndex<u32>,
+    parent_values: IdValueIndex,
 
     set_ids: HashMap<Arc<str>, u32>,
     sets: Vec<Option<SetData>>,
     free_sets: Vec<u32>,
-    set_restrictions: RestrictionIndex<u32>,
+    set_restrictions: SetRestrictions,
 }
 
-/// Labels of an object plus those of its parents, for evaluation.
-fn parent_labels<'a>(parents: &'a [Option<ParentData>], ids: &[u32]) -> Vec<&'a Labels> {
+fn parent_labels<'a>(parents: &'a [Option<ParentData>], ids: &[u32]) -> Vec<&'a [(u32, u32)]> {
     ids.iter()
         .filter_map(|p| parents.get(*p as usize).and_then(|p| p.as_ref()))
         .filter_map(|p| p.labels.as_deref())
         .collect()
-}
-
-/// Effective (key, value) pairs: own labels shadow parents', earlier
-/// parents shadow later ones.
-fn effective_pairs<'a>(own: &'a Labels, parents: &[&'a Labels]) -> Vec<(&'a str, &'a str)> {
-    let mut out: Vec<(&str, &str)> = own.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    if parents.is_empty() {
-        return out;
-    }
-    for (i, p) in parents.iter().enumerate() {
-        for (k, v) in p.iter() {
-            if own.contains_key(k) || parents[..i].iter().any(|q| q.contains_key(k)) {
-                continue;
-            }
-            out.push((k.as_str(), v.as_str()));
-        }
-    }
-    out
 }
 
 impl IpSetIndex {
@@ -240,6 +350,17 @@ impl IpSetIndex {
         self.set_ids.len()
     }
 
+    /// Number of parents tracked (labels or referenced); zero after a full
+    /// teardown.
+    pub fn num_parents(&self) -> usize {
+        self.parent_ids.len()
+    }
+
+    /// Number of interned strings; zero after a full teardown.
+    pub fn num_interned(&self) -> usize {
+        self.interner.len()
+    }
+
     /// Current members of an active set (sorted), for tests and
     /// introspection.
     pub fn members(&self, uid: &str) -> Option<Vec<Member>> {
@@ -248,6 +369,13 @@ impl IpSetIndex {
         let mut m: Vec<Member> = set.members.keys().copied().collect();
         m.sort();
         Some(m)
+    }
+
+    /// Keys of all held objects (for tests: a teardown must empty it).
+    pub fn endpoint_keys(&self) -> Vec<LabelledKey> {
+        let mut v: Vec<LabelledKey> = self.ep_ids.keys().cloned().collect();
+        v.sort();
+        v
     }
 
     // ------------------------------------------------------------------
@@ -265,72 +393,63 @@ impl IpSetIndex {
             Some(id) => *id,
             None => {
                 let id = alloc(&mut self.eps, &mut self.free_eps);
-                self.ep_ids.insert(key.clone(), id);
+                self.ep_ids.insert(key, id);
                 id
             }
         };
-        let old = match self.eps[id as usize].take() {
-            Some(mut o) if o.value.same_contribution(&value) => {
-                o.value = value;
-                self.eps[id as usize] = Some(o);
-                return;
-            }
-            other => other,
-        };
-
-        // Parents (profile label inheritance).
-        let new_parents: Vec<u32> = value
+        let parents: Box<[u32]> = value
             .profile_ids()
             .iter()
             .map(|name| self.intern_parent(name))
             .collect();
-        let old_parents = old.as_ref().map(|o| o.parents.clone()).unwrap_or_default();
-        for p in &old_parents {
-            if !new_parents.contains(p) {
-                if let Some(Some(pd)) = self.parents.get_mut(*p as usize) {
-                    pd.endpoints.remove(&id);
+        let labels = self.interner.intern_labels(value.labels());
+        let new = EpData {
+            labels,
+            cidrs: value.cidrs(),
+            ports: value.ports().into(),
+            parents,
+            matching: Vec::new(),
+        };
+        let old = self.eps[id as usize].take();
+        if let Some(o) = &old {
+            if o.same_contribution(&new) {
+                // Undo the references taken for the new copy.
+                self.interner.release_labels(&new.labels);
+                for p in new.parents.iter() {
+                    self.release_parent_ref(*p, None);
                 }
+                self.eps[id as usize] = old;
+                return;
             }
         }
-        for p in &new_parents {
+        let mut new = new;
+
+        for p in new.parents.iter() {
             if let Some(Some(pd)) = self.parents.get_mut(*p as usize) {
                 pd.endpoints.insert(id);
             }
         }
-
-        // Own-label value index.
-        match &old {
-            Some(o) if o.value.labels() == value.labels() => {}
-            Some(o) => {
-                self.ep_values.remove(id, o.value.labels());
-                self.ep_values.add(id, value.labels());
-            }
-            None => self.ep_values.add(id, value.labels()),
-        }
-
-        let new_matching = self.compute_matching(value.labels(), &new_parents);
-        let old_matching = old.as_ref().map(|o| o.matching.clone()).unwrap_or_default();
-
-        // Add new contributions first so shared members never flap.
-        for s in &new_matching {
-            self.add_contributions(*s, &value, sink);
-        }
         if let Some(o) = &old {
-            for s in &old_matching {
-                self.remove_contributions(*s, &o.value, sink);
+            self.ep_values.remove(id, &o.labels);
+        }
+        self.ep_values.add(id, &new.labels);
+
+        new.matching = self.compute_matching(&new.labels, &new.parents);
+        // Add new contributions first so shared members never flap.
+        for s in &new.matching {
+            self.add_contributions(*s, &new, sink);
+        }
+        if let Some(o) = old {
+            for s in &o.matching {
+                self.remove_contributions(*s, &o, sink);
+            }
+            self.interner.release_labels(&o.labels);
+            for p in o.parents.iter() {
+                let keep = new.parents.contains(p);
+                self.release_parent_ref(*p, if keep { None } else { Some(id) });
             }
         }
-        for p in &old_parents {
-            if !new_parents.contains(p) {
-                self.maybe_free_parent(*p);
-            }
-        }
-        self.eps[id as usize] = Some(EpData {
-            key,
-            value,
-            parents: new_parents,
-            matching: new_matching,
-        });
+        self.eps[id as usize] = Some(new);
     }
 
     /// Removes a labelled object (no-op if unknown).
@@ -342,14 +461,12 @@ impl IpSetIndex {
             return;
         };
         for s in &old.matching {
-            self.remove_contributions(*s, &old.value, sink);
+            self.remove_contributions(*s, &old, sink);
         }
-        self.ep_values.remove(id, old.value.labels());
-        for p in &old.parents {
-            if let Some(Some(pd)) = self.parents.get_mut(*p as usize) {
-                pd.endpoints.remove(&id);
-            }
-            self.maybe_free_parent(*p);
+        self.ep_values.remove(id, &old.labels);
+        self.interner.release_labels(&old.labels);
+        for p in old.parents.iter() {
+            self.release_parent_ref(*p, Some(id));
         }
         self.free_eps.push(id);
     }
@@ -365,23 +482,37 @@ impl IpSetIndex {
         labels: Option<Arc<Labels>>,
         sink: &mut dyn MemberSink,
     ) {
-        let pid = match (self.parent_ids.get(name), &labels) {
-            (Some(p), _) => *p,
-            (None, None) => return,
-            (None, Some(_)) => self.intern_parent(name),
+        let pid = match self.parent_ids.get(name) {
+            Some(p) => *p,
+            None if labels.is_none() => return,
+            None => {
+                let id = alloc(&mut self.parents, &mut self.free_parents);
+                self.parents[id as usize] = Some(ParentData {
+                    name: name.to_string(),
+                    labels: None,
+                    endpoints: HashSet::new(),
+                });
+                self.parent_ids.insert(name.to_string(), id);
+                id
+            }
         };
+        let new_ids = labels.map(|l| self.interner.intern_labels(&l));
         let Some(Some(pd)) = self.parents.get_mut(pid as usize) else {
             return;
         };
-        if pd.labels.as_deref() == labels.as_deref() {
+        if pd.labels == new_ids {
+            if let Some(n) = new_ids {
+                self.interner.release_labels(&n);
+            }
             return;
         }
-        let old = std::mem::replace(&mut pd.labels, labels.clone());
+        let old = std::mem::replace(&mut pd.labels, new_ids.clone());
         let eps: Vec<u32> = pd.endpoints.iter().copied().collect();
         if let Some(old) = &old {
             self.parent_values.remove(pid, old);
+            self.interner.release_labels(old);
         }
-        if let Some(new) = &labels {
+        if let Some(new) = &new_ids {
             self.parent_values.add(pid, new);
         }
         for ep in eps {
@@ -390,6 +521,8 @@ impl IpSetIndex {
         self.maybe_free_parent(pid);
     }
 
+    /// Returns the parent id for `name`, taking one endpoint reference (the
+    /// caller adds itself to `endpoints`).
     fn intern_parent(&mut self, name: &str) -> u32 {
         if let Some(p) = self.parent_ids.get(name) {
             return *p;
@@ -402,6 +535,15 @@ impl IpSetIndex {
         });
         self.parent_ids.insert(name.to_string(), id);
         id
+    }
+
+    /// Drops endpoint `ep` from parent `pid` (if given) and frees the
+    /// parent when nothing refers to it.
+    fn release_parent_ref(&mut self, pid: u32, ep: Option<u32>) {
+        if let (Some(ep), Some(Some(pd))) = (ep, self.parents.get_mut(pid as usize)) {
+            pd.endpoints.remove(&ep);
+        }
+        self.maybe_free_parent(pid);
     }
 
     fn maybe_free_parent(&mut self, pid: u32) {
@@ -420,42 +562,69 @@ impl IpSetIndex {
     /// Re-evaluates one object's matches after its inherited labels
     /// changed; its own contributions are unchanged.
     fn rematch_endpoint(&mut self, ep: u32, sink: &mut dyn MemberSink) {
-        let Some(data) = self.eps.get_mut(ep as usize).and_then(|e| e.take()) else {
+        let Some(mut data) = self.eps.get_mut(ep as usize).and_then(|e| e.take()) else {
             return;
         };
-        let new_matching = self.compute_matching(data.value.labels(), &data.parents);
+        let new_matching = self.compute_matching(&data.labels, &data.parents);
         for s in &new_matching {
-            if !data.matching.contains(s) {
-                self.add_contributions(*s, &data.value, sink);
+            if data.matching.binary_search(s).is_err() {
+                self.add_contributions(*s, &data, sink);
             }
         }
         for s in &data.matching {
-            if !new_matching.contains(s) {
-                self.remove_contributions(*s, &data.value, sink);
+            if new_matching.binary_search(s).is_err() {
+                self.remove_contributions(*s, &data, sink);
             }
         }
-        self.eps[ep as usize] = Some(EpData {
-            matching: new_matching,
-            ..data
-        });
+        data.matching = new_matching;
+        self.eps[ep as usize] = Some(data);
     }
 
-    fn compute_matching(&self, own: &Labels, parent_ids: &[u32]) -> Vec<u32> {
+    fn compute_matching(&self, own: &[(u32, u32)], parent_ids: &[u32]) -> Vec<u32> {
         let parents = parent_labels(&self.parents, parent_ids);
-        let pairs = effective_pairs(own, &parents);
-        let lookup = WithParents {
+        let view = IdView {
+            interner: &self.interner,
             own,
             parents: &parents,
         };
         let mut out = Vec::new();
-        self.set_restrictions
-            .for_each_candidate(pairs.iter().copied(), |s| {
-                if let Some(Some(set)) = self.sets.get(*s as usize) {
-                    if set.def.selector.evaluate(&lookup) {
-                        out.push(*s);
+        let mut consider = |s: u32| {
+            if let Some(Some(set)) = self.sets.get(s as usize) {
+                if set.def.selector.evaluate(&view) {
+                    out.push(s);
+                }
+            }
+        };
+        for s in &self.set_restrictions.unoptimized {
+            consider(*s);
+        }
+        let r = &self.set_restrictions;
+        if !r.by_value.is_empty() || !r.by_present.is_empty() {
+            let mut visit = |k: u32, v: u32| {
+                if let Some(list) = r.by_value.get(&(k, v)) {
+                    for s in list {
+                        consider(*s);
                     }
                 }
-            });
+                if let Some(list) = r.by_present.get(&k) {
+                    for s in list {
+                        consider(*s);
+                    }
+                }
+            };
+            for (k, v) in own {
+                visit(*k, *v);
+            }
+            for (i, p) in parents.iter().enumerate() {
+                for (k, v) in p.iter() {
+                    let shadowed = lookup(own, *k).is_some()
+                        || parents[..i].iter().any(|q| lookup(q, *k).is_some());
+                    if !shadowed {
+                        visit(*k, *v);
+                    }
+                }
+            }
+        }
         out.sort_unstable();
         out.dedup();
         out
@@ -464,6 +633,30 @@ impl IpSetIndex {
     // ------------------------------------------------------------------
     // IP sets
     // ------------------------------------------------------------------
+
+    fn intern_choice(&mut self, choice: Choice) -> IdChoice {
+        match choice {
+            Choice::Values(k, vals) => IdChoice::Values(
+                self.interner.intern(&k),
+                vals.iter().map(|v| self.interner.intern(v)).collect(),
+            ),
+            Choice::Present(k) => IdChoice::Present(self.interner.intern(&k)),
+            Choice::Unoptimized => IdChoice::Unoptimized,
+        }
+    }
+
+    fn release_choice(&mut self, choice: &IdChoice) {
+        match choice {
+            IdChoice::Values(k, vals) => {
+                self.interner.release(*k);
+                for v in vals {
+                    self.interner.release(*v);
+                }
+            }
+            IdChoice::Present(k) => self.interner.release(*k),
+            IdChoice::Unoptimized => {}
+        }
+    }
 
     /// Activates (or redefines) IP set `uid`, scanning for its members.
     pub fn update_ipset(&mut self, uid: &str, def: IpSetDef, sink: &mut dyn MemberSink) {
@@ -477,43 +670,43 @@ impl IpSetIndex {
         }
         let idx = alloc(&mut self.sets, &mut self.free_sets);
         let uid: Arc<str> = Arc::from(uid);
-        let choice = Choice::for_selector(&def.selector);
+        let choice = self.intern_choice(Choice::for_selector(&def.selector));
+
+        let candidates = self.candidate_endpoints(&choice);
+        let mut matched = Vec::new();
+        for ep in candidates {
+            let Some(Some(data)) = self.eps.get(ep as usize) else {
+                continue;
+            };
+            let parents = parent_labels(&self.parents, &data.parents);
+            let view = IdView {
+                interner: &self.interner,
+                own: &data.labels,
+                parents: &parents,
+            };
+            if def.selector.evaluate(&view) {
+                matched.push(ep);
+            }
+        }
+        self.set_restrictions.add(idx, &choice);
         self.sets[idx as usize] = Some(SetData {
             uid: uid.clone(),
             def,
+            choice,
             members: HashMap::new(),
         });
         self.set_ids.insert(uid, idx);
-
-        let candidates = self.candidate_endpoints(&choice);
-        for ep in candidates {
-            let matches = {
-                let Some(Some(data)) = self.eps.get(ep as usize) else {
-                    continue;
-                };
-                let parents = parent_labels(&self.parents, &data.parents);
-                let lookup = WithParents {
-                    own: data.value.labels(),
-                    parents: &parents,
-                };
-                match &self.sets[idx as usize] {
-                    Some(set) => set.def.selector.evaluate(&lookup),
-                    None => false,
-                }
+        for ep in matched {
+            let Some(data) = self.eps.get_mut(ep as usize).and_then(|e| e.take()) else {
+                continue;
             };
-            if matches {
-                let value = match &mut self.eps[ep as usize] {
-                    Some(data) => {
-                        data.matching.push(idx);
-                        data.matching.sort_unstable();
-                        data.value.clone()
-                    }
-                    None => continue,
-                };
-                self.add_contributions(idx, &value, sink);
+            self.add_contributions(idx, &data, sink);
+            let mut data = data;
+            if let Err(pos) = data.matching.binary_search(&idx) {
+                data.matching.insert(pos, idx);
             }
+            self.eps[ep as usize] = Some(data);
         }
-        self.set_restrictions.add(idx, choice);
     }
 
     /// Deactivates IP set `uid` (no-op if unknown).  No member removals are
@@ -522,24 +715,25 @@ impl IpSetIndex {
         let Some(idx) = self.set_ids.remove(uid) else {
             return;
         };
-        let choice = match &self.sets[idx as usize] {
-            Some(set) => Choice::for_selector(&set.def.selector),
-            None => Choice::Unoptimized,
+        let Some(set) = self.sets[idx as usize].take() else {
+            return;
         };
-        self.set_restrictions.remove(&idx);
-        for ep in self.candidate_endpoints(&choice) {
+        self.set_restrictions.remove(idx, &set.choice);
+        for ep in self.candidate_endpoints(&set.choice) {
             if let Some(Some(data)) = self.eps.get_mut(ep as usize) {
-                data.matching.retain(|s| *s != idx);
+                if let Ok(pos) = data.matching.binary_search(&idx) {
+                    data.matching.remove(pos);
+                }
             }
         }
-        self.sets[idx as usize] = None;
+        self.release_choice(&set.choice);
         self.free_sets.push(idx);
     }
 
     /// Objects that could match a selector with restriction `choice`:
     /// by own labels, or through a parent's labels; everything when the
     /// selector is unoptimisable.
-    fn candidate_endpoints(&self, choice: &Choice) -> Vec<u32> {
+    fn candidate_endpoints(&self, choice: &IdChoice) -> Vec<u32> {
         let mut out = Vec::new();
         let indexed = self.ep_values.for_each_matching(choice, |ep| out.push(ep));
         if !indexed {
@@ -561,11 +755,11 @@ impl IpSetIndex {
         out
     }
 
-    fn add_contributions(&mut self, set: u32, value: &LabelledValue, sink: &mut dyn MemberSink) {
+    fn add_contributions(&mut self, set: u32, ep: &EpData, sink: &mut dyn MemberSink) {
         let Some(Some(data)) = self.sets.get_mut(set as usize) else {
             return;
         };
-        for_each_contribution(&data.def, value, |m| {
+        for_each_contribution(&data.def, ep, |m| {
             let c = data.members.entry(m).or_insert(0);
             *c += 1;
             if *c == 1 {
@@ -574,16 +768,11 @@ impl IpSetIndex {
         });
     }
 
-    fn remove_contributions(
-        &mut self,
-        set: u32,
-        value: &LabelledValue,
-        sink: &mut dyn MemberSink,
-    ) {
+    fn remove_contributions(&mut self, set: u32, ep: &EpData, sink: &mut dyn MemberSink) {
         let Some(Some(data)) = self.sets.get_mut(set as usize) else {
             return;
         };
-        for_each_contribution(&data.def, value, |m| {
+        for_each_contribution(&data.def, ep, |m| {
             if let Some(c) = data.members.get_mut(&m) {
                 *c -= 1;
                 if *c == 0 {
@@ -593,45 +782,28 @@ impl IpSetIndex {
             }
         });
     }
-
-    /// Keys of all held objects (for tests: the teardown must empty it).
-    pub fn endpoint_keys(&self) -> Vec<LabelledKey> {
-        let mut v: Vec<LabelledKey> = self
-            .eps
-            .iter()
-            .flatten()
-            .map(|e| e.key.clone())
-            .collect();
-        v.sort();
-        v
-    }
-
-    /// Number of parents tracked (labels or referenced); zero after a full
-    /// teardown.
-    pub fn num_parents(&self) -> usize {
-        self.parent_ids.len()
-    }
 }
 
-/// Calls `f` with every member `value` contributes to a set defined by
-/// `def`.
-fn for_each_contribution(def: &IpSetDef, value: &LabelledValue, mut f: impl FnMut(Member)) {
+/// Calls `f` with every member `ep` contributes to a set defined by `def`.
+fn for_each_contribution(def: &IpSetDef, ep: &EpData, mut f: impl FnMut(Member)) {
     if def.np_protocol == NpProtocol::None {
-        value.for_each_cidr(|n| f(Member::Net(n)));
+        for n in ep.cidrs.iter() {
+            f(Member::Net(*n));
+        }
         return;
     }
-    for p in value.ports() {
+    for p in ep.ports.iter() {
         if p.name != def.np_name || !def.np_protocol.matches(&p.protocol) {
             continue;
         }
         let proto = NpProtocol::from_rule_protocol(Some(&p.protocol));
-        value.for_each_cidr(|n| {
+        for n in ep.cidrs.iter() {
             f(Member::IpPort {
                 addr: n.addr(),
                 proto,
                 port: p.port,
-            })
-        });
+            });
+        }
     }
 }
 
@@ -648,4 +820,101 @@ pub fn member_strings(members: &[Member]) -> Vec<String> {
     let mut v: Vec<String> = members.iter().map(|m| m.to_string()).collect();
     v.sort();
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{NetworkSetKey, WorkloadEndpointKey};
+
+    #[derive(Default)]
+    struct Rec(Vec<(bool, String, String)>);
+    impl MemberSink for Rec {
+        fn member_added(&mut self, s: &str, m: Member) {
+            self.0.push((true, s.to_string(), m.to_string()));
+        }
+        fn member_removed(&mut self, s: &str, m: Member) {
+            self.0.push((false, s.to_string(), m.to_string()));
+        }
+    }
+
+    fn wep(name: &str, ip: &str, labels: &[(&str, &str)], profiles: &[&str]) -> (LabelledKey, LabelledValue) {
+        let key = LabelledKey::Workload(WorkloadEndpointKey {
+            hostname: "h".into(),
+            orchestrator_id: "k8s".into(),
+            workload_id: name.into(),
+            endpoint_id: "eth0".into(),
+        });
+        let v = WorkloadEndpoint {
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ipv4_nets: vec![ip.parse().expect("ip")],
+            profile_ids: profiles.iter().map(|p| p.to_string()).collect(),
+            ..Default::default()
+        };
+        (key, LabelledValue::Workload(Arc::new(v)))
+    }
+
+    fn def(sel: &str) -> IpSetDef {
+        IpSetDef {
+            selector: crate::selector::parse(sel).expect("selector"),
+            np_protocol: NpProtocol::None,
+            np_name: String::new(),
+        }
+    }
+
+    #[test]
+    fn shared_ip_is_refcounted_not_flapped() {
+        let mut idx = IpSetIndex::new();
+        let mut rec = Rec::default();
+        idx.update_ipset("s1", def("app == 'a'"), &mut rec);
+        let (k1, v1) = wep("w1", "10.0.0.1/32", &[("app", "a")], &[]);
+        let (k2, v2) = wep("w2", "10.0.0.1/32", &[("app", "a")], &[]);
+        idx.update_endpoint(k1.clone(), v1, &mut rec);
+        idx.update_endpoint(k2.clone(), v2, &mut rec);
+        assert_eq!(rec.0, vec![(true, "s1".into(), "10.0.0.1/32".into())]);
+        idx.delete_endpoint(&k1, &mut rec);
+        assert_eq!(rec.0.len(), 1, "still contributed by w2");
+        idx.delete_endpoint(&k2, &mut rec);
+        assert_eq!(rec.0.last(), Some(&(false, "s1".into(), "10.0.0.1/32".into())));
+    }
+
+    #[test]
+    fn inherited_labels_match_and_teardown_releases_everything() {
+        let mut idx = IpSetIndex::new();
+        let mut rec = Rec::default();
+        let (k, v) = wep("w1", "10.0.0.2/32", &[], &["kns.ns1"]);
+        idx.update_endpoint(k.clone(), v, &mut rec);
+        idx.update_ipset("s", def("team == 'x'"), &mut rec);
+        assert!(rec.0.is_empty());
+        let mut l = Labels::new();
+        l.insert("team".into(), "x".into());
+        idx.update_parent_labels("kns.ns1", Some(Arc::new(l)), &mut rec);
+        assert_eq!(rec.0, vec![(true, "s".into(), "10.0.0.2/32".into())]);
+        // Asymmetric teardown: the profile goes while the endpoint stays.
+        idx.update_parent_labels("kns.ns1", None, &mut rec);
+        assert_eq!(rec.0.last(), Some(&(false, "s".into(), "10.0.0.2/32".into())));
+        idx.delete_endpoint(&k, &mut rec);
+        idx.delete_ipset("s");
+        assert_eq!(idx.num_endpoints(), 0);
+        assert_eq!(idx.num_parents(), 0);
+        assert_eq!(idx.num_interned(), 0, "every interned id released");
+    }
+
+    #[test]
+    fn network_set_slash_zero_is_split() {
+        let mut idx = IpSetIndex::new();
+        let mut rec = Rec::default();
+        idx.update_ipset("s", def("all()"), &mut rec);
+        let ns = NetworkSet {
+            nets: vec!["0.0.0.0/0".parse().expect("net"), "10.1.2.3/8".parse().expect("net")],
+            ..Default::default()
+        };
+        idx.update_endpoint(
+            LabelledKey::NetworkSet(NetworkSetKey { name: "n".into() }),
+            LabelledValue::NetworkSet(Arc::new(ns)),
+            &mut rec,
+        );
+        let m = member_strings(&idx.members("s").expect("set"));
+        assert_eq!(m, vec!["0.0.0.0/1", "10.0.0.0/8", "128.0.0.0/1"]);
+    }
 }

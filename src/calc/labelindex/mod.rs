@@ -8,6 +8,7 @@
 //!   O(objects x selectors) work.
 
 pub mod inherit;
+pub mod interner;
 pub mod ipsets;
 pub mod member;
 pub mod restriction;

@@ -286,13 +286,13 @@ impl<I: Copy + Eq + Hash> ValueIndex<I> {
 
 /// A set that stores the common single-member case inline.
 #[derive(Debug)]
-enum SmallSet<I: Copy + Eq + Hash> {
+pub(crate) enum SmallSet<I: Copy + Eq + Hash> {
     One(I),
     Many(HashSet<I>),
 }
 
 impl<I: Copy + Eq + Hash> SmallSet<I> {
-    fn insert(&mut self, id: I) {
+    pub(crate) fn insert(&mut self, id: I) {
         match self {
             SmallSet::One(existing) => {
                 if *existing != id {
@@ -309,7 +309,7 @@ impl<I: Copy + Eq + Hash> SmallSet<I> {
     }
 
     /// Removes `id`; returns true when the set is now empty.
-    fn remove(&mut self, id: &I) -> bool {
+    pub(crate) fn remove(&mut self, id: &I) -> bool {
         match self {
             SmallSet::One(existing) => existing == id,
             SmallSet::Many(s) => {
@@ -326,7 +326,7 @@ impl<I: Copy + Eq + Hash> SmallSet<I> {
         }
     }
 
-    fn for_each(&self, f: &mut impl FnMut(I)) {
+    pub(crate) fn for_each(&self, f: &mut impl FnMut(I)) {
         match self {
             SmallSet::One(id) => f(*id),
             SmallSet::Many(s) => {

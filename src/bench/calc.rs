@@ -1,0 +1,543 @@
+//! Calculation-graph workloads, input for input as upstream's
+//! `calc_graph_bench_test.go`:
+//!
+//! * `a`: 250,000 remote + 200 local endpoints, 10,000 "tag" policies
+//!   (5 rules each), 100 namespace profiles; `a-delete` then deletes the
+//!   200 local endpoints.
+//! * `b1k` / `b10k`: 10,000 endpoints (200 local) with 1,000 / 10,000
+//!   network sets, each with a policy selecting it.
+//! * `c1k` / `c10k` / `c100k`: the isolated-customers workload (one
+//!   namespace, one pod and one isolation policy per customer, 100 local
+//!   pods).
+//! * `d`: churn: after `a` is in sync, 20,000 random endpoint label changes,
+//!   flushed every 100 updates.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ipnet::{IpNet, Ipv4Net};
+
+use crate::calc::CalcGraph;
+use crate::model::{
+    Action, Key, NetworkSet, NetworkSetKey, Policy, PolicyKey, Port, Profile, Protocol, Rule,
+    SyncStatus, Update, Value, WorkloadEndpoint, WorkloadEndpointKey,
+};
+
+const NUM_NAMESPACES: usize = 100;
+const MARKERS: [&str; 31] = [
+    "FOO_BAR",
+    "FOO_BAR",
+    "BIFF_BOP",
+    "calico/FizzBuzz",
+    "calico/BoffBip",
+    "calico/Bazzle",
+    "calico/Razzle",
+    "calico/DoopDeeDoo",
+    "calico/SOME_LABEL",
+    "calico/BORED_NOW",
+    "MyMarkerLabel",
+    "xFOO_BAR",
+    "xBIFF_BOP",
+    "xcalico/FizzBuzz",
+    "xcalico/BoffBip",
+    "xcalico/Bazzle",
+    "xcalico/Razzle",
+    "xcalico/DoopDeeDoo",
+    "xcalico/SOME_LABEL",
+    "xcalico/BORED_NOW",
+    "yxMyMarkerLabel",
+    "yxFOO_BAR",
+    "yxBIFF_BOP",
+    "yxcalico/FizzBuzz",
+    "yxcalico/BoffBip",
+    "yxcalico/Bazzle",
+    "yxcalico/Razzle",
+    "yxcalico/DoopDeeDoo",
+    "yxcalico/SOME_LABEL",
+    "yxcalico/BORED_NOW",
+    "yxMyMarkerLabel",
+];
+const NS_LABEL: &str = "pcns.projectcalico.org/name";
+
+/// The workloads, by name.
+pub const WORKLOADS: [&str; 8] = ["a", "a-delete", "b1k", "b10k", "c1k", "c10k", "c100k", "d"];
+
+/// Figures of one run.
+#[derive(Debug, Clone)]
+pub struct CalcReport {
+    pub workload: String,
+    pub wall: Duration,
+    pub peak_rss_mib: f64,
+    pub messages: usize,
+    pub ip_sets: usize,
+    pub policies: usize,
+    /// For the churn workload: updates per second during the churn phase.
+    pub churn_updates_per_sec: Option<f64>,
+}
+
+impl fmt::Display for CalcReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "calc {:<9} wall {:>8.3} s  peak RSS {:>7.1} MiB  messages {:>7}  IP sets {:>6}  policies {:>6}",
+            self.workload,
+            self.wall.as_secs_f64(),
+            self.peak_rss_mib,
+            self.messages,
+            self.ip_sets,
+            self.policies
+        )?;
+        if let Some(r) = self.churn_updates_per_sec {
+            write!(f, "  churn {r:>10.0} updates/s")?;
+        }
+        Ok(())
+    }
+}
+
+/// Deterministic generator state (upstream's globals, made explicit).
+struct Gen {
+    next_ip: u32,
+    label_seed: usize,
+    next_netset_ip: u32,
+    next_netset_size: usize,
+    rng: u64,
+}
+
+impl Gen {
+    fn new() -> Gen {
+        Gen {
+            next_ip: 0x0a00_0001,
+            label_seed: 0,
+            next_netset_ip: 0x0a00_0001,
+            next_netset_size: 0,
+            rng: 0x9e37_79b9_7f4a_7c15,
+        }
+    }
+
+    fn next_ip(&mut self) -> IpNet {
+        let ip = Ipv4Addr::from(self.next_ip);
+        self.next_ip = self.next_ip.wrapping_add(1);
+        IpNet::V4(Ipv4Net::new(ip, 32).unwrap_or_default())
+    }
+
+    fn labels(&mut self) -> BTreeMap<String, String> {
+        self.label_seed += 1;
+        let mut l = BTreeMap::new();
+        for n in [10usize, 11, 20, 30, 40] {
+            l.insert(
+                format!("one-in-{n}"),
+                format!("value-{}", self.label_seed % n),
+            );
+        }
+        l.insert(
+            MARKERS[self.label_seed % MARKERS.len()].to_string(),
+            "true".to_string(),
+        );
+        l
+    }
+
+    fn rand(&mut self) -> u64 {
+        // xorshift64*
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+fn wep_key(host: &str, workload: String) -> WorkloadEndpointKey {
+    WorkloadEndpointKey {
+        hostname: host.to_string(),
+        orchestrator_id: "k8s".to_string(),
+        workload_id: workload,
+        endpoint_id: "eth0".to_string(),
+    }
+}
+
+fn endpoint_updates(g: &mut Gen, num: usize, host: &str) -> Vec<Update> {
+    (0..num)
+        .map(|n| {
+            let ip = g.next_ip();
+            let ep = WorkloadEndpoint {
+                labels: g.labels(),
+                ipv4_nets: vec![ip],
+                profile_ids: vec![format!("kns.namespace-{}", n % NUM_NAMESPACES)],
+                ..Default::default()
+            };
+            Update::set(
+                Key::WorkloadEndpoint(wep_key(host, format!("wep-{n}"))),
+                Value::WorkloadEndpoint(Arc::new(ep)),
+            )
+        })
+        .collect()
+}
+
+fn tag_policies(num: usize) -> Vec<Update> {
+    (0..num)
+        .map(|i| {
+            let rules = (0..5)
+                .map(|j| Rule {
+                    action: Action::Allow,
+                    src_selector: format!("has({})", MARKERS[(i + j) % MARKERS.len()]),
+                    ..Default::default()
+                })
+                .collect();
+            let p = Policy {
+                tier: "default".to_string(),
+                selector: format!("has({})", MARKERS[i % MARKERS.len()]),
+                inbound_rules: rules,
+                ..Default::default()
+            };
+            Update::set(
+                Key::Policy(PolicyKey {
+                    name: format!("tag-pol-{i}"),
+                    namespace: String::new(),
+                    kind: String::new(),
+                }),
+                Value::Policy(Arc::new(p)),
+            )
+        })
+        .collect()
+}
+
+fn namespace_profiles(num: usize) -> Vec<Update> {
+    (0..num)
+        .map(|i| {
+            let name = format!("namespace-{i}");
+            let mut labels = BTreeMap::new();
+            labels.insert(NS_LABEL.to_string(), name.clone());
+            Update::set(
+                Key::Profile(format!("kns.{name}")),
+                Value::Profile(Arc::new(Profile {
+                    labels,
+                    ..Default::default()
+                })),
+            )
+        })
+        .collect()
+}
+
+const NETSET_SIZES: [usize; 10] = [1, 1, 1, 1, 2, 3, 4, 5, 100, 1000];
+
+fn netset_updates(g: &mut Gen, num: usize) -> Vec<Update> {
+    let mut out = Vec::with_capacity(num * 2);
+    for i in 0..num {
+        let name = format!("network-set-{i}");
+        let size = NETSET_SIZES[g.next_netset_size % NETSET_SIZES.len()];
+        g.next_netset_size += 1;
+        let nets = (0..size)
+            .map(|_| {
+                let ip = Ipv4Addr::from(g.next_netset_ip);
+                g.next_netset_ip = g.next_netset_ip.wrapping_add(1);
+                IpNet::V4(Ipv4Net::new(ip, 32).unwrap_or_default())
+            })
+            .collect();
+        let mut labels = BTreeMap::new();
+        labels.insert("network-set-name".to_string(), name.clone());
+        out.push(Update::set(
+            Key::NetworkSet(NetworkSetKey { name: name.clone() }),
+            Value::NetworkSet(Arc::new(NetworkSet {
+                nets,
+                labels,
+                profile_ids: Vec::new(),
+            })),
+        ));
+        out.push(Update::set(
+            Key::Policy(PolicyKey {
+                name: format!("network-set-pol-{i}"),
+                namespace: String::new(),
+                kind: String::new(),
+            }),
+            Value::Policy(Arc::new(Policy {
+                tier: "default".to_string(),
+                selector: "all()".to_string(),
+                inbound_rules: vec![Rule {
+                    action: Action::Allow,
+                    src_selector: format!("network-set-name == '{name}'"),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })),
+        ));
+    }
+    out
+}
+
+fn deterministic_string(n: usize, len: usize) -> String {
+    const CHARS: &[u8] = b"abcdef0123456789";
+    let mut v = (n as u64).wrapping_mul(2_654_435_761).wrapping_add(1);
+    let mut s = String::with_capacity(len);
+    for _ in 0..len {
+        s.push(CHARS[(v % CHARS.len() as u64) as usize] as char);
+        v = v
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+    }
+    s
+}
+
+fn customer_pod_labels(i: usize) -> BTreeMap<String, String> {
+    const ENVS: [&str; 3] = ["dev", "staging", "prod"];
+    const TIERS: [&str; 4] = ["frontend", "backend", "middleware", "data"];
+    const REGIONS: [&str; 4] = ["us-east", "us-west", "eu-west", "ap-south"];
+    const TEAMS: [&str; 5] = ["platform", "payments", "identity", "growth", "infra"];
+    let pairs = [
+        ("pod-id", deterministic_string(i * 5, 20)),
+        ("instance-id", deterministic_string(i * 5 + 1, 20)),
+        ("short-id", deterministic_string(i * 5 + 2, 10)),
+        ("config-hash", deterministic_string(i * 5 + 3, 20)),
+        ("version-tag", deterministic_string(i * 5 + 4, 8)),
+        ("enabled", (i % 2).to_string()),
+        ("debug", ((i / 2) % 2).to_string()),
+        ("canary", ((i / 4) % 2).to_string()),
+        ("managed", ((i / 8) % 2).to_string()),
+        ("environment", ENVS[i % ENVS.len()].to_string()),
+        ("tier", TIERS[i % TIERS.len()].to_string()),
+        ("region", REGIONS[i % REGIONS.len()].to_string()),
+        ("team", TEAMS[i % TEAMS.len()].to_string()),
+        ("managed-by", "saas-controller".to_string()),
+        ("tenant-id", deterministic_string(i % 5000, 10)),
+    ];
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+/// Inputs of the isolated-customers workload, in sending order.
+struct Customers {
+    policies: Vec<Update>,
+    profiles: Vec<Update>,
+    remote: Vec<Update>,
+    local: Vec<Update>,
+}
+
+fn customers(g: &mut Gen, n: usize, num_local: usize) -> Customers {
+    let dns: IpNet = IpNet::V4(Ipv4Net::new(Ipv4Addr::new(10, 96, 0, 10), 32).unwrap_or_default());
+    let mut pols = Vec::with_capacity(n);
+    let mut profs = Vec::with_capacity(n);
+    for c in 0..n {
+        let ns = format!("customer-{c}");
+        let sel = format!("{NS_LABEL} == '{ns}'");
+        pols.push(Update::set(
+            Key::Policy(PolicyKey {
+                name: format!("customer-{c}/isolation"),
+                namespace: ns.clone(),
+                kind: String::new(),
+            }),
+            Value::Policy(Arc::new(Policy {
+                namespace: ns.clone(),
+                tier: "default".to_string(),
+                selector: sel.clone(),
+                types: vec!["ingress".to_string(), "egress".to_string()],
+                inbound_rules: vec![Rule {
+                    action: Action::Allow,
+                    src_selector: sel.clone(),
+                    ..Default::default()
+                }],
+                outbound_rules: vec![
+                    Rule {
+                        action: Action::Allow,
+                        dst_selector: sel.clone(),
+                        ..Default::default()
+                    },
+                    Rule {
+                        action: Action::Allow,
+                        protocol: Some(Protocol::Name("udp".to_string())),
+                        dst_nets: vec![dns],
+                        dst_ports: vec![Port::Number(53)],
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            })),
+        ));
+        let mut labels = BTreeMap::new();
+        labels.insert(NS_LABEL.to_string(), ns.clone());
+        labels.insert("namespace-id".to_string(), deterministic_string(c, 20));
+        labels.insert("production".to_string(), (c % 2 == 0).to_string());
+        profs.push(Update::set(
+            Key::Profile(format!("kns.{ns}")),
+            Value::Profile(Arc::new(Profile {
+                labels,
+                ..Default::default()
+            })),
+        ));
+    }
+    let total = n;
+    let num_local = num_local.min(total);
+    let stride = if num_local > 0 {
+        (total / num_local).max(1)
+    } else {
+        1
+    };
+    let (mut remote, mut local) = (Vec::new(), Vec::new());
+    for c in 0..n {
+        let ns = format!("customer-{c}");
+        let pod = format!(
+            "app-{:09x}-{:05x}",
+            (c * 7 + 3) as u32,
+            (c * 17 + 5) as u16
+        );
+        let ip = g.next_ip();
+        let is_local = local.len() < num_local && c % stride == 0;
+        let host = if is_local { "localhost" } else { "remotehost" };
+        let u = Update::set(
+            Key::WorkloadEndpoint(wep_key(host, format!("{ns}/{pod}"))),
+            Value::WorkloadEndpoint(Arc::new(WorkloadEndpoint {
+                labels: customer_pod_labels(c),
+                ipv4_nets: vec![ip],
+                profile_ids: vec![format!("kns.{ns}")],
+                ..Default::default()
+            })),
+        );
+        if is_local {
+            local.push(u);
+        } else {
+            remote.push(u);
+        }
+    }
+    Customers {
+        policies: pols,
+        profiles: profs,
+        remote,
+        local,
+    }
+}
+
+struct Counts {
+    messages: usize,
+    ip_sets: usize,
+    policies: usize,
+}
+
+fn count(out: &[felix_proto::to_dataplane::Payload], c: &mut Counts) {
+    use felix_proto::to_dataplane::Payload;
+    c.messages += out.len();
+    for p in out {
+        match p {
+            Payload::IpsetUpdate(_) => c.ip_sets += 1,
+            Payload::ActivePolicyUpdate(_) => c.policies += 1,
+            _ => {}
+        }
+    }
+}
+
+/// Runs one workload and reports its figures.  Input generation is not
+/// timed; everything from the first update to the last flush is.
+pub fn run(workload: &str) -> anyhow::Result<CalcReport> {
+    let mut g = Gen::new();
+    let mut counts = Counts {
+        messages: 0,
+        ip_sets: 0,
+        policies: 0,
+    };
+    let mut graph = CalcGraph::new("localhost");
+    let mut churn = None;
+    let start;
+    match workload {
+        "a" | "a-delete" | "d" => {
+            let remote = endpoint_updates(&mut g, 250_000, "remotehost");
+            let local = endpoint_updates(&mut g, 200, "localhost");
+            let pols = tag_policies(10_000);
+            let profs = namespace_profiles(NUM_NAMESPACES);
+            let deletes: Vec<Update> = if workload == "a-delete" {
+                (0..200)
+                    .map(|n| Update::delete(Key::WorkloadEndpoint(wep_key("localhost", format!("wep-{n}")))))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let churn_updates: Vec<Update> = if workload == "d" {
+                (0..20_000)
+                    .map(|_| {
+                        let n = (g.rand() % 250_200) as usize;
+                        let (host, idx) = if n < 250_000 {
+                            ("remotehost", n)
+                        } else {
+                            ("localhost", n - 250_000)
+                        };
+                        let ep = WorkloadEndpoint {
+                            labels: g.labels(),
+                            ipv4_nets: vec![IpNet::V4(
+                                Ipv4Net::new(Ipv4Addr::from(0x0a00_0001 + n as u32), 32)
+                                    .unwrap_or_default(),
+                            )],
+                            profile_ids: vec![format!("kns.namespace-{}", idx % NUM_NAMESPACES)],
+                            ..Default::default()
+                        };
+                        Update::set(
+                            Key::WorkloadEndpoint(wep_key(host, format!("wep-{idx}"))),
+                            Value::WorkloadEndpoint(Arc::new(ep)),
+                        )
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            start = Instant::now();
+            graph.on_updates(pols);
+            graph.on_updates(profs);
+            graph.on_updates(remote);
+            graph.on_updates(local);
+            graph.on_status(SyncStatus::InSync);
+            count(&graph.flush(), &mut counts);
+            if !deletes.is_empty() {
+                graph.on_updates(deletes);
+                count(&graph.flush(), &mut counts);
+            }
+            if !churn_updates.is_empty() {
+                let n = churn_updates.len();
+                let t = Instant::now();
+                for chunk in churn_updates.chunks(100) {
+                    graph.on_updates(chunk.iter().cloned());
+                    count(&graph.flush(), &mut counts);
+                }
+                churn = Some(n as f64 / t.elapsed().as_secs_f64());
+            }
+        }
+        "b1k" | "b10k" => {
+            let num = if workload == "b1k" { 1_000 } else { 10_000 };
+            let remote = endpoint_updates(&mut g, 10_000, "remotehost");
+            let local = endpoint_updates(&mut g, 200, "localhost");
+            let profs = namespace_profiles(NUM_NAMESPACES);
+            let netsets = netset_updates(&mut g, num);
+            start = Instant::now();
+            graph.on_updates(profs);
+            graph.on_updates(remote);
+            graph.on_updates(netsets);
+            graph.on_updates(local);
+            graph.on_status(SyncStatus::InSync);
+            count(&graph.flush(), &mut counts);
+        }
+        "c1k" | "c10k" | "c100k" => {
+            let n = match workload {
+                "c1k" => 1_000,
+                "c10k" => 10_000,
+                _ => 100_000,
+            };
+            let c = customers(&mut g, n, 100);
+            start = Instant::now();
+            graph.on_updates(c.policies);
+            graph.on_updates(c.profiles);
+            graph.on_updates(c.remote);
+            graph.on_updates(c.local);
+            graph.on_status(SyncStatus::InSync);
+            count(&graph.flush(), &mut counts);
+        }
+        other => anyhow::bail!("unknown calc workload {other:?} (known: {})", WORKLOADS.join(", ")),
+    }
+    let wall = start.elapsed();
+    Ok(CalcReport {
+        workload: workload.to_string(),
+        wall,
+        peak_rss_mib: super::peak_rss_mib(),
+        messages: counts.messages,
+        ip_sets: counts.ip_sets,
+        policies: counts.policies,
+        churn_updates_per_sec: churn,
+    })
+}

@@ -1,0 +1,26 @@
+//! Benchmarks behind `felix bench`: figures printed, never asserted.
+//!
+//! Each workload runs in a fresh child process (see `cli::bench`) so that
+//! peak RSS is the workload's own.
+
+pub mod calc;
+
+/// Peak resident set size of this process, in MiB (`VmHWM`).
+pub fn peak_rss_mib() -> f64 {
+    read_status_kib("VmHWM:").map(|k| k as f64 / 1024.0).unwrap_or(0.0)
+}
+
+/// Current resident set size of this process, in MiB (`VmRSS`).
+pub fn rss_mib() -> f64 {
+    read_status_kib("VmRSS:").map(|k| k as f64 / 1024.0).unwrap_or(0.0)
+}
+
+fn read_status_kib(field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}

@@ -1,0 +1,106 @@
+//! `felix bench`: prints benchmark figures (never asserts them).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use clap::{Args, Subcommand};
+
+use super::CliError;
+use crate::bench;
+
+/// Arguments of `felix bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: BenchWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchWhat {
+    /// Calculation-graph workloads modelled on upstream's benchmarks:
+    /// a, a-delete, b1k, b10k, c1k, c10k, c100k, d (churn).  Without
+    /// --workload, runs each in its own child process (so peak RSS is the
+    /// workload's own).
+    Calc {
+        /// One workload to run in this process.
+        #[arg(long)]
+        workload: Option<String>,
+    },
+    /// Parse + validate + convert a generated file datastore of N workload
+    /// endpoints and M policies (one thread); prints resources/s and peak
+    /// RSS.
+    Load {
+        /// Number of workload endpoints.
+        #[arg(long, default_value_t = 100_000)]
+        endpoints: usize,
+        /// Number of policies.
+        #[arg(long, default_value_t = 10_000)]
+        policies: usize,
+        /// Directory to generate into (default: a temporary directory,
+        /// removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// Runs `felix bench`.
+pub fn run(args: BenchArgs) -> Result<(), CliError> {
+    match args.what {
+        BenchWhat::Calc { workload: Some(w) } => {
+            let r = bench::calc::run(&w).map_err(|e| CliError::Input(e.to_string()))?;
+            println!("{r}");
+            Ok(())
+        }
+        BenchWhat::Calc { workload: None } => {
+            let exe = std::env::current_exe().map_err(anyhow::Error::from)?;
+            for w in bench::calc::WORKLOADS {
+                let out = Command::new(&exe)
+                    .args(["bench", "calc", "--workload", w])
+                    .output()
+                    .map_err(anyhow::Error::from)?;
+                if !out.status.success() {
+                    return Err(CliError::Runtime(anyhow::anyhow!(
+                        "workload {w} failed: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    )));
+                }
+                print!("{}", String::from_utf8_lossy(&out.stdout));
+            }
+            Ok(())
+        }
+        BenchWhat::Load {
+            endpoints,
+            policies,
+            dir,
+        } => {
+            let tmp;
+            let dir = match dir {
+                Some(d) => d,
+                None => {
+                    tmp = tempdir()?;
+                    tmp.0.clone()
+                }
+            };
+            crate::datastore::bench::generate_dir(&dir, endpoints, policies)
+                .map_err(anyhow::Error::from)?;
+            let r = crate::datastore::bench::run_load_bench(&dir)?;
+            println!("{r}");
+            Ok(())
+        }
+    }
+}
+
+/// A temporary directory removed on drop.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tempdir() -> Result<TempDir, CliError> {
+    let p = std::env::temp_dir().join(format!("felix-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&p).map_err(anyhow::Error::from)?;
+    Ok(TempDir(p))
+}
