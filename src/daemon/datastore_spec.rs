@@ -96,7 +96,13 @@ impl DatastoreSpec {
             )));
         }
         match local.datastore_type() {
-            "etcdv3" => Ok(DatastoreSpec::Etcd(local.etcd_endpoint_urls())),
+            "etcdv3" => Ok(DatastoreSpec::Etcd(
+                local
+                    .etcd_endpoint_urls()
+                    .iter()
+                    .map(|u| u.trim_end_matches('/').to_string())
+                    .collect(),
+            )),
             other => Err(SpecError::Unsupported(other.to_string())),
         }
     }

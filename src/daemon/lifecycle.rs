@@ -30,6 +30,7 @@ use super::logging::{self, LogHandle};
 use super::metrics::CalcMetrics;
 use super::{signals, DaemonError, RunOptions, Stop, SYNC_CHANNEL_CAPACITY};
 use crate::calc::view::DataplaneView;
+use crate::datastore::etcd::{EtcdConfig, EtcdSyncer, EtcdSyncerConfig, EtcdSyncerError};
 use crate::datastore::{FileSyncer, FileSyncerConfig};
 
 /// The calc-graph reporter counts as not live after this long without a
@@ -59,6 +60,21 @@ fn health_config(cfg: &Config) -> HealthConfig {
         enabled: cfg.health_enabled(),
         host: cfg.health_host().to_string(),
         port: cfg.health_port(),
+    }
+}
+
+/// The running datastore syncer.
+enum Syncer {
+    File(FileSyncer),
+    Etcd(EtcdSyncer),
+}
+
+impl Syncer {
+    fn stop(self) {
+        match self {
+            Syncer::File(s) => s.stop(),
+            Syncer::Etcd(s) => s.stop(),
+        }
     }
 }
 
@@ -107,13 +123,21 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
     log_local_errors(&local_errs);
     let spec = DatastoreSpec::resolve(opts.datastore.as_deref(), &local_cfg)
         .map_err(|e| DaemonError::Input(e.to_string()))?;
-    let dir = match &spec {
-        DatastoreSpec::File(d) => d.clone(),
-        DatastoreSpec::Etcd(_) => {
-            return Err(DaemonError::Input(format!(
-                "--datastore {spec}: the etcdv3 datastore is not supported by this build yet"
-            )))
-        }
+    // Validate the etcd settings before anything starts (bad input: exit 2).
+    let etcd = match &spec {
+        DatastoreSpec::File(_) => None,
+        DatastoreSpec::Etcd(urls) => Some(
+            EtcdConfig::with_endpoints(&urls.join(","))
+                .and_then(|c| {
+                    c.from_params(|name| {
+                        local_cfg
+                            .get(name)
+                            .map(|v| v.render())
+                            .filter(|v| !v.is_empty() && v != "none")
+                    })
+                })
+                .map_err(|e| DaemonError::Input(format!("--datastore {spec}: {e}")))?,
+        ),
     };
     tracing::info!(
         node = %opts.node,
@@ -153,8 +177,22 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
     health.apply(health_config(&local_cfg), &shared.health);
 
     let (sync_tx, sync_rx) = mpsc::sync_channel(SYNC_CHANNEL_CAPACITY);
-    let syncer = FileSyncer::start(FileSyncerConfig::new(dir), sync_tx)
-        .map_err(runtime("starting the file datastore syncer"))?;
+    let syncer = match (&spec, etcd) {
+        (DatastoreSpec::File(dir), _) => Syncer::File(
+            FileSyncer::start(FileSyncerConfig::new(dir), sync_tx)
+                .map_err(runtime("starting the file datastore syncer"))?,
+        ),
+        (DatastoreSpec::Etcd(_), etcd) => Syncer::Etcd(
+            EtcdSyncer::start(EtcdSyncerConfig::new(etcd.unwrap_or_default()), sync_tx).map_err(
+                |e| match e {
+                    EtcdSyncerError::Config(c) => {
+                        DaemonError::Input(format!("--datastore {spec}: {c}"))
+                    }
+                    other => DaemonError::Runtime(other.to_string()),
+                },
+            )?,
+        ),
+    };
 
     let view: SharedView = Arc::new(Mutex::new(DataplaneView::new()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -169,7 +207,12 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
             calc_metrics,
             calc_reporter,
             stop.clone(),
-            CalcLoopConfig::default(),
+            CalcLoopConfig {
+                // A file datastore is ready unless it says otherwise; etcd
+                // only once ClusterInformation says datastoreReady: true.
+                ready_if_absent: matches!(spec, DatastoreSpec::File(_)),
+                ..CalcLoopConfig::default()
+            },
         )
     };
     let calc_thread = std::thread::Builder::new()
@@ -256,7 +299,7 @@ impl Connector {
             _ => None,
         });
         let encap = batch.payloads.iter().rev().find_map(|p| match p {
-            Payload::Encapsulation(e) => Some(e.clone()),
+            Payload::Encapsulation(e) => Some(*e),
             _ => None,
         });
         if self.dp.is_none() {
