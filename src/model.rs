@@ -91,12 +91,18 @@ pub enum Key {
     /// A Kubernetes namespace, by name (for `NamespaceUpdate`).
     Namespace(String),
     /// A Kubernetes service account (for `ServiceAccountUpdate`).
-    ServiceAccount { namespace: String, name: String },
+    ServiceAccount {
+        namespace: String,
+        name: String,
+    },
     /// Cluster-wide Felix configuration parameter (from the
     /// `FelixConfiguration` named `default`).
     GlobalConfig(String),
     /// Per-host Felix configuration parameter (from `node.<host>`).
-    HostConfig { host: String, name: String },
+    HostConfig {
+        host: String,
+        name: String,
+    },
     /// The `ClusterInformation` `datastoreReady` flag.
     Ready,
 }

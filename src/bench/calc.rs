@@ -301,10 +301,7 @@ fn customer_pod_labels(i: usize) -> BTreeMap<String, String> {
         ("managed-by", "saas-controller".to_string()),
         ("tenant-id", deterministic_string(i % 5000, 10)),
     ];
-    pairs
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 /// Inputs of the isolated-customers workload, in sending order.
@@ -377,11 +374,7 @@ fn customers(g: &mut Gen, n: usize, num_local: usize) -> Customers {
     let (mut remote, mut local) = (Vec::new(), Vec::new());
     for c in 0..n {
         let ns = format!("customer-{c}");
-        let pod = format!(
-            "app-{:09x}-{:05x}",
-            (c * 7 + 3) as u32,
-            (c * 17 + 5) as u16
-        );
+        let pod = format!("app-{:09x}-{:05x}", (c * 7 + 3) as u32, (c * 17 + 5) as u16);
         let ip = g.next_ip();
         let is_local = local.len() < num_local && c % stride == 0;
         let host = if is_local { "localhost" } else { "remotehost" };
@@ -446,7 +439,12 @@ pub fn run(workload: &str) -> anyhow::Result<CalcReport> {
             let profs = namespace_profiles(NUM_NAMESPACES);
             let deletes: Vec<Update> = if workload == "a-delete" {
                 (0..200)
-                    .map(|n| Update::delete(Key::WorkloadEndpoint(wep_key("localhost", format!("wep-{n}")))))
+                    .map(|n| {
+                        Update::delete(Key::WorkloadEndpoint(wep_key(
+                            "localhost",
+                            format!("wep-{n}"),
+                        )))
+                    })
                     .collect()
             } else {
                 Vec::new()
@@ -528,7 +526,10 @@ pub fn run(workload: &str) -> anyhow::Result<CalcReport> {
             graph.on_status(SyncStatus::InSync);
             count(&graph.flush(), &mut counts);
         }
-        other => anyhow::bail!("unknown calc workload {other:?} (known: {})", WORKLOADS.join(", ")),
+        other => anyhow::bail!(
+            "unknown calc workload {other:?} (known: {})",
+            WORKLOADS.join(", ")
+        ),
     }
     let wall = start.elapsed();
     Ok(CalcReport {

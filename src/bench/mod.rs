@@ -7,12 +7,16 @@ pub mod calc;
 
 /// Peak resident set size of this process, in MiB (`VmHWM`).
 pub fn peak_rss_mib() -> f64 {
-    read_status_kib("VmHWM:").map(|k| k as f64 / 1024.0).unwrap_or(0.0)
+    read_status_kib("VmHWM:")
+        .map(|k| k as f64 / 1024.0)
+        .unwrap_or(0.0)
 }
 
 /// Current resident set size of this process, in MiB (`VmRSS`).
 pub fn rss_mib() -> f64 {
-    read_status_kib("VmRSS:").map(|k| k as f64 / 1024.0).unwrap_or(0.0)
+    read_status_kib("VmRSS:")
+        .map(|k| k as f64 / 1024.0)
+        .unwrap_or(0.0)
 }
 
 fn read_status_kib(field: &str) -> Option<u64> {

@@ -93,7 +93,11 @@ impl ActiveRulesCalculator {
 
     /// Counts for metrics: (tiers, policies, profiles).
     pub fn counts(&self) -> (usize, usize, usize) {
-        (self.num_tiers, self.policies.len(), self.profile_rules.len())
+        (
+            self.num_tiers,
+            self.policies.len(),
+            self.profile_rules.len(),
+        )
     }
 
     /// Number of policies currently active.
@@ -170,7 +174,12 @@ impl ActiveRulesCalculator {
     }
 
     /// A policy was added, changed or removed.
-    pub fn on_policy(&mut self, key: &PolicyKey, value: Option<Arc<Policy>>, out: &mut Vec<ArcEvent>) {
+    pub fn on_policy(
+        &mut self,
+        key: &PolicyKey,
+        value: Option<Arc<Policy>>,
+        out: &mut Vec<ArcEvent>,
+    ) {
         let old = self.policies.get(key).cloned();
         let was_forced = old.as_deref().is_some_and(forced);
         match value {

@@ -301,7 +301,8 @@ impl EventSequencer {
 
     pub fn on_route_update(&mut self, update: pb::RouteUpdate) {
         self.pending_route_deletes.remove(&update.dst);
-        self.pending_route_updates.insert(update.dst.clone(), update);
+        self.pending_route_updates
+            .insert(update.dst.clone(), update);
     }
 
     pub fn on_route_remove(&mut self, dst: &str) {
@@ -313,7 +314,8 @@ impl EventSequencer {
 
     pub fn on_vtep_update(&mut self, update: pb::VxlanTunnelEndpointUpdate) {
         self.pending_vtep_deletes.remove(&update.node);
-        self.pending_vtep_updates.insert(update.node.clone(), update);
+        self.pending_vtep_updates
+            .insert(update.node.clone(), update);
     }
 
     pub fn on_vtep_remove(&mut self, node: &str) {
@@ -447,7 +449,9 @@ impl EventSequencer {
             self.sent_hosts.insert(host);
         }
         for id in std::mem::take(&mut self.pending_pool_deletes) {
-            out.push(Payload::IpamPoolRemove(pb::IpamPoolRemove { id: id.clone() }));
+            out.push(Payload::IpamPoolRemove(pb::IpamPoolRemove {
+                id: id.clone(),
+            }));
             self.sent_pools.remove(&id);
         }
         for (id, pool) in std::mem::take(&mut self.pending_pool_updates) {
@@ -586,9 +590,8 @@ pub fn split_tiers(
                 add(&mut n, true);
             }
         }
-        let nonempty = |ti: &pb::TierInfo| {
-            !ti.ingress_policies.is_empty() || !ti.egress_policies.is_empty()
-        };
+        let nonempty =
+            |ti: &pb::TierInfo| !ti.ingress_policies.is_empty() || !ti.egress_policies.is_empty();
         if nonempty(&u) {
             untracked.push(u);
         }
@@ -665,7 +668,9 @@ fn endpoint_update(key: &EndpointKey, ep: &EndpointValue, tiers: &[ResolvedTier]
         // update); an impossible mix degrades to a removal, never an open
         // endpoint.
         (EndpointKey::Workload(k), _) => {
-            Payload::WorkloadEndpointRemove(pb::WorkloadEndpointRemove { id: Some(wep_id(k)) })
+            Payload::WorkloadEndpointRemove(pb::WorkloadEndpointRemove {
+                id: Some(wep_id(k)),
+            })
         }
         (EndpointKey::Host(k), _) => Payload::HostEndpointRemove(pb::HostEndpointRemove {
             id: Some(pb::HostEndpointId {

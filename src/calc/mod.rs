@@ -227,9 +227,10 @@ impl CalcGraph {
                 }
                 let lk = LabelledKey::Host(k);
                 match v {
-                    Some(h) => self
-                        .ipsets
-                        .update_endpoint(lk, LabelledValue::Host(h), &mut self.seq),
+                    Some(h) => {
+                        self.ipsets
+                            .update_endpoint(lk, LabelledValue::Host(h), &mut self.seq)
+                    }
                     None => self.ipsets.delete_endpoint(&lk, &mut self.seq),
                 }
             }
@@ -391,9 +392,12 @@ impl CalcGraph {
                 }
                 ArcEvent::ProfileActive(name, rules) => {
                     let mut se = Vec::new();
-                    let parsed =
-                        self.scanner
-                            .profile_active(&name, &rules.inbound, &rules.outbound, &mut se);
+                    let parsed = self.scanner.profile_active(
+                        &name,
+                        &rules.inbound,
+                        &rules.outbound,
+                        &mut se,
+                    );
                     self.route_scan(se);
                     self.seq.on_profile_active(&name, parsed);
                 }

@@ -182,12 +182,7 @@ impl Passthru {
         }
     }
 
-    pub fn on_pool(
-        &mut self,
-        cidr: &IpNet,
-        pool: Option<&IpPool>,
-        seq: &mut EventSequencer,
-    ) {
+    pub fn on_pool(&mut self, cidr: &IpNet, pool: Option<&IpPool>, seq: &mut EventSequencer) {
         let id = pool_id(cidr);
         match pool {
             None => {

@@ -241,7 +241,10 @@ impl PolicyResolver {
             // A match can precede the policy's metadata only transiently
             // within one update; such a policy is left out until known.
             if let Some(meta) = self.policies.get(pk) {
-                by_tier.entry(meta.tier.as_str()).or_default().push((pk, meta));
+                by_tier
+                    .entry(meta.tier.as_str())
+                    .or_default()
+                    .push((pk, meta));
             }
         }
         let mut tiers: Vec<ResolvedTier> = by_tier

@@ -204,8 +204,7 @@ impl RuleScanner {
             }
         }
         if !current.is_empty() {
-            self.uids_by_rules
-                .insert(id, current.into_keys().collect());
+            self.uids_by_rules.insert(id, current.into_keys().collect());
         }
         parsed
     }
@@ -243,8 +242,10 @@ fn parse_sel(s: &str) -> Option<Selector> {
     // rather than one that matches everything (fail closed).
     Some(selector::parse(s).unwrap_or_else(|_| {
         tracing::error!(selector = s, "unparseable selector reached the calc graph");
-        selector::parse("has(projectcalico.org/invalid-selector) && !has(projectcalico.org/invalid-selector)")
-            .unwrap_or_else(|_| Selector::all())
+        selector::parse(
+            "has(projectcalico.org/invalid-selector) && !has(projectcalico.org/invalid-selector)",
+        )
+        .unwrap_or_else(|_| Selector::all())
     }))
 }
 
@@ -437,7 +438,9 @@ pub fn convert_rule(rule: &Rule, current: &mut BTreeMap<String, IpSetData>) -> p
             .iter()
             .map(|p| pb::http_match::PathMatch {
                 path_match: Some(match p {
-                    model::HttpPath::Exact(s) => pb::http_match::path_match::PathMatch::Exact(s.clone()),
+                    model::HttpPath::Exact(s) => {
+                        pb::http_match::path_match::PathMatch::Exact(s.clone())
+                    }
                     model::HttpPath::Prefix(s) => {
                         pb::http_match::path_match::PathMatch::Prefix(s.clone())
                     }

@@ -149,7 +149,11 @@ impl DataplaneView {
         match p {
             Payload::InSync(_) => self.in_sync = true,
             Payload::ConfigUpdate(c) => {
-                self.config = c.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                self.config = c
+                    .config
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
             }
             Payload::IpsetUpdate(u) => {
                 self.ip_sets.insert(
@@ -163,7 +167,10 @@ impl DataplaneView {
                 };
                 for m in &u.removed_members {
                     if !members.contains(m) {
-                        return Err(violation(p, format!("removal of absent member {m} from {}", u.id)));
+                        return Err(violation(
+                            p,
+                            format!("removal of absent member {m} from {}", u.id),
+                        ));
                     }
                 }
                 for m in &u.added_members {
@@ -193,7 +200,10 @@ impl DataplaneView {
                     )
                     .any(|r| rule_sets(r).any(|s| *s == u.id));
                 if users {
-                    return Err(violation(p, format!("IP set {} removed while still referenced", u.id)));
+                    return Err(violation(
+                        p,
+                        format!("IP set {} removed while still referenced", u.id),
+                    ));
                 }
                 self.ip_sets.remove(&u.id);
             }
@@ -202,7 +212,10 @@ impl DataplaneView {
                 for r in pol.inbound_rules.iter().chain(&pol.outbound_rules) {
                     for s in rule_sets(r) {
                         if !self.ip_sets.contains_key(s) {
-                            return Err(violation(p, format!("policy references unknown IP set {s}")));
+                            return Err(violation(
+                                p,
+                                format!("policy references unknown IP set {s}"),
+                            ));
                         }
                     }
                 }
@@ -225,7 +238,10 @@ impl DataplaneView {
                     }))
                     .any(|k| k == key);
                 if used {
-                    return Err(violation(p, format!("policy {key:?} removed while an endpoint uses it")));
+                    return Err(violation(
+                        p,
+                        format!("policy {key:?} removed while an endpoint uses it"),
+                    ));
                 }
                 self.policies.remove(&key);
             }
@@ -234,7 +250,10 @@ impl DataplaneView {
                 for r in prof.inbound_rules.iter().chain(&prof.outbound_rules) {
                     for s in rule_sets(r) {
                         if !self.ip_sets.contains_key(s) {
-                            return Err(violation(p, format!("profile references unknown IP set {s}")));
+                            return Err(violation(
+                                p,
+                                format!("profile references unknown IP set {s}"),
+                            ));
                         }
                     }
                 }
@@ -250,10 +269,17 @@ impl DataplaneView {
                     .workload_endpoints
                     .values()
                     .flat_map(|e| e.profile_ids.iter())
-                    .chain(self.host_endpoints.values().flat_map(|e| e.profile_ids.iter()))
+                    .chain(
+                        self.host_endpoints
+                            .values()
+                            .flat_map(|e| e.profile_ids.iter()),
+                    )
                     .any(|n| *n == name);
                 if used {
-                    return Err(violation(p, format!("profile {name} removed while an endpoint uses it")));
+                    return Err(violation(
+                        p,
+                        format!("profile {name} removed while an endpoint uses it"),
+                    ));
                 }
                 self.profiles.remove(&name);
             }
@@ -275,11 +301,17 @@ impl DataplaneView {
                     .chain(tier_policy_ids(&ep.forward_tiers))
                     .collect();
                 self.check_endpoint_refs(p, &ep.profile_ids, ids.into_iter())?;
-                let id = u.id.as_ref().map(|i| i.endpoint_id.clone()).unwrap_or_default();
+                let id =
+                    u.id.as_ref()
+                        .map(|i| i.endpoint_id.clone())
+                        .unwrap_or_default();
                 self.host_endpoints.insert(id, ep);
             }
             Payload::HostEndpointRemove(u) => {
-                let id = u.id.as_ref().map(|i| i.endpoint_id.clone()).unwrap_or_default();
+                let id =
+                    u.id.as_ref()
+                        .map(|i| i.endpoint_id.clone())
+                        .unwrap_or_default();
                 if self.host_endpoints.remove(&id).is_none() {
                     return Err(violation(p, "removal of unknown host endpoint".into()));
                 }
@@ -289,7 +321,10 @@ impl DataplaneView {
             }
             Payload::HostMetadataRemove(u) => {
                 if self.host_metadata.remove(&u.hostname).is_none() {
-                    return Err(violation(p, format!("removal of unknown host {}", u.hostname)));
+                    return Err(violation(
+                        p,
+                        format!("removal of unknown host {}", u.hostname),
+                    ));
                 }
             }
             Payload::IpamPoolUpdate(u) => {
@@ -311,29 +346,36 @@ impl DataplaneView {
                 }
             }
             Payload::ServiceAccountUpdate(u) => {
-                let id = u
-                    .id
-                    .as_ref()
-                    .map(|i| (i.namespace.clone(), i.name.clone()))
-                    .unwrap_or_default();
+                let id =
+                    u.id.as_ref()
+                        .map(|i| (i.namespace.clone(), i.name.clone()))
+                        .unwrap_or_default();
                 self.service_accounts.insert(id, u.clone());
             }
             Payload::ServiceAccountRemove(u) => {
-                let id = u
-                    .id
-                    .as_ref()
-                    .map(|i| (i.namespace.clone(), i.name.clone()))
-                    .unwrap_or_default();
+                let id =
+                    u.id.as_ref()
+                        .map(|i| (i.namespace.clone(), i.name.clone()))
+                        .unwrap_or_default();
                 if self.service_accounts.remove(&id).is_none() {
-                    return Err(violation(p, format!("removal of unknown service account {id:?}")));
+                    return Err(violation(
+                        p,
+                        format!("removal of unknown service account {id:?}"),
+                    ));
                 }
             }
             Payload::RouteUpdate(u) => {
                 let vxlan = u.tunnel_type.as_ref().is_some_and(|t| t.vxlan);
-                if vxlan && !u.dst_node_name.is_empty() && !self.vteps.contains_key(&u.dst_node_name) {
+                if vxlan
+                    && !u.dst_node_name.is_empty()
+                    && !self.vteps.contains_key(&u.dst_node_name)
+                {
                     return Err(violation(
                         p,
-                        format!("VXLAN route {} before the VTEP of {}", u.dst, u.dst_node_name),
+                        format!(
+                            "VXLAN route {} before the VTEP of {}",
+                            u.dst, u.dst_node_name
+                        ),
                     ));
                 }
                 self.routes.insert(u.dst.clone(), u.clone());
@@ -351,7 +393,10 @@ impl DataplaneView {
                     r.dst_node_name == u.node && r.tunnel_type.as_ref().is_some_and(|t| t.vxlan)
                 });
                 if used {
-                    return Err(violation(p, format!("VTEP of {} removed while a route uses it", u.node)));
+                    return Err(violation(
+                        p,
+                        format!("VTEP of {} removed while a route uses it", u.node),
+                    ));
                 }
                 if self.vteps.remove(&u.node).is_none() {
                     return Err(violation(p, format!("removal of unknown VTEP {}", u.node)));
@@ -378,12 +423,18 @@ impl DataplaneView {
     ) -> Result<(), ContractViolation> {
         for prof in profiles {
             if !self.profiles.contains_key(prof) {
-                return Err(violation(p, format!("endpoint references unknown profile {prof}")));
+                return Err(violation(
+                    p,
+                    format!("endpoint references unknown profile {prof}"),
+                ));
             }
         }
         for pol in policies {
             if !self.policies.contains_key(&pol) {
-                return Err(violation(p, format!("endpoint references unknown policy {pol:?}")));
+                return Err(violation(
+                    p,
+                    format!("endpoint references unknown policy {pol:?}"),
+                ));
             }
         }
         Ok(())

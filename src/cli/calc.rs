@@ -60,8 +60,8 @@ pub fn run(args: CalcArgs) -> Result<(), CliError> {
     let node = node_name::resolve(args.node.as_deref());
     let mut states = Vec::with_capacity(args.states.len());
     for path in &args.states {
-        let snap = load_state(path)
-            .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
+        let snap =
+            load_state(path).map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
         for err in &snap.errors {
             tracing::warn!("{err}");
         }

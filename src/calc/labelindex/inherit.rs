@@ -253,8 +253,14 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
 
     fn record(&mut self, s: &S, e: &E, started: bool, out: &mut Vec<MatchEvent<S, E>>) {
         if started {
-            self.sel_to_eps.entry(s.clone()).or_default().insert(e.clone());
-            self.ep_to_sels.entry(e.clone()).or_default().insert(s.clone());
+            self.sel_to_eps
+                .entry(s.clone())
+                .or_default()
+                .insert(e.clone());
+            self.ep_to_sels
+                .entry(e.clone())
+                .or_default()
+                .insert(s.clone());
             out.push(MatchEvent::Started(s.clone(), e.clone()));
         } else {
             if let Some(set) = self.sel_to_eps.get_mut(s) {

@@ -838,7 +838,12 @@ mod tests {
         }
     }
 
-    fn wep(name: &str, ip: &str, labels: &[(&str, &str)], profiles: &[&str]) -> (LabelledKey, LabelledValue) {
+    fn wep(
+        name: &str,
+        ip: &str,
+        labels: &[(&str, &str)],
+        profiles: &[&str],
+    ) -> (LabelledKey, LabelledValue) {
         let key = LabelledKey::Workload(WorkloadEndpointKey {
             hostname: "h".into(),
             orchestrator_id: "k8s".into(),
@@ -846,7 +851,10 @@ mod tests {
             endpoint_id: "eth0".into(),
         });
         let v = WorkloadEndpoint {
-            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             ipv4_nets: vec![ip.parse().expect("ip")],
             profile_ids: profiles.iter().map(|p| p.to_string()).collect(),
             ..Default::default()
@@ -875,7 +883,10 @@ mod tests {
         idx.delete_endpoint(&k1, &mut rec);
         assert_eq!(rec.0.len(), 1, "still contributed by w2");
         idx.delete_endpoint(&k2, &mut rec);
-        assert_eq!(rec.0.last(), Some(&(false, "s1".into(), "10.0.0.1/32".into())));
+        assert_eq!(
+            rec.0.last(),
+            Some(&(false, "s1".into(), "10.0.0.1/32".into()))
+        );
     }
 
     #[test]
@@ -892,7 +903,10 @@ mod tests {
         assert_eq!(rec.0, vec![(true, "s".into(), "10.0.0.2/32".into())]);
         // Asymmetric teardown: the profile goes while the endpoint stays.
         idx.update_parent_labels("kns.ns1", None, &mut rec);
-        assert_eq!(rec.0.last(), Some(&(false, "s".into(), "10.0.0.2/32".into())));
+        assert_eq!(
+            rec.0.last(),
+            Some(&(false, "s".into(), "10.0.0.2/32".into()))
+        );
         idx.delete_endpoint(&k, &mut rec);
         idx.delete_ipset("s");
         assert_eq!(idx.num_endpoints(), 0);
@@ -906,7 +920,10 @@ mod tests {
         let mut rec = Rec::default();
         idx.update_ipset("s", def("all()"), &mut rec);
         let ns = NetworkSet {
-            nets: vec!["0.0.0.0/0".parse().expect("net"), "10.1.2.3/8".parse().expect("net")],
+            nets: vec![
+                "0.0.0.0/0".parse().expect("net"),
+                "10.1.2.3/8".parse().expect("net"),
+            ],
             ..Default::default()
         };
         idx.update_endpoint(
