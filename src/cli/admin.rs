@@ -15,7 +15,7 @@ use crate::daemon::DEFAULT_ADMIN_SOCKET;
 /// Arguments of `felix admin`.
 #[derive(Debug, Args)]
 #[command(
-    long_about = "Talks to a running `felix run` over its admin socket and prints the answer.\n\n\
+    after_help = "Talks to a running `felix run` over its admin socket and prints the answer.\n\n\
 Exit codes: 0 ok, 1 daemon unreachable or failing, 2 bad usage or a request the daemon rejected."
 )]
 pub struct AdminArgs {

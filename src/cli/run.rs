@@ -33,7 +33,7 @@ Exit codes: 0 stopped by a signal, 1 runtime failure, 2 bad usage or input.";
 
 /// Arguments of `felix run`.
 #[derive(Debug, Args)]
-#[command(long_about = RUN_LONG_ABOUT)]
+#[command(after_help = RUN_LONG_ABOUT)]
 pub struct RunArgs {
     /// This node's name (default: FELIX_FELIXHOSTNAME, then the host name).
     #[arg(long, value_name = "NAME")]
