@@ -48,17 +48,38 @@ fn ns_out(ns: &str, prog: &str, args: &[&str]) -> String {
 }
 
 /// A workload namespace plugged into `node` by veth `iface`, as the CNI
-/// plugin does it: address on eth0, default route via 169.254.1.1 (answered
-/// by proxy ARP on the host side once Felix configures it).
-fn plug(node: &TestNetns, wl: &TestNetns, iface: &str, ip: &str) {
-    node.sh(
-        "ip",
-        &[
-            "link", "add", iface, "type", "veth", "peer", "name", "eth0", "netns", &wl.name,
-        ],
-    );
+/// plugin does it: addresses on eth0, IPv4 default route via 169.254.1.1
+/// (answered by proxy ARP on the host side once Felix configures it), IPv6
+/// default route via the host side's fixed link-local address (its MAC is
+/// ee:ee:ee:ee:ee:ee).
+fn plug(node: &TestNetns, wl: &TestNetns, iface: &str, ip: &str, ip6: &str) {
+    let no_dad = [
+        "-qw",
+        "net.ipv6.conf.all.accept_dad=0",
+        "net.ipv6.conf.default.accept_dad=0",
+    ];
+    node.sh("sysctl", &no_dad);
+    wl.sh("sysctl", &no_dad);
+    let peer = [
+        "link",
+        "add",
+        iface,
+        "address",
+        "ee:ee:ee:ee:ee:ee",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        &wl.name,
+    ];
+    node.sh("ip", &peer);
     node.sh("ip", &["link", "set", iface, "up"]);
-    wl.sh("ip", &["addr", "add", &format!("{ip}/32"), "dev", "eth0"]);
+    let v4 = format!("{ip}/32");
+    let v6 = format!("{ip6}/128");
+    wl.sh("ip", &["addr", "add", &v4, "dev", "eth0"]);
+    wl.sh("ip", &["-6", "addr", "add", &v6, "dev", "eth0", "nodad"]);
     wl.sh("ip", &["link", "set", "eth0", "up"]);
     wl.sh(
         "ip",
@@ -83,6 +104,11 @@ fn plug(node: &TestNetns, wl: &TestNetns, iface: &str, ip: &str) {
             "dev",
             "eth0",
         ],
+    );
+    let gw6 = "fe80::ecee:eeff:feee:eeee";
+    wl.sh(
+        "ip",
+        &["-6", "route", "add", "default", "via", gw6, "dev", "eth0"],
     );
 }
 
@@ -120,6 +146,10 @@ fn tcp_ok(ns: &str, ip: &str, port: u16) -> bool {
 
 fn ping_ok(ns: &str, ip: &str) -> bool {
     ns_ok(ns, "ping", &["-c", "1", "-W", "1", ip])
+}
+
+fn ping6_ok(ns: &str, ip: &str) -> bool {
+    ns_ok(ns, "ping", &["-6", "-c", "1", "-W", "1", ip])
 }
 
 fn profile(name: &str, allow: bool) -> Payload {
@@ -191,6 +221,10 @@ fn wep(id: &str, iface: &str, ip: &str, profiles: &[&str], with_policy: bool) ->
             name: iface.into(),
             profile_ids: profiles.iter().map(|s| s.to_string()).collect(),
             ipv4_nets: vec![format!("{ip}/32")],
+            ipv6_nets: vec![format!(
+                "fd00::{}/128",
+                ip.rsplit('.').next().unwrap_or("9")
+            )],
             tiers,
             ..Default::default()
         }),
@@ -274,8 +308,8 @@ async fn policy_on_real_traffic(cfg_kv: &[(&str, &str)], iptables: bool) {
     node.sh("ip", &["link", "set", "uplink1", "up"]);
     node.sh("ip", &["link", "set", "uplink0", "up"]);
     node.sh("ip", &["route", "add", "default", "dev", "uplink0"]);
-    plug(&node, &w1, "cali1", "10.65.0.2");
-    plug(&node, &w2, "cali2", "10.65.0.3");
+    plug(&node, &w1, "cali1", "10.65.0.2", "fd00::2");
+    plug(&node, &w2, "cali2", "10.65.0.3", "fd00::3");
     let _l8080 = Listener::start(&w2.name, 8080);
     let _l9090 = Listener::start(&w2.name, 9090);
     let cfg = cfg_with(cfg_kv);
@@ -296,6 +330,16 @@ async fn policy_on_real_traffic(cfg_kv: &[(&str, &str)], iptables: bool) {
         panic!("profile allow must pass");
     }
     assert!(tcp_ok(&w1.name, "10.65.0.3", 9090));
+    if !ping6_ok(&w1.name, "fd00::3") {
+        eprintln!(
+            "{}",
+            ns_out(&node.name, "nft", &["list", "table", "ip6", "calico"])
+        );
+        eprintln!("{}", ns_out(&node.name, "ip", &["-6", "route"]));
+        eprintln!("{}", ns_out(&node.name, "ip", &["-6", "neigh"]));
+        eprintln!("{}", ns_out(&w1.name, "ip", &["-6", "neigh"]));
+        panic!("IPv6: profile allow must pass");
+    }
 
     // Default deny: a profile without rules.
     h.addr.do_send(UpdateBatch(vec![wep(
@@ -307,6 +351,10 @@ async fn policy_on_real_traffic(cfg_kv: &[(&str, &str)], iptables: bool) {
     )]));
     settle(&h).await;
     assert!(!ping_ok(&w1.name, "10.65.0.3"), "default deny must block");
+    assert!(
+        !ping6_ok(&w1.name, "fd00::3"),
+        "IPv6: default deny must block"
+    );
     assert!(!tcp_ok(&w1.name, "10.65.0.3", 8080));
 
     // A policy allowing one port.
@@ -369,6 +417,12 @@ async fn policy_on_real_traffic(cfg_kv: &[(&str, &str)], iptables: bool) {
     let routes = ns_out(&node.name, "ip", &["route", "show"]);
     assert!(!routes.contains("10.65.0.2"), "stale route swept: {routes}");
     assert!(routes.contains("10.65.0.3"), "{routes}");
+    let routes6 = ns_out(&node.name, "ip", &["-6", "route", "show"]);
+    assert!(
+        !routes6.contains("fd00::2"),
+        "stale IPv6 route swept: {routes6}"
+    );
+    assert!(routes6.contains("fd00::3"), "{routes6}");
     // w1 is no longer a known endpoint: its interface passes nothing.
     assert!(
         !tcp_ok(&w1.name, "10.65.0.3", 8080),
@@ -379,7 +433,7 @@ async fn policy_on_real_traffic(cfg_kv: &[(&str, &str)], iptables: bool) {
 
 #[actix_rt::test]
 async fn iptables_policy_on_real_traffic_and_non_disruptive_resync() {
-    policy_on_real_traffic(&[("Ipv6Support", "false")], true).await;
+    policy_on_real_traffic(&[("Ipv6Support", "true")], true).await;
 }
 
 #[actix_rt::test]
@@ -388,7 +442,7 @@ async fn nftables_policy_on_real_traffic_and_resync_sweep() {
         return;
     }
     policy_on_real_traffic(
-        &[("Ipv6Support", "false"), ("NFTablesMode", "Enabled")],
+        &[("Ipv6Support", "true"), ("NFTablesMode", "Enabled")],
         false,
     )
     .await;
