@@ -366,11 +366,7 @@ fn customers(g: &mut Gen, n: usize, num_local: usize) -> Customers {
     }
     let total = n;
     let num_local = num_local.min(total);
-    let stride = if num_local > 0 {
-        (total / num_local).max(1)
-    } else {
-        1
-    };
+    let stride = total.checked_div(num_local).unwrap_or(1).max(1);
     let (mut remote, mut local) = (Vec::new(), Vec::new());
     for c in 0..n {
         let ns = format!("customer-{c}");

@@ -49,6 +49,9 @@ pub enum StartError {
     /// The thread ended before reporting.
     #[error("the dataplane thread ended during start-up")]
     Vanished,
+    /// The managers and drivers for the configured mode could not be set up.
+    #[error("cannot set up the dataplane: {0}")]
+    Wiring(String),
 }
 
 /// The supervisor settings for `cfg`: dataplane name for `/status` and the
@@ -94,7 +97,7 @@ impl Dataplane {
         let sup_cfg = supervisor_config(cfg);
         let cfg = cfg.clone();
         let shared = shared.clone();
-        let (tx, rx) = mpsc::channel::<Result<Started, BuildError>>();
+        let (tx, rx) = mpsc::channel::<Result<Started, StartError>>();
         let (done_tx, done) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("dataplane".into())
@@ -106,8 +109,9 @@ impl Dataplane {
                         .metrics(shared.metrics)
                         .health(shared.health)
                         .on_fatal(on_fatal);
-                    let b = dataplane_wiring::register(b, &cfg, mode);
-                    b.start().map(|h| {
+                    let b =
+                        dataplane_wiring::register(b, &cfg, mode).map_err(StartError::Wiring)?;
+                    b.start().map_err(StartError::from).map(|h| {
                         (
                             h.addr.clone(),
                             h.admin_context(),

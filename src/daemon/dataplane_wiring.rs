@@ -6,26 +6,29 @@
 //! that mode needs, in programming-pass order. Actor names follow
 //! `docs/architecture.md` (`manager/<name>`, `driver/<name>`).
 //!
-//! Today nothing is registered: the iptables / nftables managers and their
-//! drivers in `crate::dataplane` are still being built. The supervisor runs
-//! fine with zero actors (status, in-sync, applies, admin socket), so the
-//! daemon is usable for the desired-state view meanwhile. Adding a manager
-//! is a change to this function only.
+//! The managers and drivers themselves live in `crate::dataplane`
+//! (`crate::dataplane::wiring::register`); this function hands them the
+//! kernel seam of the network namespace the daemon runs in.
 
 use felix_actors::SupervisorBuilder;
 use felix_config::{Config, DataplaneMode};
 use felix_proto::to_dataplane::Payload;
 
-/// Adds the managers and drivers for `mode` to `builder`.
+/// Adds the managers and drivers for `mode` to `builder`.  An error
+/// (for example eBPF mode, not available yet, or a mark mask too small for
+/// the rule renderer) stops the daemon: running without a dataplane would
+/// leave the node silently unprotected.
 pub fn register(
     builder: SupervisorBuilder<Payload>,
     cfg: &Config,
     mode: DataplaneMode,
-) -> SupervisorBuilder<Payload> {
+) -> Result<SupervisorBuilder<Payload>, String> {
     tracing::info!(
         dataplane = mode.as_str(),
         interface_prefix = ?cfg.interface_prefix(),
-        "registering dataplane managers and drivers (none available in this build)"
+        "registering dataplane managers and drivers"
     );
-    builder
+    let commands: std::sync::Arc<dyn crate::dataplane::kernel::CommandSeam> =
+        std::sync::Arc::new(crate::dataplane::kernel::SystemCommands::new());
+    crate::dataplane::wiring::register(builder, cfg, commands).map_err(|e| e.to_string())
 }
