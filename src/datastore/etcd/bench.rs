@@ -87,7 +87,7 @@ pub fn sample_workload_endpoint(i: usize) -> (String, String) {
             "creationTimestamp": "2026-01-01T00:00:00Z",
             "labels": {
                 "app": format!("app{}", i % 50),
-                "tier": if i % 3 == 0 { "frontend" } else { "backend" },
+                "tier": if i.is_multiple_of(3) { "frontend" } else { "backend" },
                 "projectcalico.org/namespace": ns,
                 "projectcalico.org/orchestrator": "k8s",
             }
@@ -115,7 +115,7 @@ pub fn sample_policy(i: usize) -> (String, String) {
         {"action": "Deny", "source": {"nets": ["192.168.0.0/16"]}}
     ]);
     let annotation = serde_json::json!({ "name": name }).to_string();
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         let ns = format!("ns{}", i % 100);
         let key = keys::resource_key(Kind::NetworkPolicy, Some(&ns), &name);
         let value = serde_json::json!({

@@ -89,7 +89,7 @@ impl EtcdTestServer {
         let mut child = self.spawn(cp, pp)?;
         let url = format!("http://127.0.0.1:{cp}");
         let result = wait_ready(&url).map(|()| {
-            let client = EtcdClient::new(&[url.clone()], None)
+            let client = EtcdClient::new(std::slice::from_ref(&url), None)
                 .unwrap_or_else(|e| unreachable!("bad loopback URL: {e}"));
             f(&client)
         });
