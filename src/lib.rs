@@ -15,10 +15,10 @@
 
 pub mod bench;
 pub mod calc;
+pub mod cli;
 pub mod daemon;
-pub mod datastore;
 pub mod dataplane;
+pub mod datastore;
 pub mod model;
 pub mod resources;
 pub mod selector;
-pub mod cli;
