@@ -211,6 +211,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
                 // A file datastore is ready unless it says otherwise; etcd
                 // only once ClusterInformation says datastoreReady: true.
                 ready_if_absent: matches!(spec, DatastoreSpec::File(_)),
+                faults: Some(shared.faults.clone()),
                 ..CalcLoopConfig::default()
             },
         )
