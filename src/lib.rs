@@ -19,6 +19,7 @@ pub mod cli;
 pub mod daemon;
 pub mod dataplane;
 pub mod datastore;
+pub mod hash;
 pub mod model;
 pub mod resources;
 pub mod selector;

@@ -16,11 +16,12 @@
 //! * Every match started for (policy, endpoint) is stopped before either
 //!   side is forgotten (delegated to the inherit index).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::labelindex::{InheritIndex, MatchEvent};
 use super::EndpointKey;
+use crate::hash::FastMap as HashMap;
 use crate::model::{Action, Labels, Policy, PolicyKey, Profile, Rule};
 use crate::selector;
 

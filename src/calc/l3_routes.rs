@@ -46,7 +46,7 @@
 //!   (else `ExternalIP`) address; the model keeps no address types, so
 //!   the first address of the family is used.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use felix_proto as pb;
@@ -55,6 +55,7 @@ use pb::{IpPoolType, RouteType};
 
 use super::routes::trie::{host_cidr, CidrMap};
 use super::routes::{RouteSink, RouteSource};
+use crate::hash::FastMap as HashMap;
 use crate::model::{EncapMode, IpPool, IpamBlock, Node, WorkloadEndpoint, WorkloadEndpointKey};
 
 /// What is known about one node.
@@ -224,12 +225,12 @@ impl L3RouteResolver {
             source,
             cidrs: CidrMap::new(),
             dirty: BTreeSet::new(),
-            nodes: HashMap::new(),
-            pools: HashMap::new(),
-            block_routes: HashMap::new(),
-            node_routes: HashMap::new(),
-            workload_cidrs: HashMap::new(),
-            sent: HashMap::new(),
+            nodes: HashMap::default(),
+            pools: HashMap::default(),
+            block_routes: HashMap::default(),
+            node_routes: HashMap::default(),
+            workload_cidrs: HashMap::default(),
+            sent: HashMap::default(),
             enabled: false,
         }
     }

@@ -9,13 +9,14 @@
 //!   change from then on, as upstream does (a change of encapsulation makes
 //!   `felix run` restart).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use felix_proto as pb;
 use ipnet::IpNet;
 
 use super::event_sequencer::{EventSequencer, HostInfo};
+use crate::hash::FastMap as HashMap;
 use crate::model::{EncapMode, IpPool, Node};
 
 /// Encapsulation state derived from the IP pools.

@@ -14,10 +14,11 @@
 //!   matches and the current policy/tier metadata.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::EndpointKey;
 use super::EndpointValue;
+use crate::hash::{FastMap as HashMap, FastSet as HashSet};
 use crate::model::{Policy, PolicyKey, Tier};
 
 /// Name of the tier a policy without one belongs to.

@@ -14,12 +14,13 @@
 //!   `<selector ID>,<protocol>,<port name>`; service sets use `svc:` /
 //!   `svcnoport:`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use felix_proto as pb;
 
 use super::ids::make_unique_id;
 use super::labelindex::{IpSetDef, NpProtocol};
+use crate::hash::FastMap as HashMap;
 use crate::model::{self, PolicyKey, Port, Protocol, Rule};
 use crate::selector::{self, Selector};
 

@@ -21,12 +21,13 @@
 //! * Addresses are taken from the BGP spec only, never from
 //!   `spec.addresses` (as upstream).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use felix_proto as pb;
 
 use super::routes::VtepSink;
+use crate::hash::FastMap as HashMap;
 use crate::model::Node;
 
 /// The inputs of one node's VTEP.

@@ -17,12 +17,12 @@
 //! handed out per key, so [`Merger::take_updates`] yields exactly the net
 //! per-key differences since the previous call.
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::hash::{FastMap as HashMap, FastSet as HashSet};
 use crate::model::{Key, Update, UpdateType, Value};
 use crate::resources::ResourceId;
 
@@ -105,10 +105,10 @@ impl Merger {
     pub(crate) fn new(root: &Path) -> Self {
         Merger {
             root: root.to_path_buf(),
-            files: HashMap::new(),
-            ids: HashMap::new(),
-            keys: HashMap::new(),
-            dirty: HashSet::new(),
+            files: HashMap::default(),
+            ids: HashMap::default(),
+            keys: HashMap::default(),
+            dirty: HashSet::default(),
         }
     }
 

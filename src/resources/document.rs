@@ -302,6 +302,14 @@ fn decode_yaml_chunk(
     ctx: &Ctx<'_>,
     out: &mut Vec<Decoded>,
 ) -> Result<(), DecodeError> {
+    // The fast reader handles the common subset; anything it declines, and
+    // any document that fails to decode, goes through `serde_yaml_ng`, whose
+    // errors name the line and field.
+    if let Some(node) = super::fastyaml::parse(chunk.text) {
+        if let Ok(doc) = RawDoc::deserialize(&node) {
+            return finish(doc, ctx, out);
+        }
+    }
     match RawDoc::deserialize(serde_yaml_ng::Deserializer::from_str(chunk.text)) {
         Ok(doc) => finish(doc, ctx, out),
         Err(typed_err) => {

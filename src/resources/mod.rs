@@ -29,6 +29,7 @@
 
 mod convert;
 mod document;
+mod fastyaml;
 mod felixconfig;
 mod rules;
 mod selectors;

@@ -14,11 +14,12 @@
 //! * Output depends only on the current selectors, endpoints and profile
 //!   labels (no history).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
 use std::hash::Hash;
 use std::sync::Arc;
 
 use super::restriction::{Choice, RestrictionIndex};
+use crate::hash::{FastMap as HashMap, FastSet as HashSet};
 use crate::model::Labels;
 use crate::selector::{Selector, WithParents};
 
@@ -48,13 +49,13 @@ pub struct InheritIndex<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> 
 impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> Default for InheritIndex<S, E> {
     fn default() -> Self {
         InheritIndex {
-            selectors: HashMap::new(),
+            selectors: HashMap::default(),
             restrictions: RestrictionIndex::default(),
-            endpoints: HashMap::new(),
-            parent_labels: HashMap::new(),
-            parent_to_eps: HashMap::new(),
-            sel_to_eps: HashMap::new(),
-            ep_to_sels: HashMap::new(),
+            endpoints: HashMap::default(),
+            parent_labels: HashMap::default(),
+            parent_to_eps: HashMap::default(),
+            sel_to_eps: HashMap::default(),
+            ep_to_sels: HashMap::default(),
         }
     }
 }

@@ -9,9 +9,9 @@
 //! returned id; an id is freed (and may be reused) when its count reaches
 //! zero, so churn with ever-new values does not grow the table.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::hash::FastMap as HashMap;
 use crate::model::Labels;
 
 /// Interned labels: `(key id, value id)` pairs sorted by key id.

@@ -24,7 +24,6 @@
 //! * Deleting a set reports no member removals: the set removal itself
 //!   supersedes them (the sequencer drops pending deltas of a removed set).
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use ipnet::IpNet;
@@ -32,6 +31,7 @@ use ipnet::IpNet;
 use super::interner::{lookup, IdLabels, Interner};
 use super::member::{host_net, Member, NpProtocol};
 use super::restriction::{Choice, SmallSet};
+use crate::hash::{FastMap as HashMap, FastSet as HashSet};
 use crate::model::{EndpointPort, HostEndpoint, Labels, NetworkSet, WorkloadEndpoint};
 use crate::selector::{LabelSource, Selector};
 
@@ -490,7 +490,7 @@ impl IpSetIndex {
                 self.parents[id as usize] = Some(ParentData {
                     name: name.to_string(),
                     labels: None,
-                    endpoints: HashSet::new(),
+                    endpoints: HashSet::default(),
                 });
                 self.parent_ids.insert(name.to_string(), id);
                 id
@@ -531,7 +531,7 @@ impl IpSetIndex {
         self.parents[id as usize] = Some(ParentData {
             name: name.to_string(),
             labels: None,
-            endpoints: HashSet::new(),
+            endpoints: HashSet::default(),
         });
         self.parent_ids.insert(name.to_string(), id);
         id
@@ -693,7 +693,7 @@ impl IpSetIndex {
             uid: uid.clone(),
             def,
             choice,
-            members: HashMap::new(),
+            members: HashMap::default(),
         });
         self.set_ids.insert(uid, idx);
         for ep in matched {

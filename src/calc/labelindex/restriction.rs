@@ -18,9 +18,10 @@
 //! module's guarantee that every match satisfies all of the selector's
 //! restrictions.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::hash::Hash;
 
+use crate::hash::{FastMap as HashMap, FastSet as HashSet};
 use crate::selector::Selector;
 
 /// The one restriction chosen to index a selector.
@@ -99,10 +100,10 @@ pub struct RestrictionIndex<S: Clone + Eq + Hash> {
 impl<S: Clone + Eq + Hash> Default for RestrictionIndex<S> {
     fn default() -> Self {
         RestrictionIndex {
-            by_value: HashMap::new(),
-            by_present: HashMap::new(),
-            unoptimized: HashSet::new(),
-            chosen: HashMap::new(),
+            by_value: HashMap::default(),
+            by_present: HashMap::default(),
+            unoptimized: HashSet::default(),
+            chosen: HashMap::default(),
         }
     }
 }
@@ -217,7 +218,7 @@ pub struct ValueIndex<I: Copy + Eq + Hash> {
 impl<I: Copy + Eq + Hash> Default for ValueIndex<I> {
     fn default() -> Self {
         ValueIndex {
-            by_kv: HashMap::new(),
+            by_kv: HashMap::default(),
         }
     }
 }
@@ -296,7 +297,7 @@ impl<I: Copy + Eq + Hash> SmallSet<I> {
         match self {
             SmallSet::One(existing) => {
                 if *existing != id {
-                    let mut s = HashSet::with_capacity(2);
+                    let mut s = HashSet::with_capacity_and_hasher(2, Default::default());
                     s.insert(*existing);
                     s.insert(id);
                     *self = SmallSet::Many(s);
