@@ -109,11 +109,15 @@ pub fn calico_sets(node: &Netns, backend: Backend) -> Result<BTreeSet<String>> {
     }
 }
 
-/// Routes with protocol 80 (Felix's) in `family` (`-4` / `-6`), one line each.
-pub fn felix_routes(node: &Netns, family: &str) -> Result<Vec<String>> {
+/// Routes in the main table that point down a `cali*` interface, in
+/// `family` (`-4` / `-6`), one line each. (Felix writes them with the
+/// device route protocol, `boot` by default, like the CNI plugin does, so
+/// the interface, not the protocol, is what identifies them.)
+pub fn workload_routes(node: &Netns, family: &str) -> Result<Vec<String>> {
     Ok(node
-        .ip(&[family, "-o", "route", "show", "proto", "80"])?
+        .ip(&[family, "-o", "route", "show", "table", "main"])?
         .lines()
+        .filter(|l| l.contains(" dev cali"))
         .map(|l| l.trim().to_string())
         .collect())
 }
@@ -124,7 +128,12 @@ pub fn rule_counters(node: &Netns, backend: Backend) -> Result<BTreeMap<String, 
     let mut out = BTreeMap::new();
     match backend {
         Backend::Iptables => {
-            let text = node.exec("iptables-save", &["-c"])?;
+            // The flavour the daemon programs: the one holding our chains.
+            let tool = iptables_calico_state(node)
+                .into_keys()
+                .find(|t| !t.starts_with("ip6"))
+                .unwrap_or_else(|| "iptables-save".to_string());
+            let text = node.exec(&tool, &["-c"])?;
             let mut table = String::new();
             for l in text.lines() {
                 if let Some(t) = l.strip_prefix('*') {
