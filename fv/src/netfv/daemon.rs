@@ -185,7 +185,8 @@ impl Daemon {
     ) -> Result<T> {
         let start = Instant::now();
         loop {
-            if let Some(v) = self.status().as_ref().and_then(&mut f) {
+            let status = self.status();
+            if let Some(v) = status.as_ref().and_then(&mut f) {
                 return Ok(v);
             }
             if let Some(st) = self
@@ -199,7 +200,11 @@ impl Daemon {
                 );
             }
             if start.elapsed() > DEADLINE {
-                bail!("timed out waiting for {what}:\n{}", self.log_tail(40));
+                bail!(
+                    "timed out waiting for {what}; last status {}\nlog:\n{}",
+                    status.unwrap_or_default(),
+                    self.log_tail(40)
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
