@@ -100,8 +100,8 @@ fn lifecycle(backend: Backend) -> Result<()> {
     ensure!(!before.is_empty(), "no rule of ours counted any packet");
     fv.stop()?;
     fv.start(&[])?;
-    // A refresh read-back has happened once the daemon converged; give the
-    // reconcile a second apply to be sure nothing was rewritten late.
+    // The restarted daemon read the kernel back and reconciled: rules that
+    // were already right must not have been rewritten (counters kept).
     let after = rule_counters(&fv.sandbox.node, backend)?;
     let mut reset = Vec::new();
     for (rule, pkts) in &before {
