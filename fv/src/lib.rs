@@ -5,5 +5,9 @@
 //! sequence is also run through the expanders and flush strategies, and
 //! every emitted message stream is checked against the flush-order
 //! contract by [`felix::calc::view::DataplaneView`].
+//!
+//! [`netfv`] is the dataplane FV harness: `felix run` in network namespaces
+//! with real traffic between CNI-wired workloads, for both backends.
 
 pub mod calcfv;
+pub mod netfv;

@@ -11,7 +11,9 @@
 //!   `driver/iptables-{filter,nat,mangle,raw}-vN` (Tables; the backend is
 //!   detected once, through the first driver's seam, honouring
 //!   `IptablesBackend`);
-//! * nftables mode: `driver/nftables-vN` (Tables; IP sets live in the table);
+//! * nftables mode: `driver/nftables-vN` (Tables; IP sets live in the table)
+//!   and `driver/ipset-cleanup-vN` (IpSets; deletes the `ipset` sets an
+//!   iptables-mode run left, as upstream does);
 //! * both: `driver/routes-vN` and `driver/ifaces-vN` (Routes) and
 //!   `driver/cleanup-vN` (Tables; sweeps the backend we are not
 //!   programming, paced by the tables refresh interval).
@@ -30,8 +32,8 @@ use crate::dataplane::ipsets::IpSetsOptions;
 use crate::dataplane::iptables::{IptablesBackend, IptablesOptions};
 use crate::dataplane::kernel::CommandSeam;
 use crate::dataplane::managers::drivers::{
-    BackendChoice, CleanupDriver, CleanupMode, IfacesDriver, IpSetsDriver, IptablesDriver,
-    NftablesDriver, RoutesDriver,
+    BackendChoice, CleanupDriver, CleanupMode, IfacesDriver, IpSetCleanupDriver, IpSetsDriver,
+    IptablesDriver, NftablesDriver, RoutesDriver,
 };
 use crate::dataplane::managers::{
     ChainSource, EndpointManager, EndpointOutputs, IfacesDesired, IpSetsDesired, IpSetsManager,
@@ -195,6 +197,14 @@ pub fn register(
                     Phase::Tables,
                     cell.clone(),
                     move || NftablesDriver::new(&n, ipv, seam.clone(), opts.clone()),
+                ));
+                let name = format!("driver/ipset-cleanup-{fam}");
+                let (seam, opts, n) = (commands.clone(), ipset_opts.clone(), name.clone());
+                builder = builder.driver(DriverSpec::new(
+                    &name,
+                    Phase::IpSets,
+                    DesiredInput::new(IpSetsDesired::default()),
+                    move || IpSetCleanupDriver::new(&n, ipv, seam.clone(), opts.clone()),
                 ));
                 (t, s)
             }

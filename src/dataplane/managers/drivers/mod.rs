@@ -18,15 +18,18 @@
 //! | [`RoutesDriver`] | `driver/routes-v4/-v6` | Routes |
 //! | [`IfacesDriver`] | `driver/ifaces-v4/-v6` | Routes |
 //! | [`CleanupDriver`] | `driver/cleanup-v4/-v6` | Tables |
+//! | [`IpSetCleanupDriver`] | `driver/ipset-cleanup-v4/-v6` (nftables mode) | IpSets (+ deletions) |
 
 mod bridge;
 mod cleanup;
+mod ipset_cleanup;
 mod ipsets;
 mod routes;
 mod tables;
 
 pub use bridge::SeamBridge;
 pub use cleanup::{CleanupDriver, CleanupMode};
+pub use ipset_cleanup::IpSetCleanupDriver;
 pub use ipsets::IpSetsDriver;
 pub use routes::{IfacesDriver, RoutesDriver};
 pub use tables::{BackendChoice, IptablesDriver, NftablesDriver};

@@ -1,0 +1,301 @@
+//! `felix run` inside the node namespace, and its admin socket through the
+//! `felix admin` client: start, wait for convergence, faults, status,
+//! metrics, stop with SIGTERM.
+//!
+//! Invariant: a [`Daemon`] that is dropped without [`Daemon::stop`] is
+//! killed and reaped, so no test leaves a daemon behind.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value;
+
+use super::datastore::NODE;
+use super::ns::Netns;
+
+/// The dataplane backend a daemon is started with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Iptables,
+    Nftables,
+}
+
+impl Backend {
+    /// `FELIX_NFTABLESMODE` for this backend.
+    pub fn nftables_mode(self) -> &'static str {
+        match self {
+            Backend::Iptables => "Disabled",
+            Backend::Nftables => "Enabled",
+        }
+    }
+
+    /// The `dataplane` value `/status` reports.
+    pub fn status_name(self) -> &'static str {
+        match self {
+            Backend::Iptables => "iptables",
+            Backend::Nftables => "nftables",
+        }
+    }
+
+    /// The IPv4 filter-table driver's actor name.
+    pub fn filter_driver(self) -> &'static str {
+        match self {
+            Backend::Iptables => "driver/iptables-filter-v4",
+            Backend::Nftables => "driver/nftables-v4",
+        }
+    }
+}
+
+/// Locates the `felix` binary: `$FELIX_BIN`, else `felix` in the target
+/// directory the running test executable was built into.
+pub fn felix_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("FELIX_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().context("current_exe")?;
+    // target/<profile>/deps/<test> -> target/<profile>/felix
+    let mut dir = exe.parent();
+    while let Some(d) = dir {
+        let candidate = d.join("felix");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+        if d.file_name().is_some_and(|n| n == "target") {
+            break;
+        }
+        dir = d.parent();
+    }
+    bail!(
+        "the felix binary is not built next to {} (run `cargo build --bin felix` or \
+         `cargo test --workspace`, or set FELIX_BIN)",
+        exe.display()
+    )
+}
+
+/// How long a daemon gets to converge or to exit.
+pub const DEADLINE: Duration = Duration::from_secs(45);
+
+/// A running `felix run`.
+pub struct Daemon {
+    child: Option<Child>,
+    felix: PathBuf,
+    socket: PathBuf,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `felix run` in `node` on datastore `ds_dir`, with the admin
+    /// socket and the log in `scratch` (the log of start N is `felix-N.log`).
+    pub fn start(
+        node: &Netns,
+        ds_dir: &Path,
+        scratch: &Path,
+        backend: Backend,
+        env: &[(&str, &str)],
+    ) -> Result<Daemon> {
+        let felix = felix_binary()?;
+        let mut n = 0;
+        while scratch.join(format!("felix-{n}.log")).exists() {
+            n += 1;
+        }
+        let log = scratch.join(format!("felix-{n}.log"));
+        let socket = scratch.join("admin.sock");
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", node.name()])
+            .arg(&felix)
+            .args(["run", "--node", NODE, "--datastore"])
+            .arg(format!("file:{}", ds_dir.display()))
+            .arg("--admin-socket")
+            .arg(&socket)
+            .env("FELIX_NFTABLESMODE", backend.nftables_mode())
+            .env("FELIX_HEALTHENABLED", "false")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log)?);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().context("spawning felix run")?;
+        Ok(Daemon {
+            child: Some(child),
+            felix,
+            socket,
+            log,
+        })
+    }
+
+    /// The daemon's log so far.
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The last `n` lines of the log (for error messages).
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = self.log_text();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Runs `felix admin --socket S args...`.
+    pub fn admin(&self, args: &[&str]) -> Result<Output> {
+        Command::new(&self.felix)
+            .arg("admin")
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .context("running felix admin")
+    }
+
+    /// `felix admin args...` parsed as JSON; `None` when the call failed.
+    pub fn admin_json(&self, args: &[&str]) -> Option<Value> {
+        let out = self.admin(args).ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    /// `GET /status`.
+    pub fn status(&self) -> Option<Value> {
+        self.admin_json(&["status"])
+    }
+
+    /// `GET /metrics` as text.
+    pub fn metrics(&self) -> Result<String> {
+        let out = self.admin(&["metrics"])?;
+        if !out.status.success() {
+            bail!(
+                "felix admin metrics: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Polls `f` on the status until it returns `Some`; fails (with the log
+    /// tail) at the deadline or when the daemon exits.
+    pub fn wait_status<T>(
+        &mut self,
+        what: &str,
+        mut f: impl FnMut(&Value) -> Option<T>,
+    ) -> Result<T> {
+        let start = Instant::now();
+        loop {
+            let status = self.status();
+            if let Some(v) = status.as_ref().and_then(&mut f) {
+                return Ok(v);
+            }
+            if let Some(st) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bail!(
+                    "daemon exited ({st}) while waiting for {what}:\n{}",
+                    self.log_tail(40)
+                );
+            }
+            if start.elapsed() > DEADLINE {
+                bail!(
+                    "timed out waiting for {what}; last status {}\nlog:\n{}",
+                    status.unwrap_or_default(),
+                    self.log_tail(40)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until the daemon is in sync, its last apply succeeded after
+    /// more than `after` applies, and no actor is dirty; returns the apply
+    /// count.
+    pub fn wait_converged(&mut self, after: u64) -> Result<u64> {
+        self.wait_status("convergence", |s| {
+            let applies = s["applies"].as_u64()?;
+            let clean = s["actors"]
+                .as_array()?
+                .iter()
+                .all(|a| a["dirty"] == Value::Bool(false) && a["state"] == "running");
+            (s["inSync"] == Value::Bool(true)
+                && s["lastApply"]["ok"] == Value::Bool(true)
+                && applies > after
+                && clean)
+                .then_some(applies)
+        })
+    }
+
+    /// The current apply count (0 before the first status answer).
+    pub fn applies(&self) -> u64 {
+        self.status()
+            .and_then(|s| s["applies"].as_u64())
+            .unwrap_or(0)
+    }
+
+    /// Arms a fault through `felix admin fault add`.
+    pub fn add_fault(&self, target: &str, op: &str, action: &str, count: u32) -> Result<()> {
+        let count = count.to_string();
+        let out = self.admin(&[
+            "fault", "add", "--target", target, "--op", op, "--action", action, "--count", &count,
+        ])?;
+        if !out.status.success() {
+            bail!("fault add: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    }
+
+    /// Disarms every fault.
+    pub fn clear_faults(&self) -> Result<()> {
+        let out = self.admin(&["fault", "clear"])?;
+        if !out.status.success() {
+            bail!("fault clear: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    }
+
+    /// The restart count `/status` reports for `actor`.
+    pub fn restarts(&self, actor: &str) -> Option<u64> {
+        self.status()?["actors"]
+            .as_array()?
+            .iter()
+            .find(|a| a["name"] == actor)?["restarts"]
+            .as_u64()
+    }
+
+    /// Sends SIGTERM and waits for a clean exit (code 0).
+    pub fn stop(mut self) -> Result<()> {
+        let mut child = self.child.take().ok_or_else(|| anyhow!("no child"))?;
+        // SAFETY: signalling our own child by its pid.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let start = Instant::now();
+        loop {
+            if let Some(st) = child.try_wait()? {
+                if st.code() != Some(0) {
+                    bail!(
+                        "felix exited with {st} after SIGTERM:\n{}",
+                        self.log_tail(40)
+                    );
+                }
+                return Ok(());
+            }
+            if start.elapsed() > DEADLINE {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("felix did not exit after SIGTERM:\n{}", self.log_tail(40));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

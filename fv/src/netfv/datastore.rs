@@ -1,0 +1,181 @@
+//! A file datastore directory for `felix run --datastore file:DIR`, written
+//! the way an operator (or `kubectl`) replaces files: a temporary file and a
+//! rename, so the daemon's syncer never reads a half-written file. Plus the
+//! YAML for the resources the FV uses.
+//!
+//! Invariant: the directory is removed when the [`Datastore`] drops.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// The node name every FV daemon runs as.
+pub const NODE: &str = "node1";
+
+/// A datastore directory.
+pub struct Datastore {
+    dir: tempfile::TempDir,
+}
+
+impl Datastore {
+    /// An empty datastore directory.
+    pub fn new() -> Result<Datastore> {
+        let dir = tempfile::Builder::new()
+            .prefix("fvs2-ds-")
+            .tempdir()
+            .context("creating the datastore directory")?;
+        fs::create_dir_all(dir.path().join("ds"))?;
+        Ok(Datastore { dir })
+    }
+
+    /// The directory the daemon reads.
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("ds")
+    }
+
+    /// A scratch directory next to the datastore (sockets, logs).
+    pub fn scratch(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes (or replaces) `<name>.yaml` atomically.
+    pub fn write(&self, name: &str, yaml: &str) -> Result<()> {
+        let path = self.path().join(format!("{name}.yaml"));
+        let tmp = self.dir.path().join(format!(".{name}.tmp"));
+        fs::write(&tmp, yaml).with_context(|| format!("writing {}", tmp.display()))?;
+        fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+        Ok(())
+    }
+
+    /// Removes `<name>.yaml` (no error if it is absent).
+    pub fn remove(&self, name: &str) -> Result<()> {
+        match fs::remove_file(self.path().join(format!("{name}.yaml"))) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The cluster-wide resources: readiness, Felix configuration, IPv4 and
+/// IPv6 pools and the node. `felix_config` lines are added to the
+/// FelixConfiguration spec verbatim (`key: value`).
+pub fn cluster_yaml(felix_config: &[(&str, &str)]) -> String {
+    let mut s = String::from(
+        "apiVersion: projectcalico.org/v3\nkind: ClusterInformation\nmetadata:\n  name: default\n\
+         spec:\n  datastoreReady: true\n---\n\
+         apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata:\n  name: default\nspec:\n\
+         \x20 logSeverityScreen: Info\n",
+    );
+    for (k, v) in felix_config {
+        let _ = writeln!(s, "  {k}: {v}");
+    }
+    let _ = write!(
+        s,
+        "---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata:\n  name: pool-v4\nspec:\n  \
+         cidr: 10.65.0.0/16\n---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata:\n  \
+         name: pool-v6\nspec:\n  cidr: fd00:65::/64\n---\napiVersion: projectcalico.org/v3\n\
+         kind: Node\nmetadata:\n  name: {NODE}\nspec:\n  bgp:\n    ipv4Address: 192.0.2.1/24\n"
+    );
+    s
+}
+
+/// A Kubernetes namespace (becomes profile `kns.<name>`, which allows all
+/// traffic, with `labels` as namespace labels).
+pub fn namespace_yaml(name: &str, labels: &[(&str, &str)]) -> String {
+    format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels: {}\n",
+        flow_map(labels)
+    )
+}
+
+/// A workload endpoint on [`NODE`].
+#[derive(Clone, Debug)]
+pub struct Wep {
+    pub pod: String,
+    pub namespace: String,
+    pub labels: Vec<(String, String)>,
+    pub iface: String,
+    pub ip4: Ipv4Addr,
+    pub ip6: Ipv6Addr,
+    pub profiles: Vec<String>,
+    /// Named ports: (name, TCP port).
+    pub ports: Vec<(String, u16)>,
+}
+
+impl Wep {
+    /// A workload in `namespace` with profile `kns.<namespace>`.
+    pub fn new(pod: &str, namespace: &str, iface: &str, ip4: Ipv4Addr, ip6: Ipv6Addr) -> Wep {
+        Wep {
+            pod: pod.into(),
+            namespace: namespace.into(),
+            labels: Vec::new(),
+            iface: iface.into(),
+            ip4,
+            ip6,
+            profiles: vec![format!("kns.{namespace}")],
+            ports: Vec::new(),
+        }
+    }
+
+    /// Adds a label.
+    pub fn label(mut self, k: &str, v: &str) -> Wep {
+        self.labels.push((k.into(), v.into()));
+        self
+    }
+
+    /// Adds a named TCP port.
+    pub fn port(mut self, name: &str, port: u16) -> Wep {
+        self.ports.push((name.into(), port));
+        self
+    }
+
+    /// Replaces the profiles.
+    pub fn profiles(mut self, profiles: &[&str]) -> Wep {
+        self.profiles = profiles.iter().map(|p| p.to_string()).collect();
+        self
+    }
+
+    /// The WorkloadEndpoint resource.
+    pub fn yaml(&self) -> String {
+        let labels: Vec<(&str, &str)> = self
+            .labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let mut s = format!(
+            "apiVersion: projectcalico.org/v3\nkind: WorkloadEndpoint\nmetadata:\n  \
+             name: {NODE}-k8s-{pod}-eth0\n  namespace: {ns}\n  labels: {labels}\nspec:\n  \
+             node: {NODE}\n  orchestrator: k8s\n  pod: {pod}\n  endpoint: eth0\n  \
+             interfaceName: {iface}\n  mac: ee:ee:ee:ee:ee:ee\n  \
+             ipNetworks: [{ip4}/32, \"{ip6}/128\"]\n  profiles: [{profiles}]\n",
+            pod = self.pod,
+            ns = self.namespace,
+            labels = flow_map(&labels),
+            iface = self.iface,
+            ip4 = self.ip4,
+            ip6 = self.ip6,
+            profiles = self.profiles.join(", "),
+        );
+        if !self.ports.is_empty() {
+            s.push_str("  ports:\n");
+            for (n, p) in &self.ports {
+                let _ = writeln!(s, "  - {{name: {n}, protocol: TCP, port: {p}}}");
+            }
+        }
+        s
+    }
+}
+
+/// `{k: 'v', ...}` in YAML flow style.
+fn flow_map(kv: &[(&str, &str)]) -> String {
+    let inner: Vec<String> = kv.iter().map(|(k, v)| format!("{k}: '{v}'")).collect();
+    format!("{{{}}}", inner.join(", "))
+}
+
+/// Joins YAML documents with `---`.
+pub fn docs(parts: &[String]) -> String {
+    parts.join("---\n")
+}

@@ -1,0 +1,296 @@
+//! The FV sandbox: a node namespace (uplink veth with the default routes, as
+//! a real node has, because proxy ARP only answers for 169.254.1.1 when the
+//! node can route it) and workload namespaces plugged into it through `cali*`
+//! veths exactly as Calico's CNI plugin wires them: a /32 and a /128 on the
+//! workload's `eth0`, default routes via 169.254.1.1 and via the host side's
+//! IPv6 link-local address, host side MAC `ee:ee:ee:ee:ee:ee` with proxy ARP,
+//! and host routes to the workload's addresses. Each workload runs an echo
+//! [`Server`] on the requested ports.
+//!
+//! Invariant: every namespace is named `fvs2-<pid>-<n>-...` (unique per
+//! process and sandbox) and all of them are deleted when the sandbox drops.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use super::ns::Netns;
+use super::traffic::{probe_all, Server};
+use super::wait::poll;
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// A workload plugged into the node.
+pub struct Workload {
+    /// Short name used by tests (`frontend`, ...).
+    pub name: String,
+    /// Host-side interface name (`cali...`), in the node namespace.
+    pub iface: String,
+    /// The workload's IPv4 address (/32 on eth0).
+    pub ip4: Ipv4Addr,
+    /// The workload's IPv6 address (/128 on eth0).
+    pub ip6: Ipv6Addr,
+    // Dropped before the namespace so sockets are gone when it is deleted.
+    _server: Server,
+    /// The workload's namespace.
+    pub ns: Netns,
+}
+
+/// One expected connectivity fact: from workload `from` to workload `to`
+/// on TCP `port` over IPv4 or IPv6.
+#[derive(Clone, Debug)]
+pub struct Check {
+    pub from: String,
+    pub to: String,
+    pub port: u16,
+    pub v6: bool,
+    pub allowed: bool,
+}
+
+impl Check {
+    /// An IPv4 check.
+    pub fn v4(from: &str, to: &str, port: u16, allowed: bool) -> Check {
+        Check {
+            from: from.into(),
+            to: to.into(),
+            port,
+            v6: false,
+            allowed,
+        }
+    }
+
+    /// An IPv6 check.
+    pub fn v6(from: &str, to: &str, port: u16, allowed: bool) -> Check {
+        Check {
+            v6: true,
+            ..Check::v4(from, to, port, allowed)
+        }
+    }
+}
+
+/// The node namespace and its workloads.
+pub struct Sandbox {
+    prefix: String,
+    workloads: BTreeMap<String, Workload>,
+    /// The node namespace, where `felix run` runs.
+    pub node: Netns,
+}
+
+impl Sandbox {
+    /// Creates the node namespace with its uplink.
+    pub fn new() -> Result<Sandbox> {
+        let prefix = format!(
+            "fvs2-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let node = Netns::create(&format!("{prefix}-node"))?;
+        // No DAD in the node: link-local addresses are usable at once.
+        node.sysctl("net.ipv6.conf.all.accept_dad", "0")?;
+        node.sysctl("net.ipv6.conf.default.accept_dad", "0")?;
+        node.ip(&[
+            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink1",
+        ])?;
+        node.ip(&["link", "set", "uplink0", "up"])?;
+        node.ip(&["link", "set", "uplink1", "up"])?;
+        node.ip(&["addr", "add", "192.0.2.1/24", "dev", "uplink0"])?;
+        node.ip(&["route", "add", "default", "via", "192.0.2.254"])?;
+        node.ip(&[
+            "-6",
+            "addr",
+            "add",
+            "2001:db8:f::1/64",
+            "dev",
+            "uplink0",
+            "nodad",
+        ])?;
+        node.ip(&["-6", "route", "add", "default", "via", "2001:db8:f::fe"])?;
+        Ok(Sandbox {
+            prefix,
+            workloads: BTreeMap::new(),
+            node,
+        })
+    }
+
+    /// Plugs in workload `name` on host interface `iface` with the given
+    /// addresses, as the CNI plugin does, and starts its echo servers.
+    pub fn add_workload(
+        &mut self,
+        name: &str,
+        iface: &str,
+        ip4: Ipv4Addr,
+        ip6: Ipv6Addr,
+        ports: &[u16],
+    ) -> Result<()> {
+        if self.workloads.contains_key(name) {
+            bail!("workload {name} already exists");
+        }
+        let ns = Netns::create(&format!("{}-{name}", self.prefix))?;
+        let n = &self.node;
+        n.ip(&[
+            "link",
+            "add",
+            iface,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            ns.name(),
+        ])?;
+        n.ip(&["link", "set", iface, "address", "ee:ee:ee:ee:ee:ee"])?;
+        n.sysctl(&format!("net.ipv4.conf.{iface}.proxy_arp"), "1")?;
+        n.sysctl(&format!("net.ipv4.neigh.{iface}.proxy_delay"), "0")?;
+        n.sysctl(&format!("net.ipv4.conf.{iface}.forwarding"), "1")?;
+        n.sysctl(&format!("net.ipv6.conf.{iface}.forwarding"), "1")?;
+        n.ip(&["link", "set", iface, "up"])?;
+        n.ip(&["route", "add", &format!("{ip4}/32"), "dev", iface])?;
+        n.ip(&["-6", "route", "add", &format!("{ip6}/128"), "dev", iface])?;
+
+        ns.sysctl("net.ipv6.conf.all.accept_dad", "0")?;
+        ns.ip(&["link", "set", "eth0", "up"])?;
+        ns.ip(&["addr", "add", &format!("{ip4}/32"), "dev", "eth0"])?;
+        ns.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{ip6}/128"),
+            "dev",
+            "eth0",
+            "nodad",
+        ])?;
+        ns.ip(&[
+            "route",
+            "add",
+            "169.254.1.1",
+            "dev",
+            "eth0",
+            "scope",
+            "link",
+        ])?;
+        ns.ip(&[
+            "route",
+            "add",
+            "default",
+            "via",
+            "169.254.1.1",
+            "dev",
+            "eth0",
+        ])?;
+        let ll = self.host_link_local(iface)?;
+        ns.ip(&["-6", "route", "add", "default", "via", &ll, "dev", "eth0"])?;
+
+        let server = Server::start(ns.name(), name, ports)?;
+        self.workloads.insert(
+            name.to_string(),
+            Workload {
+                name: name.to_string(),
+                iface: iface.to_string(),
+                ip4,
+                ip6,
+                _server: server,
+                ns,
+            },
+        );
+        Ok(())
+    }
+
+    /// The IPv6 link-local address of the host side of `iface`.
+    fn host_link_local(&self, iface: &str) -> Result<String> {
+        poll(Duration::from_secs(10), || {
+            let out = self
+                .node
+                .ip(&["-6", "-o", "addr", "show", "dev", iface, "scope", "link"])
+                .ok()?;
+            out.split_whitespace()
+                .skip_while(|w| *w != "inet6")
+                .nth(1)
+                .and_then(|a| a.split('/').next())
+                .map(str::to_string)
+        })
+        .with_context(|| format!("no IPv6 link-local address on {iface}"))
+    }
+
+    /// The workload called `name`.
+    pub fn workload(&self, name: &str) -> Result<&Workload> {
+        self.workloads
+            .get(name)
+            .ok_or_else(|| anyhow!("no workload {name}"))
+    }
+
+    /// Runs every check once (concurrently); returns the ones that did not
+    /// hold, described.
+    pub fn mismatches(&self, checks: &[Check]) -> Result<Vec<String>> {
+        let mut probes = Vec::new();
+        for c in checks {
+            let from = self.workload(&c.from)?;
+            let to = self.workload(&c.to)?;
+            let ip = if c.v6 {
+                IpAddr::V6(to.ip6)
+            } else {
+                IpAddr::V4(to.ip4)
+            };
+            probes.push((from.ns.name().to_string(), ip, c.port));
+        }
+        let results = probe_all(&probes);
+        let mut bad = Vec::new();
+        for (c, r) in checks.iter().zip(results) {
+            let got = r?;
+            let ok = match &got {
+                Some(id) => c.allowed && *id == c.to,
+                None => !c.allowed,
+            };
+            if !ok {
+                bad.push(format!(
+                    "{} -> {} tcp/{} {}: expected {}, got {}",
+                    c.from,
+                    c.to,
+                    c.port,
+                    if c.v6 { "v6" } else { "v4" },
+                    if c.allowed { "allowed" } else { "denied" },
+                    match got {
+                        Some(id) => format!("answer from {id}"),
+                        None => "no connection".into(),
+                    }
+                ));
+            }
+        }
+        Ok(bad)
+    }
+
+    /// Repeats the checks until all hold, or fails at the deadline listing
+    /// what still differs.
+    pub fn expect_traffic(&self, what: &str, checks: &[Check], deadline: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            let bad = self.mismatches(checks)?;
+            if bad.is_empty() {
+                return Ok(());
+            }
+            if start.elapsed() > deadline {
+                bail!("{what}: traffic not as expected:\n  {}", bad.join("\n  "));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Runs the checks once and requires all of them to hold now.
+    pub fn expect_traffic_now(&self, what: &str, checks: &[Check]) -> Result<()> {
+        let bad = self.mismatches(checks)?;
+        if !bad.is_empty() {
+            bail!("{what}: traffic not as expected:\n  {}", bad.join("\n  "));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        // Workloads (servers, then namespaces) go before the node namespace.
+        self.workloads.clear();
+    }
+}

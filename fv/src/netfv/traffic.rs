@@ -1,0 +1,132 @@
+//! Real TCP traffic between namespaces: an in-process echo server per
+//! workload (threads that entered the workload's namespace, one dual-stack
+//! listener per port) and probes that connect from a namespace, send a line
+//! and require the server's identity back, so a probe only succeeds when
+//! the SYN, the SYN-ACK and the data in both directions all got through.
+//!
+//! Invariant: servers stop (and release their sockets, hence their
+//! namespace) when their [`Server`] is dropped.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+
+use super::ns::enter_netns;
+
+/// How long a probe waits for the connection and for the reply.
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(1200);
+
+/// Echo servers listening on `[::]:port` (dual stack) in one namespace; each
+/// connection gets `<identity>\n` back after the client's first line.
+pub struct Server {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Starts one listener per port inside namespace `netns`.
+    pub fn start(netns: &str, identity: &str, ports: &[u16]) -> Result<Server> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for &port in ports {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let ns = netns.to_string();
+            let id = identity.to_string();
+            let stop2 = stop.clone();
+            threads.push(std::thread::spawn(move || {
+                let bound = enter_netns(&ns).and_then(|_| {
+                    let l = TcpListener::bind(("::", port))?;
+                    l.set_nonblocking(true)?;
+                    Ok(l)
+                });
+                match bound {
+                    Ok(l) => {
+                        let _ = tx.send(Ok(()));
+                        serve(l, &id, &stop2);
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            }));
+            rx.recv()
+                .map_err(|_| anyhow!("server thread for port {port} died"))??;
+        }
+        Ok(Server { stop, threads })
+    }
+}
+
+fn serve(l: TcpListener, identity: &str, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        match l.accept() {
+            Ok((s, _)) => {
+                let id = identity.to_string();
+                std::thread::spawn(move || {
+                    let _ = s.set_nonblocking(false);
+                    let _ = s.set_read_timeout(Some(PROBE_TIMEOUT));
+                    let mut r = BufReader::new(&s);
+                    let mut line = String::new();
+                    if r.read_line(&mut line).is_ok() {
+                        let mut w = &s;
+                        let _ = w.write_all(format!("{id}\n").as_bytes());
+                    }
+                });
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Connects from namespace `netns` to `ip:port`; `Ok(Some(identity))` when
+/// the server answered, `Ok(None)` when the connection or the reply was
+/// blocked (timeout, reset, unreachable).
+pub fn probe(netns: &str, ip: IpAddr, port: u16) -> Result<Option<String>> {
+    enter_netns(netns)?;
+    let addr = SocketAddr::new(ip, port);
+    let Ok(s) = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT) else {
+        return Ok(None);
+    };
+    s.set_read_timeout(Some(PROBE_TIMEOUT))?;
+    s.set_write_timeout(Some(PROBE_TIMEOUT))?;
+    let mut w = &s;
+    if w.write_all(b"ping\n").is_err() {
+        return Ok(None);
+    }
+    let mut line = String::new();
+    match BufReader::new(&s).read_line(&mut line) {
+        Ok(n) if n > 0 => Ok(Some(line.trim().to_string())),
+        _ => Ok(None),
+    }
+}
+
+/// Runs many probes concurrently (one thread each, since each thread enters
+/// its own namespace); results are in input order.
+pub fn probe_all(probes: &[(String, IpAddr, u16)]) -> Vec<Result<Option<String>>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = probes
+            .iter()
+            .map(|(ns, ip, port)| s.spawn(move || probe(ns, *ip, *port)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("probe thread panicked")))
+            })
+            .collect()
+    })
+}
