@@ -16,6 +16,7 @@
 pub mod bench;
 pub mod calc;
 pub mod cli;
+pub mod cputime;
 pub mod daemon;
 pub mod dataplane;
 pub mod datastore;

@@ -70,6 +70,9 @@ pub const WORKLOADS: [&str; 8] = ["a", "a-delete", "b1k", "b10k", "c1k", "c10k",
 pub struct CalcReport {
     pub workload: String,
     pub wall: Duration,
+    /// CPU time of the benchmark thread over the same span (what one core
+    /// did, even on a busy machine).
+    pub cpu: Duration,
     pub peak_rss_mib: f64,
     pub messages: usize,
     pub ip_sets: usize,
@@ -82,9 +85,10 @@ impl fmt::Display for CalcReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "calc {:<9} wall {:>8.3} s  peak RSS {:>7.1} MiB  messages {:>7}  IP sets {:>6}  policies {:>6}",
+            "calc {:<9} wall {:>8.3} s  cpu {:>8.3} s  peak RSS {:>7.1} MiB  messages {:>7}  IP sets {:>6}  policies {:>6}",
             self.workload,
             self.wall.as_secs_f64(),
+            self.cpu.as_secs_f64(),
             self.peak_rss_mib,
             self.messages,
             self.ip_sets,
@@ -427,6 +431,7 @@ pub fn run(workload: &str) -> anyhow::Result<CalcReport> {
     let mut graph = CalcGraph::new("localhost");
     let mut churn = None;
     let start;
+    let cpu_start;
     match workload {
         "a" | "a-delete" | "d" => {
             let remote = endpoint_updates(&mut g, 250_000, "remotehost");
@@ -473,6 +478,7 @@ pub fn run(workload: &str) -> anyhow::Result<CalcReport> {
                 Vec::new()
             };
             start = Instant::now();
+            cpu_start = crate::cputime::thread_cpu_time();
             graph.on_updates(pols);
             graph.on_updates(profs);
             graph.on_updates(remote);
@@ -500,6 +506,7 @@ pub fn run(workload: &str) -> anyhow::Result<CalcReport> {
             let profs = namespace_profiles(NUM_NAMESPACES);
             let netsets = netset_updates(&mut g, num);
             start = Instant::now();
+            cpu_start = crate::cputime::thread_cpu_time();
             graph.on_updates(profs);
             graph.on_updates(remote);
             graph.on_updates(netsets);
@@ -515,6 +522,7 @@ pub fn run(workload: &str) -> anyhow::Result<CalcReport> {
             };
             let c = customers(&mut g, n, 100);
             start = Instant::now();
+            cpu_start = crate::cputime::thread_cpu_time();
             graph.on_updates(c.policies);
             graph.on_updates(c.profiles);
             graph.on_updates(c.remote);
@@ -528,9 +536,11 @@ pub fn run(workload: &str) -> anyhow::Result<CalcReport> {
         ),
     }
     let wall = start.elapsed();
+    let cpu = crate::cputime::thread_cpu_time().saturating_sub(cpu_start);
     Ok(CalcReport {
         workload: workload.to_string(),
         wall,
+        cpu,
         peak_rss_mib: super::peak_rss_mib(),
         messages: counts.messages,
         ip_sets: counts.ip_sets,

@@ -235,21 +235,6 @@ impl LoadReport {
     }
 }
 
-/// CPU time consumed so far by the calling thread.
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock id is a
-    // constant the kernel always supports.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 impl fmt::Display for LoadReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -288,7 +273,7 @@ impl fmt::Display for LoadReport {
 /// Loads the datastore directory `dir` on this thread and measures it.
 pub fn run_load_bench(dir: &Path) -> anyhow::Result<LoadReport> {
     let start = Instant::now();
-    let cpu_start = thread_cpu_time();
+    let cpu_start = crate::cputime::thread_cpu_time();
     let listing = walk::list(dir).with_context(|| format!("listing {}", dir.display()))?;
     let list_time = start.elapsed();
     let mut report = LoadReport {
@@ -336,7 +321,7 @@ pub fn run_load_bench(dir: &Path) -> anyhow::Result<LoadReport> {
     report.keys = merger.take_updates().len();
     report.merge_time += t.elapsed();
     report.wall = start.elapsed();
-    report.cpu = thread_cpu_time().saturating_sub(cpu_start);
+    report.cpu = crate::cputime::thread_cpu_time().saturating_sub(cpu_start);
     report.peak_rss_kib = peak_rss_kib();
     Ok(report)
 }
