@@ -22,7 +22,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::hash::{FastMap as HashMap, FastSet as HashSet};
+use crate::hash::FastMap as HashMap;
 use crate::model::{Key, Update, UpdateType, Value};
 use crate::resources::ResourceId;
 
@@ -87,6 +87,8 @@ pub(crate) struct Doc {
 struct KeyEntry {
     claims: Vec<(Origin, Value)>,
     emitted: Option<Value>,
+    /// Listed in [`Merger::dirty`] (each key at most once).
+    dirty: bool,
 }
 
 /// The merged state of a set of files; see the module docs.
@@ -96,8 +98,10 @@ pub(crate) struct Merger {
     /// Every claimant of an identity, sorted; the first is the owner.
     ids: HashMap<ResourceId, Vec<Origin>>,
     keys: HashMap<Key, KeyEntry>,
-    /// Keys whose effective value may differ from `emitted`.
-    dirty: HashSet<Key>,
+    /// Keys whose effective value may differ from `emitted`; each key at
+    /// most once (guarded by [`KeyEntry::dirty`]), and every listed key has
+    /// an entry in `keys` until [`Merger::take_updates`] runs.
+    dirty: Vec<Key>,
 }
 
 impl Merger {
@@ -108,7 +112,7 @@ impl Merger {
             files: HashMap::default(),
             ids: HashMap::default(),
             keys: HashMap::default(),
-            dirty: HashSet::default(),
+            dirty: Vec::new(),
         }
     }
 
@@ -124,9 +128,8 @@ impl Merger {
         let old = self.files.remove(path).unwrap_or_default();
         let new = docs.unwrap_or_default();
 
-        let mut affected: Vec<ResourceId> =
-            old.iter().chain(new.iter()).map(|d| d.id.clone()).collect();
-        affected.sort();
+        let mut affected: Vec<&ResourceId> = old.iter().chain(new.iter()).map(|d| &d.id).collect();
+        affected.sort_unstable();
         affected.dedup();
         let old_owners: Vec<Option<Origin>> = affected
             .iter()
@@ -254,13 +257,14 @@ impl Merger {
 
     /// The net per-key changes since the previous call, sorted by key.
     pub(crate) fn take_updates(&mut self) -> Vec<Update> {
-        let mut dirty: Vec<Key> = self.dirty.drain().collect();
+        let mut dirty = std::mem::take(&mut self.dirty);
         dirty.sort_unstable();
         let mut updates = Vec::new();
         for key in dirty {
             let Some(entry) = self.keys.get_mut(&key) else {
                 continue;
             };
+            entry.dirty = false;
             let effective = entry.claims.first().map(|(_, v)| v);
             if effective != entry.emitted.as_ref() {
                 let update_type = match (&entry.emitted, effective) {
@@ -306,7 +310,7 @@ impl Merger {
 /// if there is one (a duplicate worth reporting).
 fn contribute(
     keys: &mut HashMap<Key, KeyEntry>,
-    dirty: &mut HashSet<Key>,
+    dirty: &mut Vec<Key>,
     key: &Key,
     owner: &Origin,
     value: Value,
@@ -321,21 +325,22 @@ fn contribute(
         .iter()
         .find(|(o, _)| o != owner)
         .map(|(o, _)| o.clone());
-    dirty.insert(key.clone());
+    if !entry.dirty {
+        entry.dirty = true;
+        dirty.push(key.clone());
+    }
     other
 }
 
 /// Removes `owner`'s value for `key`, if any.
-fn withdraw(
-    keys: &mut HashMap<Key, KeyEntry>,
-    dirty: &mut HashSet<Key>,
-    key: &Key,
-    owner: &Origin,
-) {
+fn withdraw(keys: &mut HashMap<Key, KeyEntry>, dirty: &mut Vec<Key>, key: &Key, owner: &Origin) {
     if let Some(entry) = keys.get_mut(key) {
         if let Ok(pos) = entry.claims.binary_search_by(|(o, _)| o.cmp(owner)) {
             entry.claims.remove(pos);
-            dirty.insert(key.clone());
+            if !entry.dirty {
+                entry.dirty = true;
+                dirty.push(key.clone());
+            }
         }
     }
 }
