@@ -20,7 +20,9 @@ use base64::Engine;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
+use super::config::EtcdConfig;
 use super::http::{self, Endpoint, HttpError, Limits};
+use super::tls::{self, TlsFiles};
 
 /// gRPC status code etcd uses for "required revision has been compacted".
 const CODE_OUT_OF_RANGE: i64 = 11;
@@ -33,6 +35,10 @@ pub enum EtcdError {
     /// No endpoint could be reached, or the connection broke.
     #[error("etcd unavailable: {0}")]
     Unavailable(String),
+    /// TLS with the endpoint(s) failed (untrusted or misnamed server
+    /// certificate, client certificate refused).
+    #[error("etcd TLS failure: {0}")]
+    Tls(String),
     /// The revision asked for has been compacted away.
     #[error("etcd revision {revision} has been compacted (compact revision {compact_revision})")]
     Compacted {
@@ -55,6 +61,7 @@ impl From<HttpError> for EtcdError {
         match e {
             HttpError::Stopped => EtcdError::Stopped,
             HttpError::Protocol { .. } => EtcdError::Protocol(e.to_string()),
+            HttpError::Tls { .. } => EtcdError::Tls(e.to_string()),
             HttpError::Connect { .. } | HttpError::Io { .. } => {
                 EtcdError::Unavailable(e.to_string())
             }
@@ -112,6 +119,8 @@ pub enum WatchMessage {
 #[derive(Debug)]
 pub struct EtcdClient {
     endpoints: Vec<Endpoint>,
+    /// TLS settings, present when an endpoint is `https://`.
+    tls: Option<Arc<rustls::ClientConfig>>,
     /// Index of the endpoint that last answered.
     current: AtomicUsize,
     connect_timeout: Duration,
@@ -120,9 +129,28 @@ pub struct EtcdClient {
 }
 
 impl EtcdClient {
-    /// A client for `urls` (each `http://HOST[:PORT]`).  `stop`, when
-    /// given, abandons blocked requests once raised.
+    /// A client for `urls` (each `http[s]://HOST[:PORT]`; `https` trusts
+    /// the system CAs).  `stop`, when given, abandons blocked requests
+    /// once raised.
     pub fn new(urls: &[String], stop: Option<Arc<AtomicBool>>) -> Result<EtcdClient, String> {
+        EtcdClient::with_tls(urls, &TlsFiles::default(), stop)
+    }
+
+    /// A client for the endpoints and TLS files of `config`.
+    pub fn from_config(
+        config: &EtcdConfig,
+        stop: Option<Arc<AtomicBool>>,
+    ) -> Result<EtcdClient, String> {
+        EtcdClient::with_tls(&config.endpoints, &config.tls_files(), stop)
+    }
+
+    /// A client for `urls`, with `files` for the `https://` ones (the
+    /// files are read here, once; the error names the file at fault).
+    pub fn with_tls(
+        urls: &[String],
+        files: &TlsFiles,
+        stop: Option<Arc<AtomicBool>>,
+    ) -> Result<EtcdClient, String> {
         if urls.is_empty() {
             return Err("no etcd endpoints given".into());
         }
@@ -130,13 +158,32 @@ impl EtcdClient {
             .iter()
             .map(|u| Endpoint::parse(u))
             .collect::<Result<Vec<_>, _>>()?;
+        let tls = if endpoints.iter().any(|e| e.tls) {
+            Some(tls::client_config(files)?)
+        } else {
+            None
+        };
         Ok(EtcdClient {
             endpoints,
+            tls,
             current: AtomicUsize::new(0),
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(30),
             stop,
         })
+    }
+
+    /// A second client with the same endpoints and settings (and a fresh
+    /// endpoint preference).
+    pub fn clone_settings(&self) -> EtcdClient {
+        EtcdClient {
+            endpoints: self.endpoints.clone(),
+            tls: self.tls.clone(),
+            current: AtomicUsize::new(0),
+            connect_timeout: self.connect_timeout,
+            request_timeout: self.request_timeout,
+            stop: self.stop.clone(),
+        }
     }
 
     /// Changes the per-request timeout (default 30 s).
@@ -161,10 +208,12 @@ impl EtcdClient {
         let n = self.endpoints.len();
         let start = self.current.load(Ordering::Relaxed) % n;
         let mut failures = Vec::new();
+        let mut tls_failed = false;
         for i in 0..n {
             let idx = (start + i) % n;
             match http::post(
                 &self.endpoints[idx],
+                self.tls.as_ref(),
                 path,
                 body,
                 self.connect_timeout,
@@ -175,10 +224,18 @@ impl EtcdClient {
                     return Ok(r);
                 }
                 Err(e @ HttpError::Connect { .. }) => failures.push(e.to_string()),
+                Err(e @ HttpError::Tls { .. }) => {
+                    tls_failed = true;
+                    failures.push(e.to_string());
+                }
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(EtcdError::Unavailable(failures.join("; ")))
+        if tls_failed {
+            Err(EtcdError::Tls(failures.join("; ")))
+        } else {
+            Err(EtcdError::Unavailable(failures.join("; ")))
+        }
     }
 
     /// A unary call: POST `body`, parse the JSON answer.

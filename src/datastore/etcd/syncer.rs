@@ -166,7 +166,7 @@ impl EtcdSyncer {
     ) -> Result<EtcdSyncer, EtcdSyncerError> {
         config.etcd.validate()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let client = EtcdClient::new(&config.etcd.endpoints, Some(stop.clone()))
+        let client = EtcdClient::from_config(&config.etcd, Some(stop.clone()))
             .map_err(ConfigError::Endpoint)?
             .with_request_timeout(config.request_timeout);
         let counters = Arc::new(Counters::default());
