@@ -220,7 +220,9 @@ fn watch_broken_by_compaction_relists_and_sends_only_differences() {
 fn listing_interrupted_by_compaction_restarts_consistently() {
     let etcd = server();
     let c = etcd.client();
-    for i in 0..6 {
+    // Enough pages that the fetcher (which runs a few pages ahead of the
+    // held-up syncer) cannot have read them all before the compaction.
+    for i in 0..20 {
         let n = format!("t{i}");
         c.put(tier_key(&n).as_bytes(), tier(&n, 1).as_bytes())
             .unwrap();
@@ -232,15 +234,15 @@ fn listing_interrupted_by_compaction_restarts_consistently() {
     // Let the first page through, then hold the syncer.
     assert!(consumer.wait_until(|s| !s.state.is_empty()));
     std::thread::sleep(Duration::from_millis(200));
-    c.delete(tier_key("t5").as_bytes()).unwrap();
+    c.delete(tier_key("t9").as_bytes()).unwrap();
     c.put(tier_key("t0").as_bytes(), tier("t0", 9).as_bytes())
         .unwrap();
     let rev = c.current_revision().unwrap();
     c.compact(rev).unwrap();
     consumer.wait_in_sync();
     assert_eq!(consumer.tier_order("t0"), Some(9.0));
-    assert!(!consumer.has_tier("t5"));
-    assert_eq!(consumer.state.len(), 5);
+    assert!(!consumer.has_tier("t9"));
+    assert_eq!(consumer.state.len(), 19);
     assert!(syncer.stats().compactions >= 1, "{:?}", syncer.stats());
     assert_eq!(consumer.in_syncs(), 1);
 }
@@ -294,7 +296,9 @@ fn etcd_restart_mid_stream_loses_nothing_and_applies_offline_deletions() {
         ]
     );
     assert_eq!(consumer.redundant, 0, "unchanged keys were re-sent");
-    assert!(syncer.stats().lists >= 2);
+    // Reconnection resumed the watch (or relisted): never a second InSync.
+    let stats = syncer.stats();
+    assert!(stats.lists + stats.resumes >= 2, "{stats:?}");
 }
 
 #[test]

@@ -244,6 +244,12 @@ impl EtcdClient {
         path: &str,
         body: &serde_json::Value,
     ) -> Result<T, EtcdError> {
+        let bytes = self.call_raw(path, body)?;
+        parse(path, &bytes)
+    }
+
+    /// A unary call returning the raw 200 answer.
+    fn call_raw(&self, path: &str, body: &serde_json::Value) -> Result<Vec<u8>, EtcdError> {
         let body = serde_json::to_vec(body).map_err(|e| EtcdError::Protocol(e.to_string()))?;
         let limits = Limits {
             stop: self.stop.clone(),
@@ -254,8 +260,7 @@ impl EtcdClient {
         if code != 200 {
             return Err(gateway_error(code, &bytes));
         }
-        serde_json::from_slice(&bytes)
-            .map_err(|e| EtcdError::Protocol(format!("{path}: {e}: {}", preview(&bytes))))
+        Ok(bytes)
     }
 
     /// Reads up to `limit` keys in `[key, range_end)` at `revision`
@@ -299,7 +304,7 @@ impl EtcdClient {
         if revision > 0 {
             req["revision"] = serde_json::Value::String(revision.to_string());
         }
-        let resp: RangeResp = self.call("/v3/kv/range", &req).map_err(|e| match e {
+        let bytes = self.call_raw("/v3/kv/range", &req).map_err(|e| match e {
             EtcdError::Server { code, message }
                 if code == CODE_OUT_OF_RANGE && message.contains("compacted") =>
             {
@@ -310,10 +315,13 @@ impl EtcdClient {
             }
             other => other,
         })?;
+        // Keys and values borrow the base64 text from `bytes` (it has no
+        // escapes) and are decoded straight into their buffers.
+        let resp: PageResp<'_> = parse("/v3/kv/range", &bytes)?;
         let kvs = resp
             .kvs
-            .into_iter()
-            .map(RawKv::decode)
+            .iter()
+            .map(PageKv::decode)
             .collect::<Result<Vec<_>, _>>()?;
         Ok(RangePage {
             revision: resp.header.revision,
@@ -489,6 +497,12 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// Parses a JSON answer of `path`.
+fn parse<'a, T: Deserialize<'a>>(path: &str, bytes: &'a [u8]) -> Result<T, EtcdError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| EtcdError::Protocol(format!("{path}: {e}: {}", preview(bytes))))
+}
+
 fn preview(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]);
     text.into_owned()
@@ -543,11 +557,46 @@ struct HeaderOnly {
 #[derive(Deserialize)]
 struct RangeResp {
     #[serde(default)]
-    header: Header,
-    #[serde(default)]
     kvs: Vec<RawKv>,
+}
+
+/// A range answer whose base64 fields borrow from the response text.
+#[derive(Deserialize)]
+struct PageResp<'a> {
+    #[serde(default)]
+    header: Header,
+    #[serde(default, borrow)]
+    kvs: Vec<PageKv<'a>>,
     #[serde(default)]
     more: bool,
+}
+
+#[derive(Deserialize)]
+struct PageKv<'a> {
+    #[serde(default, borrow)]
+    key: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    value: std::borrow::Cow<'a, str>,
+    #[serde(default, deserialize_with = "de_i64")]
+    mod_revision: i64,
+    #[serde(default, deserialize_with = "de_i64")]
+    create_revision: i64,
+}
+
+impl PageKv<'_> {
+    fn decode(&self) -> Result<KeyValue, EtcdError> {
+        Ok(KeyValue {
+            key: b64(&self.key, "key")?,
+            value: b64(&self.value, "value")?,
+            mod_revision: self.mod_revision,
+            create_revision: self.create_revision,
+        })
+    }
+}
+
+fn b64(text: &str, what: &str) -> Result<Vec<u8>, EtcdError> {
+    B64.decode(text.as_bytes())
+        .map_err(|e| EtcdError::Protocol(format!("bad base64 {what}: {e}")))
 }
 
 #[derive(Deserialize)]
