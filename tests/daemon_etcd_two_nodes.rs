@@ -56,14 +56,7 @@ impl Topology {
         if !ip(&["netns", "add", &topo.etcd_ns]) {
             return None;
         }
-        assert!(ip(&[
-            "-n",
-            &topo.etcd_ns,
-            "link",
-            "set",
-            "lo",
-            "up"
-        ]));
+        assert!(ip(&["-n", &topo.etcd_ns, "link", "set", "lo", "up"]));
         for i in 1..=nodes {
             let ns = format!("etcd-s2-{pid}-n{i}");
             assert!(ip(&["netns", "add", &ns]), "ip netns add {ns}");
@@ -71,8 +64,18 @@ impl Topology {
             // Veth names: at most 15 characters.
             let (a, b) = (format!("es2{pid}e{i}"), format!("es2{pid}n{i}"));
             assert!(ip(&[
-                "link", "add", &a, "netns", &topo.etcd_ns, "type", "veth", "peer", "name", &b,
-                "netns", &ns,
+                "link",
+                "add",
+                &a,
+                "netns",
+                &topo.etcd_ns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &b,
+                "netns",
+                &ns,
             ]));
             let (ea, na) = (format!("10.254.{i}.1/30"), format!("10.254.{i}.2/30"));
             assert!(ip(&["-n", &topo.etcd_ns, "addr", "add", &ea, "dev", &a]));

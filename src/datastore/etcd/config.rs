@@ -241,7 +241,9 @@ mod tests {
             ("EtcdEndpoints", "https://a:1"),
             ("EtcdCaFile", "/nonexistent/ca.pem"),
         ])) {
-            Err(ConfigError::Tls(m)) => assert!(m.contains("EtcdCaFile /nonexistent/ca.pem"), "{m}"),
+            Err(ConfigError::Tls(m)) => {
+                assert!(m.contains("EtcdCaFile /nonexistent/ca.pem"), "{m}")
+            }
             other => panic!("{other:?}"),
         }
         assert!(matches!(

@@ -56,7 +56,9 @@ impl Endpoint {
         } else if let Some(rest) = url.strip_prefix("https://") {
             (rest, true)
         } else {
-            return Err(format!("{url}: expected http://HOST:PORT or https://HOST:PORT"));
+            return Err(format!(
+                "{url}: expected http://HOST:PORT or https://HOST:PORT"
+            ));
         };
         let rest = rest.strip_suffix('/').unwrap_or(rest);
         if rest.is_empty() || rest.contains(['/', '@', '?', '#']) {
@@ -246,7 +248,8 @@ impl Write for Transport {
 
 /// The TLS error inside an I/O error, if any.
 fn tls_cause(e: &io::Error) -> Option<&rustls::Error> {
-    e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
 }
 
 /// Runs the TLS handshake to completion (so that certificate problems are
@@ -263,10 +266,11 @@ fn handshake(
     };
     let server = ServerName::try_from(endpoint.host.clone())
         .map_err(|e| tls_err(format!("invalid server name {:?}: {e}", endpoint.host)))?;
-    let mut conn = ClientConnection::new(config.clone(), server)
-        .map_err(|e| tls_err(e.to_string()))?;
+    let mut conn =
+        ClientConnection::new(config.clone(), server).map_err(|e| tls_err(e.to_string()))?;
     while conn.is_handshaking() {
-        conn.complete_io(&mut sock).map_err(|e| io_error(&name, e))?;
+        conn.complete_io(&mut sock)
+            .map_err(|e| io_error(&name, e))?;
     }
     Ok(Transport::Tls(Box::new(StreamOwned::new(conn, sock))))
 }

@@ -33,5 +33,5 @@ mod value;
 
 pub use client::{EtcdClient, EtcdError};
 pub use config::{parse_datastore_spec, parse_endpoints, ConfigError, DatastoreSpec, EtcdConfig};
-pub use tls::TlsFiles;
 pub use syncer::{EtcdSyncer, EtcdSyncerConfig, EtcdSyncerError, EtcdSyncerStats};
+pub use tls::TlsFiles;

@@ -656,7 +656,9 @@ impl Worker {
                         }
                     }
                     self.resume = Some(applied);
-                    self.counters.revision.fetch_max(applied.min(revision), Ordering::SeqCst);
+                    self.counters
+                        .revision
+                        .fetch_max(applied.min(revision), Ordering::SeqCst);
                     self.counters
                         .keys
                         .store(self.known.len() as u64, Ordering::SeqCst);

@@ -79,17 +79,16 @@ pub fn client_config(files: &TlsFiles) -> Result<Arc<ClientConfig>, String> {
         (None, None) => builder.with_no_client_auth(),
         (Some(cert), Some(key)) => {
             let chain = read_certs("EtcdCertFile", cert)?;
-            let key_der = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| format!("EtcdKeyFile {}: no usable private key: {e}", key.display()))?;
-            builder
-                .with_client_auth_cert(chain, key_der)
-                .map_err(|e| {
-                    format!(
-                        "EtcdCertFile {} / EtcdKeyFile {}: {e}",
-                        cert.display(),
-                        key.display()
-                    )
-                })?
+            let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+                format!("EtcdKeyFile {}: no usable private key: {e}", key.display())
+            })?;
+            builder.with_client_auth_cert(chain, key_der).map_err(|e| {
+                format!(
+                    "EtcdCertFile {} / EtcdKeyFile {}: {e}",
+                    cert.display(),
+                    key.display()
+                )
+            })?
         }
         (Some(_), None) => return Err("EtcdCertFile is set but EtcdKeyFile is not".into()),
         (None, Some(_)) => return Err("EtcdKeyFile is set but EtcdCertFile is not".into()),
