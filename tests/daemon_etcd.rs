@@ -1,17 +1,18 @@
 //! `felix run --datastore etcdv3:URL` end to end: the example datastore
-//! written to a throwaway etcd (skipped, with a note, when the `etcd`
-//! binary is not installed) gives the same view as `felix calc` on the
-//! files, and SIGTERM exits 0.
+//! written to a throwaway etcd gives the same view as `felix calc` on the
+//! files, and SIGTERM exits 0.  The daemon runs in a throwaway network
+//! namespace (it programs that one, never the host's), etcd in another
+//! (see `etcd_support::netns`).  Skipped, with a note, when the `etcd`
+//! binary is not installed or namespaces cannot be created.
+
+mod etcd_support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use felix::datastore::etcd::apply;
-use felix::datastore::etcd::testing::{EtcdTestServer, TestServerError};
+use etcd_support::netns::{in_ns, Topology, FELIX};
 use serde_json::Value;
-
-const FELIX: &str = env!("CARGO_BIN_EXE_felix");
 
 fn without_state(mut v: Value) -> Value {
     if let Some(o) = v.as_object_mut() {
@@ -22,24 +23,36 @@ fn without_state(mut v: Value) -> Value {
 
 #[test]
 fn daemon_on_etcd_serves_the_same_view_as_felix_calc_on_the_files() {
-    let server = match EtcdTestServer::start() {
-        Ok(s) => s,
-        Err(TestServerError::NotInstalled(e)) => {
-            eprintln!("skipping: etcd not installed ({e})");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    if Command::new("etcd").arg("--version").output().is_err() {
+        eprintln!("skipping: etcd not installed");
+        return;
+    }
+    let Some(mut topo) = Topology::create(1) else {
+        eprintln!("skipping: cannot create network namespaces (needs root and `ip`)");
+        return;
     };
-    let ds = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/datastore");
-    let resources = apply::load(&ds).unwrap();
-    apply::apply(&server.client(), &resources).unwrap();
-
     let dir = tempfile::tempdir().unwrap();
+    topo.start_etcd(&dir.path().join("etcd-data"));
+    let ds = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/datastore");
+    let start = Instant::now();
+    loop {
+        let out = topo.datastore(&["apply", "-f", ds.to_str().unwrap()]);
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "felix datastore apply never succeeded: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
     let socket = dir.path().join("admin.sock");
     let log = dir.path().join("felix.log");
-    let mut child = Command::new(FELIX)
+    let child = in_ns(&topo.node_ns[0], FELIX)
         .args(["run", "--node", "node1", "--datastore"])
-        .arg(format!("etcdv3:{}", server.url()))
+        .arg(format!("etcdv3:{}", topo.etcd_url_for(0)))
         .arg("--admin-socket")
         .arg(&socket)
         .stdin(Stdio::null())
@@ -47,6 +60,8 @@ fn daemon_on_etcd_serves_the_same_view_as_felix_calc_on_the_files() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
+    // children[0] is etcd; the guard kills the daemon too on failure.
+    topo.children.push(child);
     let admin = |what: &str| -> Option<Value> {
         let out = Command::new(FELIX)
             .arg("admin")
@@ -62,7 +77,7 @@ fn daemon_on_etcd_serves_the_same_view_as_felix_calc_on_the_files() {
     };
     let start = Instant::now();
     while admin("status").is_none_or(|s| s["inSync"] != Value::Bool(true)) {
-        if let Ok(Some(st)) = child.try_wait() {
+        if let Ok(Some(st)) = topo.children[1].try_wait() {
             panic!(
                 "daemon exited ({st}):\n{}",
                 std::fs::read_to_string(&log).unwrap_or_default()
@@ -88,7 +103,7 @@ fn daemon_on_etcd_serves_the_same_view_as_felix_calc_on_the_files() {
         without_state(expected)
     );
 
-    let pid = child.id().to_string();
+    let pid = topo.children[1].id().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])
         .status()
@@ -96,7 +111,7 @@ fn daemon_on_etcd_serves_the_same_view_as_felix_calc_on_the_files() {
         .success());
     let start = Instant::now();
     let st = loop {
-        if let Some(st) = child.try_wait().unwrap() {
+        if let Some(st) = topo.children[1].try_wait().unwrap() {
             break st;
         }
         assert!(start.elapsed() < Duration::from_secs(60), "no exit");

@@ -220,7 +220,9 @@ fn watch_broken_by_compaction_relists_and_sends_only_differences() {
 fn listing_interrupted_by_compaction_restarts_consistently() {
     let etcd = server();
     let c = etcd.client();
-    for i in 0..6 {
+    // Enough pages that the fetcher (which runs a few pages ahead of the
+    // held-up syncer) cannot have read them all before the compaction.
+    for i in 0..20 {
         let n = format!("t{i}");
         c.put(tier_key(&n).as_bytes(), tier(&n, 1).as_bytes())
             .unwrap();
@@ -232,15 +234,15 @@ fn listing_interrupted_by_compaction_restarts_consistently() {
     // Let the first page through, then hold the syncer.
     assert!(consumer.wait_until(|s| !s.state.is_empty()));
     std::thread::sleep(Duration::from_millis(200));
-    c.delete(tier_key("t5").as_bytes()).unwrap();
+    c.delete(tier_key("t9").as_bytes()).unwrap();
     c.put(tier_key("t0").as_bytes(), tier("t0", 9).as_bytes())
         .unwrap();
     let rev = c.current_revision().unwrap();
     c.compact(rev).unwrap();
     consumer.wait_in_sync();
     assert_eq!(consumer.tier_order("t0"), Some(9.0));
-    assert!(!consumer.has_tier("t5"));
-    assert_eq!(consumer.state.len(), 5);
+    assert!(!consumer.has_tier("t9"));
+    assert_eq!(consumer.state.len(), 19);
     assert!(syncer.stats().compactions >= 1, "{:?}", syncer.stats());
     assert_eq!(consumer.in_syncs(), 1);
 }
@@ -294,7 +296,9 @@ fn etcd_restart_mid_stream_loses_nothing_and_applies_offline_deletions() {
         ]
     );
     assert_eq!(consumer.redundant, 0, "unchanged keys were re-sent");
-    assert!(syncer.stats().lists >= 2);
+    // Reconnection resumed the watch (or relisted): never a second InSync.
+    let stats = syncer.stats();
+    assert!(stats.lists + stats.resumes >= 2, "{stats:?}");
 }
 
 #[test]
@@ -389,4 +393,54 @@ fn thread_ends_when_the_receiver_is_dropped() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(syncer.is_finished());
+}
+
+/// After a restart the watch resumes from the last applied revision and
+/// the replayed history is sent as net differences: a key created and
+/// deleted while the syncer was away is never sent, a key changed twice is
+/// sent once.  When that history was compacted meanwhile, the syncer
+/// relists instead, with the same result.
+#[test]
+fn reconnection_replays_missed_history_as_net_differences_or_relists_if_compacted() {
+    for compact in [false, true] {
+        let mut etcd = server();
+        let c = etcd.client();
+        for name in ["a", "b"] {
+            c.put(tier_key(name).as_bytes(), tier(name, 1).as_bytes())
+                .unwrap();
+        }
+        let mut cfg = config(&etcd);
+        cfg.backoff_max = Duration::from_millis(200);
+        let (syncer, mut consumer) = start(cfg, 16);
+        consumer.wait_in_sync();
+        assert!(consumer.wait_until(|s| s.has_tier("a") && s.has_tier("b")));
+        let seen = consumer.updates_seen;
+        etcd.offline(|o| {
+            o.put(tier_key("tmp").as_bytes(), tier("tmp", 1).as_bytes())
+                .unwrap();
+            o.delete(tier_key("tmp").as_bytes()).unwrap();
+            o.put(tier_key("b").as_bytes(), tier("b", 2).as_bytes())
+                .unwrap();
+            o.put(tier_key("b").as_bytes(), tier("b", 3).as_bytes())
+                .unwrap();
+            o.delete(tier_key("a").as_bytes()).unwrap();
+            if compact {
+                o.compact(o.current_revision().unwrap()).unwrap();
+            }
+        })
+        .unwrap();
+        assert!(consumer.wait_until(|s| !s.has_tier("a") && s.tier_order("b") == Some(3.0)));
+        consumer.drain_for(Duration::from_millis(300));
+        assert!(!consumer.has_tier("tmp"));
+        // Exactly two net changes: a deleted, b updated.
+        assert_eq!(consumer.updates_seen - seen, 2, "compact={compact}");
+        assert_eq!(consumer.redundant, 0);
+        assert_eq!(consumer.in_syncs(), 1);
+        let stats = syncer.stats();
+        if compact {
+            assert!(stats.lists >= 2 && stats.compactions >= 1, "{stats:?}");
+        } else {
+            assert!(stats.resumes >= 1 && stats.lists == 1, "{stats:?}");
+        }
+    }
 }

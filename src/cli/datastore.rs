@@ -12,7 +12,10 @@
 //!   `apply` accepts again.  Values that would be treated as absent are
 //!   reported on stderr.
 //!
-//! `--endpoints` (or `ETCD_ENDPOINTS`, as calicoctl) names the etcd members.
+//! `--endpoints` (or `ETCD_ENDPOINTS`, as calicoctl) names the etcd members;
+//! for `https://` members `--ca-cert-file`, `--cert-file` and `--key-file`
+//! (or calicoctl's `ETCD_CA_CERT_FILE`, `ETCD_CERT_FILE`, `ETCD_KEY_FILE`)
+//! give the CA and the client certificate.
 //! Exit codes: 0 ok, 1 etcd unreachable or failing, 2 bad usage or bad
 //! input (the message names file, line and field).
 
@@ -22,14 +25,14 @@ use std::path::PathBuf;
 use anyhow::anyhow;
 use clap::{Args, Subcommand, ValueEnum};
 
-use crate::datastore::etcd::{apply, keys, parse_endpoints, EtcdClient};
+use crate::datastore::etcd::{apply, keys, parse_endpoints, EtcdClient, EtcdConfig};
 
 use super::CliError;
 
 /// Arguments of `felix datastore`.
 #[derive(Debug, Args)]
 pub struct DatastoreArgs {
-    /// etcd endpoints, comma-separated http://HOST:PORT URLs.
+    /// etcd endpoints, comma-separated http[s]://HOST:PORT URLs.
     #[arg(
         long,
         global = true,
@@ -38,6 +41,15 @@ pub struct DatastoreArgs {
         value_name = "URLS"
     )]
     pub endpoints: String,
+    /// CA certificate(s) (PEM) that sign the etcd server certificates.
+    #[arg(long, global = true, env = "ETCD_CA_CERT_FILE", value_name = "FILE")]
+    pub ca_cert_file: Option<PathBuf>,
+    /// Client certificate (PEM) for etcd client-certificate auth.
+    #[arg(long, global = true, env = "ETCD_CERT_FILE", value_name = "FILE")]
+    pub cert_file: Option<PathBuf>,
+    /// Private key (PEM) of --cert-file.
+    #[arg(long, global = true, env = "ETCD_KEY_FILE", value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
     #[command(subcommand)]
     pub command: DatastoreCommand,
 }
@@ -76,8 +88,16 @@ pub enum Output {
 
 /// Runs `felix datastore`.
 pub fn run(args: DatastoreArgs) -> Result<(), CliError> {
-    let endpoints = parse_endpoints(&args.endpoints).map_err(|e| CliError::Input(e.to_string()))?;
-    let client = EtcdClient::new(&endpoints, None).map_err(CliError::Input)?;
+    let config = EtcdConfig {
+        endpoints: parse_endpoints(&args.endpoints).map_err(|e| CliError::Input(e.to_string()))?,
+        ca_file: args.ca_cert_file,
+        cert_file: args.cert_file,
+        key_file: args.key_file,
+    };
+    config
+        .validate()
+        .map_err(|e| CliError::Input(e.to_string()))?;
+    let client = EtcdClient::from_config(&config, None).map_err(CliError::Input)?;
     match args.command {
         DatastoreCommand::Apply { file } => run_apply(&client, &file),
         DatastoreCommand::Get {

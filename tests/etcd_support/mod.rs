@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::collections::BTreeMap;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};

@@ -8,6 +8,11 @@
 //!   base64 decoding, validation, conversion and batching included);
 //! * RSS of the process before and after the sync, and its high-water
 //!   mark;
+//! * `graph_keys_per_sec`: the same initial sync with a second syncer whose
+//!   events go into a [`CalcGraph`] for `node0` (200 of the endpoints are
+//!   local), as the daemon's calc loop does while loading (updates in,
+//!   `InSync`, one flush): stored keys per second from the syncer's start
+//!   to the end of that flush, etcd to dataplane messages;
 //! * `recovery`: after etcd is killed, changed behind the syncer's back and
 //!   started again, the time from etcd answering until the syncer has
 //!   delivered the change.
@@ -20,6 +25,7 @@ use super::config::EtcdConfig;
 use super::keys;
 use super::syncer::{EtcdSyncer, EtcdSyncerConfig};
 use super::testing::EtcdTestServer;
+use crate::calc::CalcGraph;
 use crate::model::{Key, SyncStatus, SyncerEvent};
 use crate::resources::Kind;
 
@@ -38,6 +44,12 @@ pub struct EtcdBenchReport {
     pub rss_after_kib: u64,
     pub rss_peak_kib: u64,
     pub recovery: Duration,
+    /// Initial sync into the calculation graph (through its first flush).
+    pub graph_time: Duration,
+    pub graph_keys_per_sec: f64,
+    /// Messages of the graph's first flush.
+    pub graph_messages: usize,
+    pub graph_rss_after_kib: u64,
 }
 
 impl std::fmt::Display for EtcdBenchReport {
@@ -61,7 +73,15 @@ impl std::fmt::Display for EtcdBenchReport {
             self.rss_after_kib / 1024,
             self.rss_peak_kib / 1024
         )?;
-        write!(f, "recovery after restart:  {:.2?}", self.recovery)
+        writeln!(f, "recovery after restart:  {:.2?}", self.recovery)?;
+        writeln!(
+            f,
+            "into the calc graph:     {:.2?} ({:.0} keys/s, {} messages, RSS after {} MiB)",
+            self.graph_time,
+            self.graph_keys_per_sec,
+            self.graph_messages,
+            self.graph_rss_after_kib / 1024
+        )
     }
 }
 
@@ -238,6 +258,11 @@ pub fn run(
     }
     let recovery = back.elapsed();
     syncer.stop();
+    drop(rx);
+    drop(wep_keys);
+
+    let (graph_time, graph_messages) = sync_into_graph(server, "node0")?;
+    let (graph_rss_after, _) = rss_kib();
     Ok(EtcdBenchReport {
         keys,
         updates,
@@ -248,5 +273,38 @@ pub fn run(
         rss_after_kib: rss_after,
         rss_peak_kib: rss_peak,
         recovery,
+        graph_time,
+        graph_keys_per_sec: keys as f64 / graph_time.as_secs_f64(),
+        graph_messages,
+        graph_rss_after_kib: graph_rss_after,
     })
+}
+
+/// Starts a syncer on `server` and feeds a calculation graph for `node`
+/// with its events until `InSync` and the first flush (as the daemon's
+/// calc loop does while loading); returns the time taken and the number
+/// of messages flushed.
+pub fn sync_into_graph(server: &EtcdTestServer, node: &str) -> Result<(Duration, usize), String> {
+    let (tx, rx) = mpsc::sync_channel(64);
+    let config = EtcdSyncerConfig::new(
+        EtcdConfig::with_endpoints(&server.url()).map_err(|e| e.to_string())?,
+    );
+    let start = Instant::now();
+    let syncer = EtcdSyncer::start(config, tx).map_err(|e| e.to_string())?;
+    let mut graph = CalcGraph::new(node);
+    let messages = loop {
+        match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(SyncerEvent::Updates(u)) => graph.on_updates(u),
+            Ok(SyncerEvent::Status(s)) => {
+                graph.on_status(s);
+                if s == SyncStatus::InSync {
+                    break graph.flush().len();
+                }
+            }
+            Err(e) => return Err(format!("no InSync: {e}")),
+        }
+    };
+    let elapsed = start.elapsed();
+    syncer.stop();
+    Ok((elapsed, messages))
 }

@@ -20,7 +20,9 @@ use base64::Engine;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
+use super::config::EtcdConfig;
 use super::http::{self, Endpoint, HttpError, Limits};
+use super::tls::{self, TlsFiles};
 
 /// gRPC status code etcd uses for "required revision has been compacted".
 const CODE_OUT_OF_RANGE: i64 = 11;
@@ -33,6 +35,10 @@ pub enum EtcdError {
     /// No endpoint could be reached, or the connection broke.
     #[error("etcd unavailable: {0}")]
     Unavailable(String),
+    /// TLS with the endpoint(s) failed (untrusted or misnamed server
+    /// certificate, client certificate refused).
+    #[error("etcd TLS failure: {0}")]
+    Tls(String),
     /// The revision asked for has been compacted away.
     #[error("etcd revision {revision} has been compacted (compact revision {compact_revision})")]
     Compacted {
@@ -55,6 +61,7 @@ impl From<HttpError> for EtcdError {
         match e {
             HttpError::Stopped => EtcdError::Stopped,
             HttpError::Protocol { .. } => EtcdError::Protocol(e.to_string()),
+            HttpError::Tls { .. } => EtcdError::Tls(e.to_string()),
             HttpError::Connect { .. } | HttpError::Io { .. } => {
                 EtcdError::Unavailable(e.to_string())
             }
@@ -112,6 +119,8 @@ pub enum WatchMessage {
 #[derive(Debug)]
 pub struct EtcdClient {
     endpoints: Vec<Endpoint>,
+    /// TLS settings, present when an endpoint is `https://`.
+    tls: Option<Arc<rustls::ClientConfig>>,
     /// Index of the endpoint that last answered.
     current: AtomicUsize,
     connect_timeout: Duration,
@@ -120,9 +129,28 @@ pub struct EtcdClient {
 }
 
 impl EtcdClient {
-    /// A client for `urls` (each `http://HOST[:PORT]`).  `stop`, when
-    /// given, abandons blocked requests once raised.
+    /// A client for `urls` (each `http[s]://HOST[:PORT]`; `https` trusts
+    /// the system CAs).  `stop`, when given, abandons blocked requests
+    /// once raised.
     pub fn new(urls: &[String], stop: Option<Arc<AtomicBool>>) -> Result<EtcdClient, String> {
+        EtcdClient::with_tls(urls, &TlsFiles::default(), stop)
+    }
+
+    /// A client for the endpoints and TLS files of `config`.
+    pub fn from_config(
+        config: &EtcdConfig,
+        stop: Option<Arc<AtomicBool>>,
+    ) -> Result<EtcdClient, String> {
+        EtcdClient::with_tls(&config.endpoints, &config.tls_files(), stop)
+    }
+
+    /// A client for `urls`, with `files` for the `https://` ones (the
+    /// files are read here, once; the error names the file at fault).
+    pub fn with_tls(
+        urls: &[String],
+        files: &TlsFiles,
+        stop: Option<Arc<AtomicBool>>,
+    ) -> Result<EtcdClient, String> {
         if urls.is_empty() {
             return Err("no etcd endpoints given".into());
         }
@@ -130,13 +158,32 @@ impl EtcdClient {
             .iter()
             .map(|u| Endpoint::parse(u))
             .collect::<Result<Vec<_>, _>>()?;
+        let tls = if endpoints.iter().any(|e| e.tls) {
+            Some(tls::client_config(files)?)
+        } else {
+            None
+        };
         Ok(EtcdClient {
             endpoints,
+            tls,
             current: AtomicUsize::new(0),
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(30),
             stop,
         })
+    }
+
+    /// A second client with the same endpoints and settings (and a fresh
+    /// endpoint preference).
+    pub fn clone_settings(&self) -> EtcdClient {
+        EtcdClient {
+            endpoints: self.endpoints.clone(),
+            tls: self.tls.clone(),
+            current: AtomicUsize::new(0),
+            connect_timeout: self.connect_timeout,
+            request_timeout: self.request_timeout,
+            stop: self.stop.clone(),
+        }
     }
 
     /// Changes the per-request timeout (default 30 s).
@@ -161,10 +208,12 @@ impl EtcdClient {
         let n = self.endpoints.len();
         let start = self.current.load(Ordering::Relaxed) % n;
         let mut failures = Vec::new();
+        let mut tls_failed = false;
         for i in 0..n {
             let idx = (start + i) % n;
             match http::post(
                 &self.endpoints[idx],
+                self.tls.as_ref(),
                 path,
                 body,
                 self.connect_timeout,
@@ -175,10 +224,18 @@ impl EtcdClient {
                     return Ok(r);
                 }
                 Err(e @ HttpError::Connect { .. }) => failures.push(e.to_string()),
+                Err(e @ HttpError::Tls { .. }) => {
+                    tls_failed = true;
+                    failures.push(e.to_string());
+                }
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(EtcdError::Unavailable(failures.join("; ")))
+        if tls_failed {
+            Err(EtcdError::Tls(failures.join("; ")))
+        } else {
+            Err(EtcdError::Unavailable(failures.join("; ")))
+        }
     }
 
     /// A unary call: POST `body`, parse the JSON answer.
@@ -187,6 +244,12 @@ impl EtcdClient {
         path: &str,
         body: &serde_json::Value,
     ) -> Result<T, EtcdError> {
+        let bytes = self.call_raw(path, body)?;
+        parse(path, &bytes)
+    }
+
+    /// A unary call returning the raw 200 answer.
+    fn call_raw(&self, path: &str, body: &serde_json::Value) -> Result<Vec<u8>, EtcdError> {
         let body = serde_json::to_vec(body).map_err(|e| EtcdError::Protocol(e.to_string()))?;
         let limits = Limits {
             stop: self.stop.clone(),
@@ -197,8 +260,7 @@ impl EtcdClient {
         if code != 200 {
             return Err(gateway_error(code, &bytes));
         }
-        serde_json::from_slice(&bytes)
-            .map_err(|e| EtcdError::Protocol(format!("{path}: {e}: {}", preview(&bytes))))
+        Ok(bytes)
     }
 
     /// Reads up to `limit` keys in `[key, range_end)` at `revision`
@@ -242,7 +304,7 @@ impl EtcdClient {
         if revision > 0 {
             req["revision"] = serde_json::Value::String(revision.to_string());
         }
-        let resp: RangeResp = self.call("/v3/kv/range", &req).map_err(|e| match e {
+        let bytes = self.call_raw("/v3/kv/range", &req).map_err(|e| match e {
             EtcdError::Server { code, message }
                 if code == CODE_OUT_OF_RANGE && message.contains("compacted") =>
             {
@@ -253,10 +315,13 @@ impl EtcdClient {
             }
             other => other,
         })?;
+        // Keys and values borrow the base64 text from `bytes` (it has no
+        // escapes) and are decoded straight into their buffers.
+        let resp: PageResp<'_> = parse("/v3/kv/range", &bytes)?;
         let kvs = resp
             .kvs
-            .into_iter()
-            .map(RawKv::decode)
+            .iter()
+            .map(PageKv::decode)
             .collect::<Result<Vec<_>, _>>()?;
         Ok(RangePage {
             revision: resp.header.revision,
@@ -432,6 +497,12 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// Parses a JSON answer of `path`.
+fn parse<'a, T: Deserialize<'a>>(path: &str, bytes: &'a [u8]) -> Result<T, EtcdError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| EtcdError::Protocol(format!("{path}: {e}: {}", preview(bytes))))
+}
+
 fn preview(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]);
     text.into_owned()
@@ -486,11 +557,46 @@ struct HeaderOnly {
 #[derive(Deserialize)]
 struct RangeResp {
     #[serde(default)]
-    header: Header,
-    #[serde(default)]
     kvs: Vec<RawKv>,
+}
+
+/// A range answer whose base64 fields borrow from the response text.
+#[derive(Deserialize)]
+struct PageResp<'a> {
+    #[serde(default)]
+    header: Header,
+    #[serde(default, borrow)]
+    kvs: Vec<PageKv<'a>>,
     #[serde(default)]
     more: bool,
+}
+
+#[derive(Deserialize)]
+struct PageKv<'a> {
+    #[serde(default, borrow)]
+    key: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    value: std::borrow::Cow<'a, str>,
+    #[serde(default, deserialize_with = "de_i64")]
+    mod_revision: i64,
+    #[serde(default, deserialize_with = "de_i64")]
+    create_revision: i64,
+}
+
+impl PageKv<'_> {
+    fn decode(&self) -> Result<KeyValue, EtcdError> {
+        Ok(KeyValue {
+            key: b64(&self.key, "key")?,
+            value: b64(&self.value, "value")?,
+            mod_revision: self.mod_revision,
+            create_revision: self.create_revision,
+        })
+    }
+}
+
+fn b64(text: &str, what: &str) -> Result<Vec<u8>, EtcdError> {
+    B64.decode(text.as_bytes())
+        .map_err(|e| EtcdError::Protocol(format!("bad base64 {what}: {e}")))
 }
 
 #[derive(Deserialize)]

@@ -10,15 +10,18 @@
 //!
 //! # TLS
 //!
-//! The built-in client speaks plain HTTP to etcd's JSON gateway.  `https`
-//! endpoints and the TLS file parameters are recognised and rejected with
-//! an error saying so ([`ConfigError::TlsUnsupported`]), rather than being
-//! silently ignored: a cluster that requires client certificates cannot be
-//! used by this build.
+//! `https://` endpoints use TLS with the files `EtcdCaFile` (trust
+//! anchors; the system bundle without it), `EtcdCertFile` and
+//! `EtcdKeyFile` (client certificate, both or neither); see
+//! [`super::tls`].  [`EtcdConfig::validate`] reads them, so an unreadable
+//! or mismatched file is reported at start-up, naming the parameter and
+//! file ([`ConfigError::Tls`]).  The files are not used for `http://`
+//! endpoints.
 
 use std::path::PathBuf;
 
 use super::http::Endpoint;
+use super::tls::{self, TlsFiles};
 
 /// Upstream's default etcd address.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:2379";
@@ -30,8 +33,8 @@ pub enum ConfigError {
     Spec { spec: String, reason: String },
     #[error("invalid etcd endpoint {0}")]
     Endpoint(String),
-    #[error("{0}: TLS to etcd is not supported by this build (plain http:// endpoints only)")]
-    TlsUnsupported(String),
+    #[error("etcd TLS settings: {0}")]
+    Tls(String),
 }
 
 /// Which datastore to use.
@@ -95,33 +98,38 @@ impl EtcdConfig {
         Ok(self)
     }
 
-    /// Checks what this build can honour: at least one endpoint and no TLS
-    /// files.
+    /// The TLS file settings.
+    pub fn tls_files(&self) -> TlsFiles {
+        TlsFiles {
+            ca_file: self.ca_file.clone(),
+            cert_file: self.cert_file.clone(),
+            key_file: self.key_file.clone(),
+        }
+    }
+
+    /// Checks the settings: at least one endpoint, and (when an endpoint
+    /// is `https://`) TLS files that can be read and fit together.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.endpoints.is_empty() {
             return Err(ConfigError::Endpoint("list is empty".into()));
         }
-        for (name, file) in [
-            ("EtcdCaFile", &self.ca_file),
-            ("EtcdCertFile", &self.cert_file),
-            ("EtcdKeyFile", &self.key_file),
-        ] {
-            if file.is_some() {
-                return Err(ConfigError::TlsUnsupported(name.into()));
-            }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return Err(ConfigError::Tls(
+                "EtcdCertFile and EtcdKeyFile must be set together".into(),
+            ));
+        }
+        if self.endpoints.iter().any(|e| e.starts_with("https://")) {
+            tls::client_config(&self.tls_files()).map_err(ConfigError::Tls)?;
         }
         Ok(())
     }
 }
 
 /// Parses a comma-separated endpoint list (spaces around entries and empty
-/// entries are ignored); each entry must be `http://HOST[:PORT]`.
+/// entries are ignored); each entry must be `http[s]://HOST[:PORT]`.
 pub fn parse_endpoints(list: &str) -> Result<Vec<String>, ConfigError> {
     let mut out = Vec::new();
     for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        if entry.starts_with("https://") {
-            return Err(ConfigError::TlsUnsupported(entry.to_owned()));
-        }
         let ep = Endpoint::parse(entry).map_err(ConfigError::Endpoint)?;
         let url = ep.url();
         if !out.contains(&url) {
@@ -152,7 +160,7 @@ pub fn parse_datastore_spec(spec: &str) -> Result<DatastoreSpec, ConfigError> {
     }
     if let Some(urls) = spec.strip_prefix("etcdv3:") {
         if urls.trim().is_empty() {
-            return Err(bad("etcdv3: needs at least one http://HOST:PORT"));
+            return Err(bad("etcdv3: needs at least one http[s]://HOST:PORT"));
         }
         return Ok(DatastoreSpec::Etcd(EtcdConfig::with_endpoints(urls)?));
     }
@@ -192,10 +200,10 @@ mod tests {
         ] {
             assert!(parse_datastore_spec(bad).is_err(), "{bad}");
         }
-        assert!(matches!(
-            parse_datastore_spec("etcdv3:https://x:2379"),
-            Err(ConfigError::TlsUnsupported(_))
-        ));
+        match parse_datastore_spec("etcdv3:https://x:2379").unwrap() {
+            DatastoreSpec::Etcd(c) => assert_eq!(c.endpoints, vec!["https://x:2379"]),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -224,9 +232,23 @@ mod tests {
             .from_params(params(&[("EtcdEndpoints", "http://a:1")]))
             .unwrap();
         assert_eq!(c.endpoints, vec!["http://d:4"]);
+        // TLS files are read (and so checked) for https endpoints only.
+        let c = EtcdConfig::default()
+            .from_params(params(&[("EtcdCaFile", "/nonexistent/ca.pem")]))
+            .unwrap();
+        assert_eq!(c.ca_file, Some(PathBuf::from("/nonexistent/ca.pem")));
+        match EtcdConfig::default().from_params(params(&[
+            ("EtcdEndpoints", "https://a:1"),
+            ("EtcdCaFile", "/nonexistent/ca.pem"),
+        ])) {
+            Err(ConfigError::Tls(m)) => {
+                assert!(m.contains("EtcdCaFile /nonexistent/ca.pem"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(matches!(
-            EtcdConfig::default().from_params(params(&[("EtcdCaFile", "/ca.pem")])),
-            Err(ConfigError::TlsUnsupported(_))
+            EtcdConfig::default().from_params(params(&[("EtcdKeyFile", "/k.pem")])),
+            Err(ConfigError::Tls(_))
         ));
     }
 }

@@ -1,7 +1,10 @@
 //! A deliberately small blocking HTTP/1.1 client, just enough to talk to
 //! etcd's JSON gateway (`POST /v3/...` with a JSON body).
 //!
-//! Supported: plain `http://` endpoints, request bodies with
+//! Supported: `http://` and `https://` endpoints (TLS by rustls with the
+//! configuration of [`super::tls`]; the handshake is completed before the
+//! request is sent, so certificate problems surface as
+//! [`HttpError::Tls`] naming the endpoint), request bodies with
 //! `Content-Length`, response bodies framed by `Content-Length`, `chunked`
 //! transfer encoding or connection close.  Every request uses a fresh TCP
 //! connection (`Connection: close`); on loopback and LAN that costs far less
@@ -23,6 +26,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
+
 /// Read-timeout granularity: how often a blocked read checks its stop flag.
 pub(crate) const POLL: Duration = Duration::from_millis(200);
 /// Longest accepted status line or header line.
@@ -30,27 +36,29 @@ const MAX_HEADER_LINE: usize = 16 * 1024;
 /// Most header lines accepted in one response.
 const MAX_HEADERS: usize = 100;
 
-/// A parsed `http://host:port` endpoint.
+/// A parsed `http[s]://host:port` endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Endpoint {
     /// Host as written (name, IPv4, or IPv6 without brackets).
     pub host: String,
     pub port: u16,
+    /// `https://`: speak TLS.
+    pub tls: bool,
 }
 
 impl Endpoint {
-    /// Parses `http://HOST[:PORT][/]`.  The port defaults to 2379 (etcd's
-    /// client port).  Anything else (another scheme, a path, user info) is
-    /// an error naming the problem.
+    /// Parses `http[s]://HOST[:PORT][/]`.  The port defaults to 2379
+    /// (etcd's client port).  Anything else (another scheme, a path, user
+    /// info) is an error naming the problem.
     pub(crate) fn parse(url: &str) -> Result<Endpoint, String> {
-        let rest = if let Some(rest) = url.strip_prefix("http://") {
-            rest
-        } else if url.starts_with("https://") {
-            return Err(format!(
-                "{url}: https endpoints are not supported (this build's etcd client speaks plain HTTP only)"
-            ));
+        let (rest, tls) = if let Some(rest) = url.strip_prefix("http://") {
+            (rest, false)
+        } else if let Some(rest) = url.strip_prefix("https://") {
+            (rest, true)
         } else {
-            return Err(format!("{url}: expected http://HOST:PORT"));
+            return Err(format!(
+                "{url}: expected http://HOST:PORT or https://HOST:PORT"
+            ));
         };
         let rest = rest.strip_suffix('/').unwrap_or(rest);
         if rest.is_empty() || rest.contains(['/', '@', '?', '#']) {
@@ -87,6 +95,7 @@ impl Endpoint {
         Ok(Endpoint {
             host: host.to_owned(),
             port,
+            tls,
         })
     }
 
@@ -101,7 +110,8 @@ impl Endpoint {
 
     /// The endpoint as a URL.
     pub(crate) fn url(&self) -> String {
-        format!("http://{}", self.authority())
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.authority())
     }
 
     fn addrs(&self) -> io::Result<Vec<SocketAddr>> {
@@ -119,6 +129,10 @@ pub(crate) enum HttpError {
     /// out).
     #[error("connection to {endpoint} failed: {source}")]
     Io { endpoint: String, source: io::Error },
+    /// TLS failed: handshake (certificate not trusted, wrong name, client
+    /// certificate refused) or a TLS-level error later on.
+    #[error("TLS with {endpoint} failed: {reason}")]
+    Tls { endpoint: String, reason: String },
     /// The peer did not speak the HTTP we expect.
     #[error("bad HTTP response from {endpoint}: {reason}")]
     Protocol { endpoint: String, reason: String },
@@ -191,6 +205,76 @@ impl Read for Sock {
     }
 }
 
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.stream.flush()
+    }
+}
+
+/// The byte stream under HTTP: the socket itself, or TLS over it.
+enum Transport {
+    Plain(Sock),
+    Tls(Box<StreamOwned<ClientConnection, Sock>>),
+}
+
+impl Read for Transport {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Transport::Plain(s) => s.read(buf),
+            Transport::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Transport {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Transport::Plain(s) => s.write(buf),
+            Transport::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Transport::Plain(s) => s.flush(),
+            Transport::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// The TLS error inside an I/O error, if any.
+fn tls_cause(e: &io::Error) -> Option<&rustls::Error> {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+}
+
+/// Runs the TLS handshake to completion (so that certificate problems are
+/// reported as such, before any request is sent).
+fn handshake(
+    endpoint: &Endpoint,
+    config: &Arc<ClientConfig>,
+    mut sock: Sock,
+) -> Result<Transport, HttpError> {
+    let name = endpoint.url();
+    let tls_err = |reason: String| HttpError::Tls {
+        endpoint: name.clone(),
+        reason,
+    };
+    let server = ServerName::try_from(endpoint.host.clone())
+        .map_err(|e| tls_err(format!("invalid server name {:?}: {e}", endpoint.host)))?;
+    let mut conn =
+        ClientConnection::new(config.clone(), server).map_err(|e| tls_err(e.to_string()))?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock)
+            .map_err(|e| io_error(&name, e))?;
+    }
+    Ok(Transport::Tls(Box::new(StreamOwned::new(conn, sock))))
+}
+
 /// Turns on TCP keep-alive with short probe timings (idle 10 s, then every
 /// 5 s, 3 probes).  Best effort: failures are ignored.
 fn enable_keepalive(stream: &TcpStream) {
@@ -229,7 +313,7 @@ enum Framing {
 
 /// A response body as a byte stream (de-chunked).
 pub(crate) struct Body {
-    reader: BufReader<Sock>,
+    reader: BufReader<Transport>,
     framing: Framing,
     endpoint: String,
 }
@@ -366,6 +450,11 @@ fn read_line(reader: &mut impl BufRead) -> io::Result<String> {
 fn io_error(endpoint: &str, e: io::Error) -> HttpError {
     if is_stop(&e) {
         HttpError::Stopped
+    } else if let Some(tls) = tls_cause(&e) {
+        HttpError::Tls {
+            endpoint: endpoint.to_owned(),
+            reason: tls_hint(tls),
+        }
     } else {
         HttpError::Io {
             endpoint: endpoint.to_owned(),
@@ -374,10 +463,32 @@ fn io_error(endpoint: &str, e: io::Error) -> HttpError {
     }
 }
 
+/// A TLS error with a hint at the setting to check.
+fn tls_hint(e: &rustls::Error) -> String {
+    use rustls::{AlertDescription, CertificateError, Error};
+    let hint = match e {
+        Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
+            " (the server's certificate is not signed by a CA in EtcdCaFile)"
+        }
+        Error::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        ) => " (the server's certificate does not name this host)",
+        Error::AlertReceived(
+            AlertDescription::CertificateRequired
+            | AlertDescription::BadCertificate
+            | AlertDescription::UnknownCA,
+        ) => " (the server refused our client certificate: check EtcdCertFile/EtcdKeyFile)",
+        _ => "",
+    };
+    format!("{e}{hint}")
+}
+
 /// Sends `POST path` with a JSON `body` and returns the status code and
-/// the body reader (positioned after the headers).
+/// the body reader (positioned after the headers).  `tls` is required for
+/// `https://` endpoints.
 pub(crate) fn post(
     endpoint: &Endpoint,
+    tls: Option<&Arc<ClientConfig>>,
     path: &str,
     body: &[u8],
     connect_timeout: Duration,
@@ -421,11 +532,23 @@ pub(crate) fn post(
     )
     .into_bytes();
     request.extend_from_slice(body);
-    (&stream)
+    let sock = Sock { stream, limits };
+    let mut transport = match (endpoint.tls, tls) {
+        (false, _) => Transport::Plain(sock),
+        (true, Some(config)) => handshake(endpoint, config, sock)?,
+        (true, None) => {
+            return Err(HttpError::Tls {
+                endpoint: name,
+                reason: "no TLS configuration for an https endpoint".into(),
+            })
+        }
+    };
+    transport
         .write_all(&request)
+        .and_then(|()| transport.flush())
         .map_err(|e| io_error(&name, e))?;
 
-    let mut reader = BufReader::with_capacity(64 * 1024, Sock { stream, limits });
+    let mut reader = BufReader::with_capacity(64 * 1024, transport);
     let status_line = read_line(&mut reader).map_err(|e| io_error(&name, e))?;
     let mut parts = status_line.splitn(3, ' ');
     let version = parts.next().unwrap_or("");
@@ -492,16 +615,17 @@ mod tests {
             Endpoint::parse("http://127.0.0.1:2379").unwrap(),
             Endpoint {
                 host: "127.0.0.1".into(),
-                port: 2379
+                port: 2379,
+                tls: false,
             }
         );
         assert_eq!(Endpoint::parse("http://etcd/").unwrap().port, 2379);
         let v6 = Endpoint::parse("http://[::1]:4001").unwrap();
         assert_eq!((v6.host.as_str(), v6.port), ("::1", 4001));
         assert_eq!(v6.url(), "http://[::1]:4001");
-        assert!(Endpoint::parse("https://x:1")
-            .unwrap_err()
-            .contains("not supported"));
+        let tls = Endpoint::parse("https://x:1").unwrap();
+        assert!(tls.tls);
+        assert_eq!(tls.url(), "https://x:1");
         for bad in [
             "x:1",
             "http://",
@@ -527,6 +651,7 @@ mod tests {
         Endpoint {
             host: "127.0.0.1".into(),
             port,
+            tls: false,
         }
     }
 
@@ -542,12 +667,12 @@ mod tests {
         let ep = serve_once(
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\n\r\n",
         );
-        let (code, body) = post(&ep, "/x", b"{}", Duration::from_secs(1), limits()).unwrap();
+        let (code, body) = post(&ep, None, "/x", b"{}", Duration::from_secs(1), limits()).unwrap();
         assert_eq!(code, 200);
         assert_eq!(body.read_all(100).unwrap(), b"hello world");
 
         let ep = serve_once(b"HTTP/1.1 400 Bad\r\nContent-Length: 3\r\n\r\nabcdef");
-        let (code, body) = post(&ep, "/x", b"{}", Duration::from_secs(1), limits()).unwrap();
+        let (code, body) = post(&ep, None, "/x", b"{}", Duration::from_secs(1), limits()).unwrap();
         assert_eq!(code, 400);
         assert_eq!(body.read_all(100).unwrap(), b"abc");
     }
@@ -555,16 +680,16 @@ mod tests {
     #[test]
     fn truncated_and_oversized_bodies_are_errors() {
         let ep = serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc");
-        let (_, body) = post(&ep, "/x", b"{}", Duration::from_secs(1), limits()).unwrap();
+        let (_, body) = post(&ep, None, "/x", b"{}", Duration::from_secs(1), limits()).unwrap();
         assert!(matches!(body.read_all(100), Err(HttpError::Io { .. })));
 
         let ep = serve_once(b"HTTP/1.1 200 OK\r\n\r\n0123456789");
-        let (_, body) = post(&ep, "/x", b"{}", Duration::from_secs(1), limits()).unwrap();
+        let (_, body) = post(&ep, None, "/x", b"{}", Duration::from_secs(1), limits()).unwrap();
         assert!(matches!(body.read_all(5), Err(HttpError::Protocol { .. })));
 
         let ep = serve_once(b"SMTP ready\r\n\r\n");
         assert!(matches!(
-            post(&ep, "/x", b"{}", Duration::from_secs(1), limits()),
+            post(&ep, None, "/x", b"{}", Duration::from_secs(1), limits()),
             Err(HttpError::Protocol { .. })
         ));
     }
@@ -583,12 +708,13 @@ mod tests {
         let ep = Endpoint {
             host: "127.0.0.1".into(),
             port,
+            tls: false,
         };
         let lim = Limits {
             stop: Some(stop.clone()),
             deadline: None,
         };
-        let (_, body) = post(&ep, "/x", b"{}", Duration::from_secs(1), lim).unwrap();
+        let (_, body) = post(&ep, None, "/x", b"{}", Duration::from_secs(1), lim).unwrap();
         let s2 = stop.clone();
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));

@@ -9,7 +9,9 @@
 //! * [`apply`]: writing resources as calicoctl stores them and listing them
 //!   (`felix datastore apply` / `get`);
 //! * [`client`]: the etcd operations, over etcd's JSON gateway with a small
-//!   built-in HTTP/1.1 client (plain HTTP only; see [`config`] on TLS);
+//!   built-in HTTP/1.1 client (`http://`, or `https://` through [`tls`]);
+//! * [`tls`]: `EtcdCaFile`/`EtcdCertFile`/`EtcdKeyFile` as a rustls client
+//!   configuration (server verification, client certificates);
 //! * [`testing`]: a throwaway etcd server for tests and benchmarks;
 //! * [`bench`]: the initial-sync and recovery benchmark.
 //!
@@ -24,6 +26,7 @@ pub mod config;
 pub mod keys;
 pub mod syncer;
 pub mod testing;
+pub mod tls;
 
 mod http;
 mod value;
@@ -31,3 +34,4 @@ mod value;
 pub use client::{EtcdClient, EtcdError};
 pub use config::{parse_datastore_spec, parse_endpoints, ConfigError, DatastoreSpec, EtcdConfig};
 pub use syncer::{EtcdSyncer, EtcdSyncerConfig, EtcdSyncerError, EtcdSyncerStats};
+pub use tls::TlsFiles;

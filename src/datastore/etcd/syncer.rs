@@ -24,6 +24,11 @@
 //! at that revision + 1 over the whole `/calico/` prefix; keys outside the
 //! layout are ignored.
 //!
+//! *Pipelined first listing.*  When nothing is known yet, a fetcher
+//! thread reads the pages and decodes the values while the syncer thread
+//! merges and sends, the fetcher running at most two pages ahead (so at
+//! most three pages of values are held at once).
+//!
 //! *Resync.*  When the watch is cancelled (compaction, or etcd's own
 //! reasons), the connection drops, or a listing page's revision has been
 //! compacted, the syncer lists again.  It remembers each key's
@@ -33,6 +38,15 @@
 //! longer listed are deleted: only real differences are emitted,
 //! including deletions that happened while it was disconnected.  Statuses
 //! are never sent again after `InSync`.
+//!
+//! *Resume.*  A watch that broke for any reason other than compaction
+//! (connection lost, etcd restarted) is re-created from the last revision
+//! whose changes were all applied, as upstream's watcher cache does: etcd
+//! replays what was missed, including deletions, and the replay is sent as
+//! net differences (flushed once it reaches the revision the store had when
+//! the watch was re-created).  No listing is needed, so recovery does not
+//! grow with the number of keys.  If that history has been compacted, the
+//! syncer relists as above.
 //!
 //! *Backoff.*  Failed attempts are retried after a delay that doubles from
 //! [`EtcdSyncerConfig::backoff_min`] up to
@@ -61,7 +75,7 @@ use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -72,11 +86,14 @@ use super::keys;
 use super::value;
 use crate::datastore::merge::{Doc, Merger, RelPath};
 use crate::model::{SyncStatus, SyncerEvent, Update};
+use crate::resources::ResourceId;
 
 /// Default maximum number of updates per `SyncerEvent::Updates`.
 pub const DEFAULT_BATCH_SIZE: usize = 1000;
 /// Default number of keys per listing page.
-pub const DEFAULT_PAGE_SIZE: i64 = 2000;
+pub const DEFAULT_PAGE_SIZE: i64 = 5000;
+/// Decoded pages the initial listing's fetcher may run ahead.
+const PREFETCH_PAGES: usize = 2;
 /// Default first retry delay.
 pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(50);
 /// Default longest retry delay.
@@ -131,6 +148,9 @@ pub enum EtcdSyncerError {
 pub struct EtcdSyncerStats {
     /// Complete listings (the initial one and every resync).
     pub lists: u64,
+    /// Watches resumed from the last processed revision after a broken
+    /// connection (no listing needed).
+    pub resumes: u64,
     /// Watches or listings that failed because of compaction.
     pub compactions: u64,
     /// Failed attempts (connection errors, broken watches, ...).
@@ -144,6 +164,7 @@ pub struct EtcdSyncerStats {
 #[derive(Default)]
 struct Counters {
     lists: AtomicU64,
+    resumes: AtomicU64,
     compactions: AtomicU64,
     failures: AtomicU64,
     revision: AtomicI64,
@@ -166,7 +187,7 @@ impl EtcdSyncer {
     ) -> Result<EtcdSyncer, EtcdSyncerError> {
         config.etcd.validate()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let client = EtcdClient::new(&config.etcd.endpoints, Some(stop.clone()))
+        let client = EtcdClient::from_config(&config.etcd, Some(stop.clone()))
             .map_err(ConfigError::Endpoint)?
             .with_request_timeout(config.request_timeout);
         let counters = Arc::new(Counters::default());
@@ -174,13 +195,14 @@ impl EtcdSyncer {
             batch_size: config.batch_size.max(1),
             page_size: config.page_size.max(1),
             config,
-            client,
+            client: Arc::new(client),
             out,
             stop: stop.clone(),
             counters: counters.clone(),
             merger: Merger::new(Path::new("")),
             known: HashMap::new(),
             generation: 0,
+            resume: None,
         };
         let thread = std::thread::Builder::new()
             .name("etcd-syncer".into())
@@ -196,6 +218,7 @@ impl EtcdSyncer {
     pub fn stats(&self) -> EtcdSyncerStats {
         EtcdSyncerStats {
             lists: self.counters.lists.load(Ordering::SeqCst),
+            resumes: self.counters.resumes.load(Ordering::SeqCst),
             compactions: self.counters.compactions.load(Ordering::SeqCst),
             failures: self.counters.failures.load(Ordering::SeqCst),
             revision: self.counters.revision.load(Ordering::SeqCst),
@@ -248,13 +271,17 @@ struct Worker {
     config: EtcdSyncerConfig,
     batch_size: usize,
     page_size: i64,
-    client: EtcdClient,
+    client: Arc<EtcdClient>,
     out: SyncSender<SyncerEvent>,
     stop: Arc<AtomicBool>,
     counters: Arc<Counters>,
     merger: Merger,
     known: HashMap<String, Known>,
     generation: u64,
+    /// Last revision whose changes are all applied, once a listing has
+    /// completed (cleared when a listing starts or history was compacted):
+    /// a broken watch resumes from here instead of relisting.
+    resume: Option<i64>,
 }
 
 /// Progress of the status sequence.
@@ -314,6 +341,9 @@ impl Worker {
         backoff: &mut Duration,
         outage_logged: &mut bool,
     ) -> Interrupt {
+        if let (true, Some(revision)) = (phase.in_sync, self.resume) {
+            return self.watch(revision, Some((backoff, outage_logged)));
+        }
         let revision = match self.list(phase) {
             Ok(r) => r,
             Err(i) => return i,
@@ -333,7 +363,7 @@ impl Worker {
             phase.in_sync = true;
             tracing::info!(revision, keys = self.known.len(), "etcd datastore in sync");
         }
-        self.watch(revision)
+        self.watch(revision, None)
     }
 
     fn interrupt(&self, e: EtcdError) -> Interrupt {
@@ -358,6 +388,79 @@ impl Worker {
     fn list(&mut self, phase: &mut Phase) -> Result<i64, Interrupt> {
         self.generation += 1;
         let generation = self.generation;
+        self.resume = None;
+        let started = Instant::now();
+        let revision = if self.known.is_empty() {
+            self.list_pipelined(phase, generation)?
+        } else {
+            self.relist(phase, generation)?
+        };
+        let gone: Vec<String> = self
+            .known
+            .iter()
+            .filter(|(_, k)| k.generation != generation)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in gone {
+            self.delete(&key);
+        }
+        self.counters.lists.fetch_add(1, Ordering::SeqCst);
+        self.counters.revision.store(revision, Ordering::SeqCst);
+        self.counters
+            .keys
+            .store(self.known.len() as u64, Ordering::SeqCst);
+        tracing::debug!(
+            revision,
+            keys = self.known.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "etcd listing done"
+        );
+        self.resume = Some(revision);
+        Ok(revision)
+    }
+
+    /// The listing when nothing is known (the first one, or after a
+    /// resync that found the store empty): a fetcher thread reads the
+    /// pages and decodes the values, running at most [`PREFETCH_PAGES`]
+    /// ahead, while this thread merges and sends; returns the revision.
+    fn list_pipelined(&mut self, phase: &mut Phase, generation: u64) -> Result<i64, Interrupt> {
+        let (tx, rx) = mpsc::sync_channel(PREFETCH_PAGES);
+        let client = Arc::clone(&self.client);
+        let page_size = self.page_size;
+        std::thread::scope(|scope| {
+            scope.spawn(move || fetch_decoded(&client, page_size, &tx));
+            // `rx` is dropped when this closure returns, so the fetcher
+            // stops at its next page whatever happens here.
+            let mut revision = 0i64;
+            for page in rx {
+                let page = page.map_err(|e| self.interrupt(e))?;
+                if revision == 0 {
+                    revision = page.revision;
+                    if !phase.resync_sent {
+                        self.send(SyncerEvent::Status(SyncStatus::ResyncInProgress))?;
+                        phase.resync_sent = true;
+                    }
+                }
+                for kv in page.kvs {
+                    if self.note(&kv.key, kv.mod_revision, generation) {
+                        self.apply(&kv.key, kv.id, kv.result);
+                    }
+                }
+                if self.merger.dirty_len() >= self.batch_size {
+                    self.flush()?;
+                }
+            }
+            if revision == 0 {
+                // The fetcher ended without a page: only a stop does that.
+                return Err(Interrupt::Stopped);
+            }
+            Ok(revision)
+        })
+    }
+
+    /// A resync listing: keys and revisions first, values only for keys
+    /// that changed; returns the revision.
+    fn relist(&mut self, phase: &mut Phase, generation: u64) -> Result<i64, Interrupt> {
         let mut revision = 0i64;
         for prefix in keys::SYNC_PREFIXES {
             let end = prefix_end(prefix.as_bytes());
@@ -405,20 +508,6 @@ impl Worker {
                 }
             }
         }
-        let gone: Vec<String> = self
-            .known
-            .iter()
-            .filter(|(_, k)| k.generation != generation)
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in gone {
-            self.delete(&key);
-        }
-        self.counters.lists.fetch_add(1, Ordering::SeqCst);
-        self.counters.revision.store(revision, Ordering::SeqCst);
-        self.counters
-            .keys
-            .store(self.known.len() as u64, Ordering::SeqCst);
         Ok(revision)
     }
 
@@ -472,12 +561,21 @@ impl Worker {
     }
 
     /// Watches from `revision + 1` until something breaks.
-    fn watch(&mut self, revision: i64) -> Interrupt {
+    ///
+    /// `resuming` (the backoff state) is given when the watch replaces one
+    /// that broke: the changes missed meanwhile are replayed and sent as
+    /// net differences (flushed once the replay reaches the revision the
+    /// store had when the watch was created, or when a batch is full), and
+    /// the backoff is reset once etcd accepted the watch.
+    fn watch(&mut self, revision: i64, resuming: Option<(&mut Duration, &mut bool)>) -> Interrupt {
         let prefix = keys::WATCH_PREFIX.as_bytes();
         let mut stream = match self.client.watch(prefix, &prefix_end(prefix), revision + 1) {
             Ok(s) => s,
             Err(e) => return self.interrupt(e),
         };
+        let mut resuming = resuming;
+        // Hold flushes back until the replay reaches this revision.
+        let mut catch_up_to = 0i64;
         loop {
             let message = match stream.next_message() {
                 None => {
@@ -490,15 +588,38 @@ impl Worker {
                 Some(Ok(m)) => m,
             };
             match message {
-                WatchMessage::Created { .. } => {}
+                WatchMessage::Created { revision: current } => {
+                    if let Some((backoff, outage_logged)) = resuming.take() {
+                        *backoff = self.config.backoff_min;
+                        self.counters.resumes.fetch_add(1, Ordering::SeqCst);
+                        if *outage_logged {
+                            tracing::info!(
+                                from = revision + 1,
+                                to = current,
+                                "etcd reachable again; watch resumed"
+                            );
+                            *outage_logged = false;
+                        }
+                        catch_up_to = current;
+                    }
+                }
                 WatchMessage::Progress { revision } => {
+                    if revision >= catch_up_to {
+                        if let Err(i) = self.flush() {
+                            return i;
+                        }
+                    }
                     self.counters.revision.fetch_max(revision, Ordering::SeqCst);
+                    self.resume = Some(self.resume.unwrap_or(0).max(revision));
                 }
                 WatchMessage::Canceled {
                     compact_revision,
                     reason,
                 } => {
                     if compact_revision > 0 {
+                        // The missed history is gone: only a listing can
+                        // tell what changed.
+                        self.resume = None;
                         return self.interrupt(EtcdError::Compacted {
                             revision: revision + 1,
                             compact_revision,
@@ -511,20 +632,33 @@ impl Worker {
                 }
                 WatchMessage::Events { revision, events } => {
                     let generation = self.generation;
+                    // The header revision is the store's, which may be
+                    // ahead of these events while history is replayed:
+                    // progress is the newest event's revision.
+                    let mut applied = self.resume.unwrap_or(0);
                     for event in events {
                         match event {
-                            WatchEvent::Put(kv) => self.put(kv, generation),
-                            WatchEvent::Delete { key, .. } => {
+                            WatchEvent::Put(kv) => {
+                                applied = applied.max(kv.mod_revision);
+                                self.put(kv, generation);
+                            }
+                            WatchEvent::Delete { key, mod_revision } => {
+                                applied = applied.max(mod_revision);
                                 if let Ok(key) = String::from_utf8(key) {
                                     self.delete(&key);
                                 }
                             }
                         }
                     }
-                    if let Err(i) = self.flush() {
-                        return i;
+                    if applied >= catch_up_to || self.merger.dirty_len() >= self.batch_size {
+                        if let Err(i) = self.flush() {
+                            return i;
+                        }
                     }
-                    self.counters.revision.fetch_max(revision, Ordering::SeqCst);
+                    self.resume = Some(applied);
+                    self.counters
+                        .revision
+                        .fetch_max(applied.min(revision), Ordering::SeqCst);
                     self.counters
                         .keys
                         .store(self.known.len() as u64, Ordering::SeqCst);
@@ -541,25 +675,39 @@ impl Worker {
         let Some(id) = keys::parse_key(&key) else {
             return;
         };
-        if let Some(known) = self.known.get_mut(&key) {
-            known.generation = generation;
-            if known.mod_revision == kv.mod_revision {
-                return;
-            }
-            known.mod_revision = kv.mod_revision;
-        } else {
-            self.known.insert(
-                key.clone(),
-                Known {
-                    mod_revision: kv.mod_revision,
-                    generation,
-                },
-            );
+        if !self.note(&key, kv.mod_revision, generation) {
+            return;
         }
         let result = value::decode(&key, &id, &kv.value);
         if let Err(message) = &result {
             tracing::error!("{message}");
         }
+        self.apply(&key, id, result);
+    }
+
+    /// Records that `key` is present at `mod_revision` in listing
+    /// `generation`; true when that is news (new key or new revision).
+    fn note(&mut self, key: &str, mod_revision: i64, generation: u64) -> bool {
+        if let Some(known) = self.known.get_mut(key) {
+            known.generation = generation;
+            if known.mod_revision == mod_revision {
+                return false;
+            }
+            known.mod_revision = mod_revision;
+        } else {
+            self.known.insert(
+                key.to_owned(),
+                Known {
+                    mod_revision,
+                    generation,
+                },
+            );
+        }
+        true
+    }
+
+    /// Hands the decoded value of `key` to the merger.
+    fn apply(&mut self, key: &str, id: ResourceId, result: value::Entries) {
         let doc = Doc {
             id,
             line: 1,
@@ -567,7 +715,7 @@ impl Worker {
         };
         for message in self
             .merger
-            .replace_file(&RelPath::new(Path::new(&key)), Some(vec![doc]))
+            .replace_file(&RelPath::new(Path::new(key)), Some(vec![doc]))
         {
             tracing::error!("{message}");
         }
@@ -640,4 +788,76 @@ impl Worker {
             std::thread::sleep((deadline - now).min(SLEEP_SLICE));
         }
     }
+}
+
+/// A listed key with its value decoded (by the fetcher thread).
+struct DecodedKv {
+    key: String,
+    mod_revision: i64,
+    id: ResourceId,
+    result: value::Entries,
+}
+
+/// One listing page, decoded.
+struct DecodedPage {
+    /// The revision of the whole listing.
+    revision: i64,
+    kvs: Vec<DecodedKv>,
+}
+
+/// The fetcher of a pipelined listing: reads every key under
+/// [`keys::SYNC_PREFIXES`] page by page at the revision of the first page,
+/// decodes the values (logging those that fail) and sends the pages to
+/// `tx`.  Ends after the last page, at the first error (which is sent),
+/// or when the receiver is gone.
+fn fetch_decoded(
+    client: &EtcdClient,
+    page_size: i64,
+    tx: &SyncSender<Result<DecodedPage, EtcdError>>,
+) {
+    let mut revision = 0i64;
+    for prefix in keys::SYNC_PREFIXES {
+        let end = prefix_end(prefix.as_bytes());
+        let mut start = prefix.as_bytes().to_vec();
+        loop {
+            let page = match client.range(&start, &end, revision, page_size) {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            if revision == 0 {
+                revision = page.revision;
+            }
+            let more = page.more;
+            if let Some(last) = page.kvs.last() {
+                start.clone_from(&last.key);
+                start.push(0);
+            }
+            let kvs = page.kvs.into_iter().filter_map(decode_kv).collect();
+            if tx.send(Ok(DecodedPage { revision, kvs })).is_err() {
+                return;
+            }
+            if !more {
+                break;
+            }
+        }
+    }
+}
+
+/// Decodes one listed key; `None` for keys outside the layout.
+fn decode_kv(kv: KeyValue) -> Option<DecodedKv> {
+    let key = String::from_utf8(kv.key).ok()?;
+    let id = keys::parse_key(&key)?;
+    let result = value::decode(&key, &id, &kv.value);
+    if let Err(message) = &result {
+        tracing::error!("{message}");
+    }
+    Some(DecodedKv {
+        key,
+        mod_revision: kv.mod_revision,
+        id,
+        result,
+    })
 }

@@ -6,6 +6,11 @@
 //! and kills it when dropped.  It can be stopped and started again on the
 //! same ports and data (to test reconnection), or started on other ports
 //! (so that writes can be made while a syncer cannot reach it).
+//!
+//! [`EtcdTestServer::start_tls`] serves `https://` with the given
+//! certificate and requires client certificates signed by the given CA
+//! (`--client-cert-auth`); the harness's own client uses
+//! [`ServerTls::client`].
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -13,6 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::client::EtcdClient;
+use super::tls::TlsFiles;
 
 /// How long to wait for a started etcd to answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -23,6 +29,20 @@ pub struct EtcdTestServer {
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
+    tls: Option<ServerTls>,
+}
+
+/// TLS settings of a test server (PEM files).
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    /// The server's certificate (must name 127.0.0.1 and, because etcd's
+    /// gateway dials the server with it, allow client auth too).
+    pub cert_file: std::path::PathBuf,
+    pub key_file: std::path::PathBuf,
+    /// CA that client certificates must be signed by.
+    pub client_ca_file: std::path::PathBuf,
+    /// What the harness's own client uses.
+    pub client: TlsFiles,
 }
 
 /// Why the server could not be started.
@@ -39,28 +59,56 @@ pub enum TestServerError {
 impl EtcdTestServer {
     /// Starts etcd on free loopback ports.
     pub fn start() -> Result<EtcdTestServer, TestServerError> {
+        EtcdTestServer::start_with(None)
+    }
+
+    /// Starts etcd serving `https://` with client-certificate auth.
+    pub fn start_tls(tls: ServerTls) -> Result<EtcdTestServer, TestServerError> {
+        EtcdTestServer::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<ServerTls>) -> Result<EtcdTestServer, TestServerError> {
         let data = tempdir::TempDir::new()?;
         let mut server = EtcdTestServer {
             data,
             client_port: free_port()?,
             peer_port: free_port()?,
             child: None,
+            tls,
         };
         server.restart()?;
         Ok(server)
     }
 
-    /// The client URL (`http://127.0.0.1:PORT`).
+    /// The client URL (`http[s]://127.0.0.1:PORT`).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        self.url_on(self.client_port)
+    }
+
+    fn url_on(&self, port: u16) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{port}")
     }
 
     /// A client for this server.
+    ///
+    /// # Panics
+    ///
+    /// If the TLS files given to [`EtcdTestServer::start_tls`] cannot be
+    /// read (a broken test set-up).
     pub fn client(&self) -> EtcdClient {
-        match EtcdClient::new(&[self.url()], None) {
+        self.client_for(&self.url())
+    }
+
+    fn client_for(&self, url: &str) -> EtcdClient {
+        let files = self
+            .tls
+            .as_ref()
+            .map(|t| t.client.clone())
+            .unwrap_or_default();
+        match EtcdClient::with_tls(&[url.to_owned()], &files, None) {
             Ok(c) => c,
-            // The URL is built from a loopback address and a valid port.
-            Err(e) => unreachable!("bad loopback URL: {e}"),
+            Err(e) => panic!("etcd test client for {url}: {e}"),
         }
     }
 
@@ -77,7 +125,7 @@ impl EtcdTestServer {
     pub fn restart(&mut self) -> Result<(), TestServerError> {
         self.stop();
         self.child = Some(self.spawn(self.client_port, self.peer_port)?);
-        wait_ready(&self.url())
+        wait_ready(self.client_for(&self.url()))
     }
 
     /// Stops etcd, runs `f` with a client of the same data served on other
@@ -87,12 +135,8 @@ impl EtcdTestServer {
         self.stop();
         let (cp, pp) = (free_port()?, free_port()?);
         let mut child = self.spawn(cp, pp)?;
-        let url = format!("http://127.0.0.1:{cp}");
-        let result = wait_ready(&url).map(|()| {
-            let client = EtcdClient::new(std::slice::from_ref(&url), None)
-                .unwrap_or_else(|e| unreachable!("bad loopback URL: {e}"));
-            f(&client)
-        });
+        let client = self.client_for(&self.url_on(cp));
+        let result = wait_ready(client.clone_settings()).map(|()| f(&client));
         let _ = child.kill();
         let _ = child.wait();
         let value = result?;
@@ -101,14 +145,23 @@ impl EtcdTestServer {
     }
 
     fn spawn(&self, client_port: u16, peer_port: u16) -> Result<Child, TestServerError> {
-        let client = format!("http://127.0.0.1:{client_port}");
+        let client = self.url_on(client_port);
         let peer = format!("http://127.0.0.1:{peer_port}");
         // The member's advertised peer URL is part of its stored identity,
         // so it stays the original one whichever ports we listen on.
         let advertised_peer = format!("http://127.0.0.1:{}", self.peer_port);
         let data_dir = self.data.path().join("data");
-        Command::new("etcd")
-            .arg("--name")
+        let mut cmd = Command::new("etcd");
+        if let Some(tls) = &self.tls {
+            cmd.arg("--cert-file")
+                .arg(&tls.cert_file)
+                .arg("--key-file")
+                .arg(&tls.key_file)
+                .arg("--trusted-ca-file")
+                .arg(&tls.client_ca_file)
+                .arg("--client-cert-auth");
+        }
+        cmd.arg("--name")
             .arg("felix-test")
             .arg("--data-dir")
             .arg(&data_dir)
@@ -157,10 +210,8 @@ fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn wait_ready(url: &str) -> Result<(), TestServerError> {
-    let client = EtcdClient::new(&[url.to_owned()], None)
-        .unwrap_or_else(|e| unreachable!("bad loopback URL: {e}"))
-        .with_request_timeout(Duration::from_secs(2));
+fn wait_ready(client: EtcdClient) -> Result<(), TestServerError> {
+    let client = client.with_request_timeout(Duration::from_secs(2));
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if client.current_revision().is_ok() {

@@ -1,0 +1,173 @@
+//! Two `felix run` daemons for two different nodes sharing one etcd, each
+//! computing its own node's view (checked through each admin socket's
+//! `/dataplane` against `felix calc --node N` on the same files).
+//!
+//! Nothing touches the host's network namespace: etcd runs in a throwaway
+//! namespace `E`, each daemon in its own namespace (`N1`, `N2`) that it
+//! programs, linked to `E` by a veth pair on a private /30.  Namespace and
+//! interface names carry the branch tag and the test's pid; a guard kills
+//! the processes and deletes the namespaces (and so the veths) on every
+//! exit path.  Skipped, with a note, when `ip` or `etcd` is missing or
+//! namespaces cannot be created (not root).
+
+mod etcd_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use etcd_support::netns::{in_ns, Topology, FELIX};
+use serde_json::Value;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn without_state(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("state");
+    }
+    v
+}
+
+fn admin(socket: &Path, what: &str) -> Option<Value> {
+    let out = Command::new(FELIX)
+        .arg("admin")
+        .arg("--socket")
+        .arg(socket)
+        .arg(what)
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).ok())
+        .flatten()
+}
+
+fn calc_view(ds: &Path, node: &str) -> Value {
+    let out = Command::new(FELIX)
+        .args(["calc", "--node", node])
+        .arg(ds)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "felix calc --node {node} failed");
+    serde_json::from_str(String::from_utf8(out.stdout).unwrap().trim()).unwrap()
+}
+
+/// The workload ids of the local endpoints in a `/dataplane` view.
+fn local_workloads(view: &Value) -> Vec<String> {
+    let mut ids: Vec<String> = view["workloadEndpoints"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|w| w["id"]["workloadId"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn two_daemons_on_one_etcd_each_compute_their_own_node() {
+    if Command::new("etcd").arg("--version").output().is_err() {
+        eprintln!("skipping: etcd not installed");
+        return;
+    }
+    let Some(mut topo) = Topology::create(2) else {
+        eprintln!("skipping: cannot create network namespaces (needs root and `ip`)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    topo.start_etcd(&dir.path().join("etcd-data"));
+
+    let ds = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/datastore");
+    let start = Instant::now();
+    loop {
+        let out = topo.datastore(&["apply", "-f", ds.to_str().unwrap()]);
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "felix datastore apply never succeeded: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let mut daemons: Vec<(String, PathBuf, PathBuf)> = Vec::new();
+    for (i, node) in ["node1", "node2"].into_iter().enumerate() {
+        let socket = dir.path().join(format!("{node}.sock"));
+        let log = dir.path().join(format!("{node}.log"));
+        let child = in_ns(&topo.node_ns[i], FELIX)
+            .args(["run", "--node", node, "--datastore"])
+            .arg(format!("etcdv3:{}", topo.etcd_url_for(i)))
+            .arg("--admin-socket")
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        topo.children.push(child);
+        daemons.push((node.to_owned(), socket, log));
+    }
+
+    let mut views = Vec::new();
+    for (i, (node, socket, log)) in daemons.iter().enumerate() {
+        let start = Instant::now();
+        while admin(socket, "status").is_none_or(|s| s["inSync"] != Value::Bool(true)) {
+            // children[0] is etcd; daemon i is children[i + 1].
+            if let Ok(Some(st)) = topo.children[i + 1].try_wait() {
+                panic!(
+                    "{node} daemon exited ({st}):\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "{node} never in sync:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let got = without_state(admin(socket, "dataplane").expect("dataplane view"));
+        let want = without_state(calc_view(&ds, node));
+        assert_eq!(got, want, "{node}: daemon view differs from felix calc");
+        views.push(got);
+    }
+    // Each daemon programs only its own node's endpoints.
+    assert_eq!(
+        local_workloads(&views[0]),
+        [
+            "monitoring/prometheus-0",
+            "shop/backend-1",
+            "shop/db-0",
+            "shop/frontend-1"
+        ]
+    );
+    assert_eq!(
+        local_workloads(&views[1]),
+        ["shop/backend-2", "shop/frontend-2"]
+    );
+
+    // Both daemons stop cleanly on SIGTERM.
+    for i in 1..=2 {
+        let pid = topo.children[i].id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+    }
+    for i in 1..=2 {
+        let start = Instant::now();
+        let st = loop {
+            if let Some(st) = topo.children[i].try_wait().unwrap() {
+                break st;
+            }
+            assert!(start.elapsed() < DEADLINE, "daemon {i} did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(st.code(), Some(0), "daemon {i} exit status");
+    }
+}

@@ -1,0 +1,137 @@
+//! Throwaway network-namespace topology for daemon tests on etcd: etcd in
+//! its own namespace `E`, each daemon in a namespace `N<i>` that it may
+//! program, linked to `E` by a veth pair on a private /30 (node `i`
+//! reaches etcd at `10.254.<i+1>.1`).  Nothing touches the host's network
+//! namespace.  Names carry the branch tag and the test process's pid plus
+//! a per-process counter; the guard kills the processes and deletes the
+//! namespaces (and so the veths) on every exit path.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub const FELIX: &str = env!("CARGO_BIN_EXE_felix");
+pub const ETCD_PORT: u16 = 2379;
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// Network namespaces and the processes running in them; cleaned up on
+/// drop.
+pub struct Topology {
+    pub etcd_ns: String,
+    pub node_ns: Vec<String>,
+    pub children: Vec<Child>,
+}
+
+pub fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+pub fn in_ns(ns: &str, program: &str) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, program]);
+    c
+}
+
+impl Topology {
+    /// Builds `E` plus one namespace per node; node `i` (0-based) reaches
+    /// etcd at `10.254.<i+1>.1`.  `None` when namespaces are unavailable.
+    pub fn create(nodes: usize) -> Option<Topology> {
+        let pid = format!(
+            "{}{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        );
+        let mut topo = Topology {
+            etcd_ns: format!("etcd-s2-{pid}-e"),
+            node_ns: Vec::new(),
+            children: Vec::new(),
+        };
+        if !ip(&["netns", "add", &topo.etcd_ns]) {
+            return None;
+        }
+        assert!(ip(&["-n", &topo.etcd_ns, "link", "set", "lo", "up"]));
+        for i in 1..=nodes {
+            let ns = format!("etcd-s2-{pid}-n{i}");
+            assert!(ip(&["netns", "add", &ns]), "ip netns add {ns}");
+            topo.node_ns.push(ns.clone());
+            // Veth names: at most 15 characters.
+            let (a, b) = (format!("es2{pid}e{i}"), format!("es2{pid}n{i}"));
+            assert!(ip(&[
+                "link",
+                "add",
+                &a,
+                "netns",
+                &topo.etcd_ns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &b,
+                "netns",
+                &ns,
+            ]));
+            let (ea, na) = (format!("10.254.{i}.1/30"), format!("10.254.{i}.2/30"));
+            assert!(ip(&["-n", &topo.etcd_ns, "addr", "add", &ea, "dev", &a]));
+            assert!(ip(&["-n", &topo.etcd_ns, "link", "set", &a, "up"]));
+            assert!(ip(&["-n", &ns, "addr", "add", &na, "dev", &b]));
+            assert!(ip(&["-n", &ns, "link", "set", &b, "up"]));
+            assert!(ip(&["-n", &ns, "link", "set", "lo", "up"]));
+        }
+        Some(topo)
+    }
+
+    /// The etcd URL as seen from node `i` (0-based).
+    pub fn etcd_url_for(&self, i: usize) -> String {
+        format!("http://10.254.{}.1:{ETCD_PORT}", i + 1)
+    }
+
+    pub fn start_etcd(&mut self, data: &Path) {
+        let mut listen = vec![format!("http://127.0.0.1:{ETCD_PORT}")];
+        listen.extend((0..self.node_ns.len()).map(|i| self.etcd_url_for(i)));
+        let listen = listen.join(",");
+        let peer = "http://127.0.0.1:2380";
+        let child = in_ns(&self.etcd_ns, "etcd")
+            .args(["--name", "felix-test", "--data-dir"])
+            .arg(data)
+            .args(["--listen-client-urls", &listen])
+            .args(["--advertise-client-urls", &listen])
+            .args(["--listen-peer-urls", peer])
+            .args(["--initial-advertise-peer-urls", peer])
+            .args(["--initial-cluster", &format!("felix-test={peer}")])
+            .args(["--log-level", "error", "--logger", "zap"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.children.push(child);
+    }
+
+    /// Runs `felix datastore ARGS` inside the etcd namespace.
+    pub fn datastore(&self, args: &[&str]) -> Output {
+        in_ns(&self.etcd_ns, FELIX)
+            .arg("datastore")
+            .args(["--endpoints", &format!("http://127.0.0.1:{ETCD_PORT}")])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in self.node_ns.iter().chain(std::iter::once(&self.etcd_ns)) {
+            let _ = ip(&["netns", "del", ns]);
+        }
+    }
+}
