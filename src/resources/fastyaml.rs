@@ -114,6 +114,13 @@ fn rest_is_blank(s: &str) -> bool {
 /// order mark: texts containing them go to the full parser.
 fn has_special_chars(text: &str) -> bool {
     let b = text.as_bytes();
+    // Fast path (vectorised): printable ASCII, tabs and line ends only.
+    if b
+        .iter()
+        .all(|&c| (0x20..0x7f).contains(&c) || c == b'\n' || c == b'\t' || c == b'\r')
+    {
+        return false;
+    }
     b.iter().enumerate().any(|(i, &c)| match c {
         b'\t' | b'\n' | b'\r' => false,
         0..=0x1f | 0x7f => true,
