@@ -135,6 +135,8 @@ pub struct Figure {
     pub raw_what: String,
     /// Kernel commands our drivers ran, aggregated: (command, count, time).
     pub commands: Vec<(String, usize, Duration)>,
+    /// Time in each apply step (summed over the applies it took).
+    pub steps: Vec<(String, Duration)>,
 }
 
 /// The figures of one backend.
@@ -222,6 +224,12 @@ impl fmt::Display for Report {
                 .map(|(c, n, d)| format!("{c} x{n} {:.1} ms", ms(*d)))
                 .collect();
             writeln!(f, "  commands, {name}: {}", parts.join("; "))?;
+            let steps: Vec<String> = fig
+                .steps
+                .iter()
+                .map(|(st, d)| format!("{st} {:.1} ms", ms(*d)))
+                .collect();
+            writeln!(f, "  apply steps, {name}: {}", steps.join("; "))?;
         }
         Ok(())
     }
@@ -310,8 +318,12 @@ fn policy(i: usize, sizes: &Sizes, port_shift: u16) -> Update {
 }
 
 fn network_set(k: usize, sizes: &Sizes) -> Update {
-    let base = 0x6440_0000u32 + (k * sizes.members) as u32;
-    let nets = (0..sizes.members as u32).map(|m| net32(base + m)).collect();
+    // Every other address, so that nftables' interval sets cannot merge
+    // neighbours into ranges (real network sets are not contiguous).
+    let base = 0x6440_0000u32 + (2 * k * sizes.members) as u32;
+    let nets = (0..sizes.members as u32)
+        .map(|m| net32(base + 2 * m))
+        .collect();
     let mut labels = BTreeMap::new();
     labels.insert(SET_LABEL.to_string(), format!("set-{k}"));
     Update::set(
@@ -386,6 +398,11 @@ impl CommandSeam for RecordingCommands {
         let start = Instant::now();
         let r = self.inner.exec(req);
         let elapsed = start.elapsed();
+        if let (Some(dir), Some(input)) = (std::env::var_os("FELIX_BENCH_DUMP"), &req.stdin) {
+            let n = self.log.lock().map(|l| l.len()).unwrap_or(0);
+            let file = std::path::Path::new(&dir).join(format!("{n:04}-{}.txt", req.program));
+            let _ = std::fs::write(file, input);
+        }
         if let Ok(mut l) = self.log.lock() {
             l.push(Recorded {
                 req: req.clone(),
@@ -415,7 +432,7 @@ fn command_label(req: &CommandRequest) -> String {
         .filter(|a| !a.starts_with('-'))
         .take(if req.program == "ip" { 2 } else { 1 })
         .collect();
-    if matches!(req.program.as_str(), "ip" | "ipset" | "nft" | "sysctl") {
+    if matches!(req.program.as_str(), "ip" | "ipset" | "nft") {
         for w in words {
             s.push(' ');
             s.push_str(w);
@@ -469,7 +486,7 @@ fn is_write(backend: Backend, req: &CommandRequest) -> bool {
 struct Running {
     addr: Addr<Supervisor<Payload>>,
     status: StatusHandle,
-    finished: mpsc::Receiver<(u64, bool, Instant)>,
+    events: mpsc::Receiver<(ApplyEvent, Instant)>,
     system: System,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -477,7 +494,7 @@ struct Running {
 impl Running {
     fn start(cfg: &Config, seam: Arc<RecordingCommands>) -> Result<Running, BenchError> {
         let (tx, rx) = mpsc::channel();
-        let (fin_tx, finished) = mpsc::channel();
+        let (fin_tx, events) = mpsc::channel();
         let cfg = cfg.clone();
         let thread = std::thread::Builder::new()
             .name("dataplane".into())
@@ -485,10 +502,8 @@ impl Running {
                 let sys = System::new();
                 let fin_tx = Mutex::new(fin_tx);
                 let observer: felix_actors::ApplyObserver = Arc::new(move |e: &ApplyEvent| {
-                    if let ApplyEventKind::Finished { ok } = e.kind {
-                        if let Ok(t) = fin_tx.lock() {
-                            let _ = t.send((e.seq, ok, Instant::now()));
-                        }
+                    if let Ok(t) = fin_tx.lock() {
+                        let _ = t.send((*e, Instant::now()));
                     }
                 });
                 let started = sys.block_on(async move {
@@ -518,7 +533,7 @@ impl Running {
         Ok(Running {
             addr,
             status,
-            finished,
+            events,
             system,
             thread: Some(thread),
         })
@@ -532,8 +547,10 @@ impl Running {
         &self,
         payloads: Vec<Payload>,
         in_sync: bool,
-    ) -> Result<(Duration, u64), BenchError> {
-        while self.finished.try_recv().is_ok() {}
+    ) -> Result<(Duration, u64, Vec<(String, Duration)>), BenchError> {
+        while self.events.try_recv().is_ok() {}
+        let mut started: BTreeMap<String, Instant> = BTreeMap::new();
+        let mut steps: BTreeMap<String, Duration> = BTreeMap::new();
         let before = self.status.snapshot().applies;
         let t0 = Instant::now();
         if !payloads.is_empty() {
@@ -544,12 +561,23 @@ impl Running {
         }
         let mut last_end = None;
         loop {
-            match self.finished.recv_timeout(Duration::from_millis(200)) {
-                Ok((_, ok, at)) => {
-                    if ok {
-                        last_end = Some(at);
+            match self.events.recv_timeout(Duration::from_millis(200)) {
+                Ok((e, at)) => match e.kind {
+                    ApplyEventKind::Finished { ok: true } => last_end = Some(at),
+                    ApplyEventKind::Finished { ok: false } => {}
+                    ApplyEventKind::Started => {
+                        started.insert("apply".into(), at);
                     }
-                }
+                    ApplyEventKind::StepStarted(st) => {
+                        started.insert(format!("{st:?}"), at);
+                    }
+                    ApplyEventKind::StepFinished(st) => {
+                        let k = format!("{st:?}");
+                        if let Some(t) = started.remove(&k) {
+                            *steps.entry(k).or_default() += at - t;
+                        }
+                    }
+                },
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     return Err(BenchError::Dataplane("dataplane thread ended".into()))
@@ -570,7 +598,7 @@ impl Running {
                 let clean = snap.actors.iter().all(|a| !a.dirty);
                 let ok = snap.last_apply.as_ref().is_some_and(|l| l.ok);
                 if seen && ok && clean {
-                    return Ok((end - t0, snap.applies - before));
+                    return Ok((end - t0, snap.applies - before, steps.into_iter().collect()));
                 }
                 if settle.elapsed() > Duration::from_millis(50) {
                     break;
@@ -760,7 +788,7 @@ pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Rep
     // Start of day.
     let (payloads, in_sync, calc) = calc_step(&mut graph, &mut view, input, true);
     let messages = payloads.len();
-    let (ours, applies) = running.send_and_converge(payloads, in_sync)?;
+    let (ours, applies, steps) = running.send_and_converge(payloads, in_sync)?;
     let rss_mib = super::rss_mib();
     let log = seam.take();
     let (raw, raw_what, ruleset) = replay_start_of_day(backend, replay_ns)?;
@@ -771,13 +799,14 @@ pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Rep
         raw,
         raw_what,
         commands: aggregate(&log),
+        steps,
     };
 
     let mut delta = |update: Update| -> Result<Figure, BenchError> {
         std::thread::sleep(SETTLE);
         let _ = seam.take();
         let (payloads, _, calc) = calc_step(&mut graph, &mut view, vec![update], false);
-        let (ours, applies) = running.send_and_converge(payloads, false)?;
+        let (ours, applies, steps) = running.send_and_converge(payloads, false)?;
         let log = seam.take();
         let (raw, raw_what) = replay_delta(backend, &log, replay_ns)?;
         Ok(Figure {
@@ -787,6 +816,7 @@ pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Rep
             raw,
             raw_what,
             commands: aggregate(&log),
+            steps,
         })
     };
     let policy_change = delta(changed)?;
@@ -842,8 +872,10 @@ mod tests {
     use super::*;
 
     fn small() -> Sizes {
+        // More workloads than profiles, so every profile is already active
+        // when the extra endpoint arrives (as in the full-size run).
         Sizes {
-            workloads: 4,
+            workloads: NUM_PROFILES + 2,
             policies: 10,
             rules: 5,
             ip_sets: 3,
