@@ -483,6 +483,9 @@ fn is_write(backend: Backend, req: &CommandRequest) -> bool {
 // ---------------------------------------------------------------------------
 // The supervisor, as `felix run` builds it.
 
+/// Time to convergence, applies it took, time per apply step.
+type Converged = (Duration, u64, Vec<(String, Duration)>);
+
 struct Running {
     addr: Addr<Supervisor<Payload>>,
     status: StatusHandle,
@@ -525,7 +528,9 @@ impl Running {
                     let _ = sys.run();
                 }
             })
-            .map_err(|e| BenchError::Dataplane(format!("cannot start the dataplane thread: {e}")))?;
+            .map_err(|e| {
+                BenchError::Dataplane(format!("cannot start the dataplane thread: {e}"))
+            })?;
         let (addr, status, system) = rx
             .recv()
             .map_err(|_| BenchError::Dataplane("dataplane thread vanished".into()))?
@@ -541,13 +546,13 @@ impl Running {
 
     /// Sends one flushed batch (and in-sync), then waits until an apply
     /// started after the send finished successfully with nothing dirty.
-    /// Returns the time from the send to the end of that apply, and how many
-    /// applies it took.
+    /// Returns the time from the send to the end of that apply, how many
+    /// applies it took and the time spent in each apply step.
     fn send_and_converge(
         &self,
         payloads: Vec<Payload>,
         in_sync: bool,
-    ) -> Result<(Duration, u64, Vec<(String, Duration)>), BenchError> {
+    ) -> Result<Converged, BenchError> {
         while self.events.try_recv().is_ok() {}
         let mut started: BTreeMap<String, Instant> = BTreeMap::new();
         let mut steps: BTreeMap<String, Duration> = BTreeMap::new();
@@ -889,8 +894,7 @@ mod tests {
         let sizes = small();
         let mut graph = CalcGraph::new(HOST);
         let mut view = DataplaneView::new();
-        let (out, in_sync, _) =
-            calc_step(&mut graph, &mut view, start_of_day_input(&sizes), true);
+        let (out, in_sync, _) = calc_step(&mut graph, &mut view, start_of_day_input(&sizes), true);
         assert!(in_sync);
         let sets: Vec<_> = out
             .iter()
@@ -942,12 +946,18 @@ mod tests {
         let nft = Backend::Nftables;
         assert!(is_write(ipt, &req("iptables-nft-restore", &["--noflush"])));
         assert!(is_write(ipt, &req("ipset", &["restore", "-exist"])));
-        assert!(!is_write(ipt, &req("iptables-legacy-restore", &["--noflush"])));
+        assert!(!is_write(
+            ipt,
+            &req("iptables-legacy-restore", &["--noflush"])
+        ));
         assert!(!is_write(ipt, &req("iptables-nft-save", &["-t", "filter"])));
         assert!(!is_write(ipt, &req("ipset", &["list", "-n"])));
         assert!(!is_write(ipt, &req("nft", &["-f", "-"])));
         assert!(is_write(nft, &req("nft", &["-f", "-"])));
-        assert!(!is_write(nft, &req("nft", &["-j", "list", "table", "ip", "calico"])));
+        assert!(!is_write(
+            nft,
+            &req("nft", &["-j", "list", "table", "ip", "calico"])
+        ));
         assert_eq!(
             command_label(&req("ip", &["-4", "route", "show", "table", "main"])),
             "ip route show"

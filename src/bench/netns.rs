@@ -56,11 +56,7 @@ impl Netns {
         let name = format!("{PREFIX}{}-{suffix}", std::process::id());
         run_checked("ip", &["netns", "add", &name], None)?;
         let ns = Netns { name };
-        run_checked(
-            "ip",
-            &["-n", &ns.name, "link", "set", "lo", "up"],
-            None,
-        )?;
+        run_checked("ip", &["-n", &ns.name, "link", "set", "lo", "up"], None)?;
         Ok(ns)
     }
 

@@ -243,10 +243,12 @@ impl Netlink {
         }
         let mut up = BTreeSet::new();
         for name in names {
-            match self
-                .cmds
-                .run("link-list", "ip", &["-j", "link", "show", "dev", name], None)
-            {
+            match self.cmds.run(
+                "link-list",
+                "ip",
+                &["-j", "link", "show", "dev", name],
+                None,
+            ) {
                 Ok(out) => {
                     let found = parse_links(&out.stdout)?;
                     if found.iter().any(|l| l.up && l.name == *name) {
