@@ -4,6 +4,8 @@
 //! peak RSS is the workload's own.
 
 pub mod calc;
+pub mod dataplane;
+pub mod netns;
 
 /// Peak resident set size of this process, in MiB (`VmHWM`).
 pub fn peak_rss_mib() -> f64 {

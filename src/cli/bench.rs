@@ -41,6 +41,25 @@ pub enum BenchWhat {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// The Linux dataplane at scale (issue 5): start-of-day convergence,
+    /// one changed policy and one added endpoint, each beside the raw tool
+    /// (`iptables-restore` + `ipset restore`, or `nft -f`) on the same
+    /// ruleset or delta, plus RSS. Runs in throwaway network namespaces
+    /// (needs root, `ip`, and the backend's tools).
+    Dataplane {
+        /// Backend to measure (default: both, one after the other).
+        #[arg(long, value_enum)]
+        backend: Option<bench::dataplane::Backend>,
+        /// Internal: run one backend in this process (already inside its
+        /// namespace), replaying raw tools into `--replay-netns`.
+        #[arg(long, hide = true, requires_all = ["backend", "replay_netns"])]
+        inner: bool,
+        /// Internal: the namespace raw-tool replays go to.
+        #[arg(long, hide = true)]
+        replay_netns: Option<String>,
+        #[command(flatten)]
+        sizes: bench::dataplane::Sizes,
+    },
 }
 
 /// Runs `felix bench`.
@@ -87,6 +106,38 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             println!("{r}");
             Ok(())
         }
+        BenchWhat::Dataplane {
+            backend,
+            inner,
+            replay_netns,
+            sizes,
+        } => match (inner, backend, replay_netns) {
+            (true, Some(b), Some(ns)) => {
+                // Driver warnings (failed applies, retries) go to stderr.
+                let _ = tracing_subscriber::fmt()
+                    .with_writer(std::io::stderr)
+                    .with_env_filter(
+                        tracing_subscriber::EnvFilter::try_from_default_env()
+                            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                    )
+                    .try_init();
+                let r = bench::dataplane::run_inner(b, &ns, &sizes)
+                    .map_err(|e| CliError::Runtime(e.into()))?;
+                print!("{r}");
+                Ok(())
+            }
+            (true, _, _) => Err(CliError::Input(
+                "--inner needs --backend and --replay-netns".to_string(),
+            )),
+            (false, b, _) => {
+                let all = [
+                    bench::dataplane::Backend::Iptables,
+                    bench::dataplane::Backend::Nftables,
+                ];
+                let backends = b.map(|b| vec![b]).unwrap_or_else(|| all.to_vec());
+                bench::dataplane::run_outer(&backends, &sizes).map_err(CliError::Runtime)
+            }
+        },
     }
 }
 

@@ -199,6 +199,7 @@ impl IpSets {
     ) {
         let name = self.cfg.name_for_main_ipset(&meta.set_id);
         let members = self.canon(meta.set_type, members);
+        self.dirty.insert(name.clone());
         self.desired.insert(
             name,
             Desired {
@@ -356,6 +357,9 @@ impl IpSets {
         stats: &mut IpSetsStats,
         budget: &mut Duration,
     ) -> Result<(), KernelError> {
+        // What we know of the kernel may change below: compare every
+        // desired set at the next write, not only the caller-touched ones.
+        self.check_all = true;
         if self.full_resync_required {
             self.must.clear();
             self.background.clear();
@@ -553,14 +557,16 @@ impl IpSets {
                 self.full_resync_required = false;
             }
             self.delete_temp_sets();
-            let dirty: Vec<String> = self
-                .desired
-                .iter()
-                .filter(|(n, d)| self.needs_write(n, d))
-                .map(|(n, _)| n.clone())
-                .collect();
+            // Only caller-touched sets are compared unless a resync changed
+            // our knowledge of the kernel: comparing every member of every
+            // set on each apply costs more than the write itself at scale.
+            let dirty = self.sets_to_write();
             match self.try_updates(&dirty, &mut stats) {
-                Ok(()) => return Ok(stats),
+                Ok(()) => {
+                    self.dirty.clear();
+                    self.check_all = false;
+                    return Ok(stats);
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "ip set update failed; retrying");
                     if transient {

@@ -108,13 +108,8 @@ impl IfaceSettingsTable {
             self.pushed.mark_pushed(desired);
             return Ok(stats);
         }
-        let up: BTreeSet<String> = self
-            .nl
-            .list_links()?
-            .into_iter()
-            .filter(|l| l.up)
-            .map(|l| l.name)
-            .collect();
+        let names: Vec<&str> = diff.changed.iter().map(|(i, _)| i.as_str()).collect();
+        let up: BTreeSet<String> = self.nl.links_up(&names)?;
         let mut failed: BTreeMap<String, ()> = BTreeMap::new();
         let mut first_err = None;
         for (iface, settings) in diff.changed {

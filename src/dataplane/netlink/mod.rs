@@ -13,6 +13,7 @@
 mod ifaces;
 mod routes;
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -20,6 +21,10 @@ use serde::Deserialize;
 
 use crate::dataplane::generictables::IpVersion;
 use crate::dataplane::kernel::{Commands, KernelError};
+
+/// Up to this many interfaces are looked up one by one rather than by
+/// listing every link.
+const FEW_LINKS: usize = 4;
 
 pub use ifaces::{IfaceSettingsTable, IfacesStats};
 pub use routes::{RouteOwnership, RouteTable, RouteTableStats, DEFAULT_ROUTE_PROTO};
@@ -220,6 +225,65 @@ impl Netlink {
             .cmds
             .run("link-list", "ip", &["-j", "link", "show"], None)?;
         parse_links(&out.stdout)
+    }
+
+    /// Which of `names` exist and are up. A handful of names is looked up
+    /// one by one (`ip link show dev`), which on a node with hundreds of
+    /// workload interfaces is much cheaper than listing every link; more
+    /// names use one full listing.
+    pub fn links_up(&self, names: &[&str]) -> Result<BTreeSet<String>, NetlinkError> {
+        if names.len() > FEW_LINKS {
+            let wanted: BTreeSet<&str> = names.iter().copied().collect();
+            return Ok(self
+                .list_links()?
+                .into_iter()
+                .filter(|l| l.up && wanted.contains(l.name.as_str()))
+                .map(|l| l.name)
+                .collect());
+        }
+        let mut up = BTreeSet::new();
+        for name in names {
+            match self.cmds.run(
+                "link-list",
+                "ip",
+                &["-j", "link", "show", "dev", name],
+                None,
+            ) {
+                Ok(out) => {
+                    let found = parse_links(&out.stdout)?;
+                    if found.iter().any(|l| l.up && l.name == *name) {
+                        up.insert(name.to_string());
+                    }
+                }
+                Err(e) if e.stderr().contains("does not exist") => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(up)
+    }
+
+    /// Adds or replaces several device routes (as [`Self::replace_route`])
+    /// in one `ip -batch` process. On failure nothing is known about which
+    /// lines took effect; callers fall back to single replaces.
+    pub fn replace_routes(
+        &self,
+        ipv: IpVersion,
+        routes: &[(&IpNet, &str)],
+        protocol: u8,
+    ) -> Result<(), NetlinkError> {
+        let mut script = String::new();
+        for (dst, dev) in routes {
+            script.push_str(&format!(
+                "route replace {dst} dev {dev} scope link proto {protocol}\n"
+            ));
+        }
+        self.cmds.run(
+            "route-replace",
+            "ip",
+            &[family_flag(ipv), "-batch", "-"],
+            Some(script.as_bytes()),
+        )?;
+        Ok(())
     }
 
     /// Reads a sysctl given in slash form (`net/ipv4/conf/cali1/proxy_arp`).

@@ -166,21 +166,44 @@ impl RouteTable {
         let mut first_err = None;
         let mut up_links = BTreeSet::new();
         if !todo.is_empty() {
-            match self.nl.list_links() {
-                Ok(links) => {
-                    up_links = links.into_iter().filter(|l| l.up).map(|l| l.name).collect()
-                }
+            let names: BTreeSet<&str> = todo.iter().map(|(_, i)| i.as_str()).collect();
+            let names: Vec<&str> = names.into_iter().collect();
+            match self.nl.links_up(&names) {
+                Ok(up) => up_links = up,
                 Err(e) => first_err = Some(e),
             }
         }
         self.waiting = false;
         if first_err.is_none() {
-            for (dst, iface) in todo {
-                if !up_links.contains(iface) {
-                    stats.waiting += 1;
-                    self.waiting = true;
-                    continue;
+            let (ready, waiting): (Vec<_>, Vec<_>) = todo
+                .into_iter()
+                .partition(|(_, iface)| up_links.contains(*iface));
+            if !waiting.is_empty() {
+                stats.waiting += waiting.len();
+                self.waiting = true;
+            }
+            // Many routes (start of day) go in one `ip -batch` process; if
+            // the batch fails, each route is retried alone below so the
+            // failing one is found and the rest still land.
+            let mut single = ready;
+            if single.len() > 1 {
+                let batch: Vec<(&IpNet, &str)> =
+                    single.iter().map(|(d, i)| (*d, i.as_str())).collect();
+                if self.nl.replace_routes(self.ipv, &batch, proto).is_ok() {
+                    for (dst, iface) in single.drain(..) {
+                        stats.replaced += 1;
+                        actual.insert(
+                            *dst,
+                            KernelRoute {
+                                dst: *dst,
+                                dev: Some(iface.clone()),
+                                protocol: proto,
+                            },
+                        );
+                    }
                 }
+            }
+            for (dst, iface) in single {
                 match self.nl.replace_route(self.ipv, dst, iface, proto) {
                     Ok(()) => {
                         stats.replaced += 1;

@@ -95,7 +95,10 @@ fn first_apply_is_one_ordered_transaction_and_second_is_empty() {
         .any(|l| l.contains("filter-INPUT { type filter hook input priority 0; policy accept; }")));
     assert!(pos("add set ip calico cali40s-web") < pos("add rule ip calico cali-a"));
     assert!(pos("add chain ip calico cali-a") < pos("add rule ip calico filter-INPUT"));
-    assert!(sc[0].contains("add element ip calico cali40s-web { 10.0.0.1, 10.0.0.2 }"));
+    assert!(sc[0].contains(
+        "add set ip calico cali40s-web { type ipv4_addr; elements = { 10.0.0.1, 10.0.0.2 }; }"
+    ));
+    assert!(!sc[0].contains("add element"));
     assert!(sc[0].contains("comment \"cali:"));
 
     fake.clear_calls();

@@ -1,0 +1,972 @@
+//! `felix bench dataplane`: the Linux dataplane at scale, in a throwaway
+//! network namespace, beside the raw tools.
+//!
+//! The workload (defaults, issue 5): 200 local workloads (real `cali*`
+//! veths), 2,000 global policies of 5 rules (3 inbound, 2 outbound) each
+//! selecting the workloads of one of 100 apps, every rule referencing one
+//! of 50 network sets of 10,000 addresses (so 50 IP sets of 10,000
+//! members), 10 namespace profiles.
+//!
+//! The path measured is the daemon's: model updates go through the real
+//! calculation graph (`CalcGraph`) and the daemon's `to_dataplane` step,
+//! then into a supervisor built with `crate::dataplane::wiring::register`
+//! (the managers and drivers `felix run` registers) over the real command
+//! seam. The calc part is timed separately.
+//!
+//! Three measurements per backend, each beside the raw tool in the same
+//! run:
+//! * start of day: `UpdateBatch` + `InSync` sent until the supervisor has
+//!   finished a successful apply with no actor dirty. Raw: the programmed
+//!   ruleset dumped (`ipset save` + `iptables-save`, or `nft list
+//!   ruleset`) and replayed with `ipset restore` + `iptables-restore`, or
+//!   `nft -f`, into a second, fresh namespace;
+//! * one changed policy (one rule's port) and one endpoint added (its veth
+//!   already exists, as CNI creates it first): the same, from the batch
+//!   sent to convergence. Raw: the writes our drivers issued for that delta
+//!   (every `*-restore` / `nft -f` input, recorded at the command seam)
+//!   replayed with the same tools into the second namespace, which holds
+//!   the same state.
+//!
+//! Invariants: the process runs inside its own namespace (the outer
+//! process starts it with `ip netns exec`), so nothing here touches the
+//! host's tables; the outer process owns both namespaces and deletes them
+//! whatever happens to this one. Figures are printed, never asserted.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix::{Addr, System};
+use felix_actors::{
+    ApplyEvent, ApplyEventKind, InSync, StatusHandle, Supervisor, SupervisorBuilder, UpdateBatch,
+};
+use felix_config::{Config, Source};
+use felix_proto::to_dataplane::Payload;
+use ipnet::{IpNet, Ipv4Net};
+
+use super::netns::{self, Netns};
+use crate::calc::view::DataplaneView;
+use crate::calc::CalcGraph;
+use crate::dataplane::kernel::{
+    CommandOutput, CommandRequest, CommandSeam, KernelError, SystemCommands,
+};
+use crate::model::{
+    Action, Key, NetworkSet, NetworkSetKey, Policy, PolicyKey, Port, Profile, Protocol, Rule,
+    SyncStatus, Update, Value, WorkloadEndpoint, WorkloadEndpointKey,
+};
+
+const HOST: &str = "bench-node";
+const NUM_PROFILES: usize = 10;
+const SET_LABEL: &str = "bench-set";
+const APP_LABEL: &str = "app";
+/// How long to wait for one convergence before giving up.
+const CONVERGE_TIMEOUT: Duration = Duration::from_secs(900);
+/// Idle time before each delta, so the apply rate limiter has refilled and
+/// the measurement starts from a quiet supervisor.
+const SETTLE: Duration = Duration::from_millis(1500);
+
+/// The dataplane backend to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// iptables (`iptables-restore`) with `ipset`.
+    Iptables,
+    /// nftables (`nft -f`) with native sets.
+    Nftables,
+}
+
+impl Backend {
+    fn as_str(self) -> &'static str {
+        match self {
+            Backend::Iptables => "iptables",
+            Backend::Nftables => "nftables",
+        }
+    }
+}
+
+/// Workload size.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct Sizes {
+    /// Local workloads (one veth each).
+    #[arg(long, default_value_t = 200)]
+    pub workloads: usize,
+    /// Global policies.
+    #[arg(long, default_value_t = 2_000)]
+    pub policies: usize,
+    /// Rules per policy (the first three inbound, the rest outbound).
+    #[arg(long, default_value_t = 5)]
+    pub rules: usize,
+    /// Network sets referenced by the rules (one IP set each).
+    #[arg(long, default_value_t = 50)]
+    pub ip_sets: usize,
+    /// Addresses per network set.
+    #[arg(long, default_value_t = 10_000)]
+    pub members: usize,
+    /// Distinct `app` labels; each policy selects one app.
+    #[arg(long, default_value_t = 100)]
+    pub apps: usize,
+}
+
+/// Why the benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A namespace or raw-tool command failed.
+    #[error(transparent)]
+    Netns(#[from] netns::NetnsError),
+    /// The dataplane could not be set up or did not converge.
+    #[error("{0}")]
+    Dataplane(String),
+}
+
+/// One measurement: ours beside the raw tool.
+#[derive(Debug, Clone, Default)]
+pub struct Figure {
+    /// Calc graph + `to_dataplane` time for the input of this step.
+    pub calc: Duration,
+    /// From the batch sent to the supervisor until converged.
+    pub ours: Duration,
+    /// Applies it took.
+    pub applies: u64,
+    /// The raw tool(s) on the same ruleset or delta.
+    pub raw: Duration,
+    /// What the raw figure consists of.
+    pub raw_what: String,
+    /// Kernel commands our drivers ran, aggregated: (command, count, time).
+    pub commands: Vec<(String, usize, Duration)>,
+    /// Time in each apply step (summed over the applies it took).
+    pub steps: Vec<(String, Duration)>,
+}
+
+/// The figures of one backend.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Backend measured.
+    pub backend: Backend,
+    /// Workload.
+    pub sizes: Sizes,
+    /// Dataplane messages of the start-of-day batch.
+    pub messages: usize,
+    /// Size of the programmed ruleset (rules, set members).
+    pub ruleset: String,
+    /// Start of day.
+    pub start_of_day: Figure,
+    /// One changed policy.
+    pub policy_change: Figure,
+    /// One endpoint added.
+    pub endpoint_add: Figure,
+    /// RSS after start of day, MiB.
+    pub rss_mib: f64,
+    /// Peak RSS of the whole run, MiB.
+    pub peak_rss_mib: f64,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.sizes;
+        writeln!(
+            f,
+            "dataplane {}: {} workloads, {} policies x {} rules, {} IP sets x {} members; {} messages; programmed {}",
+            self.backend.as_str(),
+            s.workloads,
+            s.policies,
+            s.rules,
+            s.ip_sets,
+            s.members,
+            self.messages,
+            self.ruleset
+        )?;
+        writeln!(
+            f,
+            "  {:<16} {:>10} {:>12} {:>8} {:>12} {:>7}   raw tool",
+            "step", "calc ms", "dataplane ms", "applies", "raw ms", "ratio"
+        )?;
+        for (name, fig) in [
+            ("start of day", &self.start_of_day),
+            ("changed policy", &self.policy_change),
+            ("endpoint added", &self.endpoint_add),
+        ] {
+            let ratio = if fig.raw.is_zero() {
+                f64::NAN
+            } else {
+                fig.ours.as_secs_f64() / fig.raw.as_secs_f64()
+            };
+            writeln!(
+                f,
+                "  {:<16} {:>10.1} {:>12.1} {:>8} {:>12.1} {:>6.2}x   {}",
+                name,
+                ms(fig.calc),
+                ms(fig.ours),
+                fig.applies,
+                ms(fig.raw),
+                ratio,
+                fig.raw_what
+            )?;
+        }
+        writeln!(
+            f,
+            "  RSS after start of day {:.1} MiB, peak {:.1} MiB (whole process: calc graph, input, dataplane)",
+            self.rss_mib, self.peak_rss_mib
+        )?;
+        for (name, fig) in [
+            ("start of day", &self.start_of_day),
+            ("changed policy", &self.policy_change),
+            ("endpoint added", &self.endpoint_add),
+        ] {
+            let parts: Vec<String> = fig
+                .commands
+                .iter()
+                .map(|(c, n, d)| format!("{c} x{n} {:.1} ms", ms(*d)))
+                .collect();
+            writeln!(f, "  commands, {name}: {}", parts.join("; "))?;
+            let steps: Vec<String> = fig
+                .steps
+                .iter()
+                .map(|(st, d)| format!("{st} {:.1} ms", ms(*d)))
+                .collect();
+            writeln!(f, "  apply steps, {name}: {}", steps.join("; "))?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Workload generation.
+
+fn iface(n: usize) -> String {
+    format!("calibench{n:05}")
+}
+
+fn peer(n: usize) -> String {
+    format!("pbench{n:05}")
+}
+
+fn net32(ip: u32) -> IpNet {
+    IpNet::V4(Ipv4Net::new(Ipv4Addr::from(ip), 32).unwrap_or_default())
+}
+
+fn workload(n: usize, sizes: &Sizes) -> Update {
+    let mut labels = BTreeMap::new();
+    labels.insert(
+        APP_LABEL.to_string(),
+        format!("app-{}", n % sizes.apps.max(1)),
+    );
+    labels.insert(
+        "projectcalico.org/namespace".to_string(),
+        format!("bench-ns-{}", n % NUM_PROFILES),
+    );
+    let ep = WorkloadEndpoint {
+        state: "active".to_string(),
+        name: iface(n),
+        profile_ids: vec![format!("kns.bench-ns-{}", n % NUM_PROFILES)],
+        ipv4_nets: vec![net32(0x0a41_0001 + n as u32)],
+        labels,
+        ..Default::default()
+    };
+    Update::set(
+        Key::WorkloadEndpoint(WorkloadEndpointKey {
+            hostname: HOST.to_string(),
+            orchestrator_id: "k8s".to_string(),
+            workload_id: format!("bench-ns-{}/pod-{n}", n % NUM_PROFILES),
+            endpoint_id: "eth0".to_string(),
+        }),
+        Value::WorkloadEndpoint(Arc::new(ep)),
+    )
+}
+
+fn policy(i: usize, sizes: &Sizes, port_shift: u16) -> Update {
+    let rule = |j: usize, inbound: bool| {
+        let k = i * sizes.rules + j;
+        let sel = format!("{SET_LABEL} == 'set-{}'", k % sizes.ip_sets.max(1));
+        let port = Port::Number(1000 + (k % 1000) as u16 + port_shift);
+        let mut r = Rule {
+            action: Action::Allow,
+            protocol: Some(Protocol::Name("tcp".to_string())),
+            dst_ports: vec![port],
+            ..Default::default()
+        };
+        if inbound {
+            r.src_selector = sel;
+        } else {
+            r.dst_selector = sel;
+        }
+        r
+    };
+    let inbound = sizes.rules.min(3);
+    let p = Policy {
+        tier: "default".to_string(),
+        order: Some(i as f64),
+        selector: format!("{APP_LABEL} == 'app-{}'", i % sizes.apps.max(1)),
+        types: vec!["ingress".to_string(), "egress".to_string()],
+        inbound_rules: (0..inbound).map(|j| rule(j, true)).collect(),
+        outbound_rules: (inbound..sizes.rules).map(|j| rule(j, false)).collect(),
+        ..Default::default()
+    };
+    Update::set(
+        Key::Policy(PolicyKey {
+            name: format!("bench-pol-{i:05}"),
+            namespace: String::new(),
+            kind: String::new(),
+        }),
+        Value::Policy(Arc::new(p)),
+    )
+}
+
+fn network_set(k: usize, sizes: &Sizes) -> Update {
+    // Every other address, so that nftables' interval sets cannot merge
+    // neighbours into ranges (real network sets are not contiguous).
+    let base = 0x6440_0000u32 + (2 * k * sizes.members) as u32;
+    let nets = (0..sizes.members as u32)
+        .map(|m| net32(base + 2 * m))
+        .collect();
+    let mut labels = BTreeMap::new();
+    labels.insert(SET_LABEL.to_string(), format!("set-{k}"));
+    Update::set(
+        Key::NetworkSet(NetworkSetKey {
+            name: format!("set-{k}"),
+        }),
+        Value::NetworkSet(Arc::new(NetworkSet {
+            nets,
+            labels,
+            profile_ids: Vec::new(),
+        })),
+    )
+}
+
+fn profile(i: usize) -> Update {
+    let allow = Rule {
+        action: Action::Allow,
+        ..Default::default()
+    };
+    let mut labels = BTreeMap::new();
+    labels.insert(
+        "pcns.projectcalico.org/name".to_string(),
+        format!("bench-ns-{i}"),
+    );
+    Update::set(
+        Key::Profile(format!("kns.bench-ns-{i}")),
+        Value::Profile(Arc::new(Profile {
+            inbound_rules: vec![allow.clone()],
+            outbound_rules: vec![allow],
+            labels,
+        })),
+    )
+}
+
+/// The start-of-day input, in the order a syncer would deliver it.
+fn start_of_day_input(sizes: &Sizes) -> Vec<Update> {
+    let mut v = Vec::new();
+    v.extend((0..NUM_PROFILES).map(profile));
+    v.extend((0..sizes.ip_sets).map(|k| network_set(k, sizes)));
+    v.extend((0..sizes.policies).map(|i| policy(i, sizes, 0)));
+    v.extend((0..sizes.workloads).map(|n| workload(n, sizes)));
+    v
+}
+
+// ---------------------------------------------------------------------------
+// The command seam, recorded.
+
+#[derive(Debug, Clone)]
+struct Recorded {
+    req: CommandRequest,
+    elapsed: Duration,
+}
+
+/// The real command seam, with every request and its wall time recorded.
+#[derive(Debug, Default)]
+struct RecordingCommands {
+    inner: SystemCommands,
+    log: Mutex<Vec<Recorded>>,
+}
+
+impl RecordingCommands {
+    fn take(&self) -> Vec<Recorded> {
+        self.log
+            .lock()
+            .map(|mut l| std::mem::take(&mut *l))
+            .unwrap_or_default()
+    }
+}
+
+impl CommandSeam for RecordingCommands {
+    fn exec(&self, req: &CommandRequest) -> Result<CommandOutput, KernelError> {
+        let start = Instant::now();
+        let r = self.inner.exec(req);
+        let elapsed = start.elapsed();
+        if let (Some(dir), Some(input)) = (std::env::var_os("FELIX_BENCH_DUMP"), &req.stdin) {
+            let n = self.log.lock().map(|l| l.len()).unwrap_or(0);
+            let file = std::path::Path::new(&dir).join(format!("{n:04}-{}.txt", req.program));
+            let _ = std::fs::write(file, input);
+        }
+        if let Ok(mut l) = self.log.lock() {
+            l.push(Recorded {
+                req: req.clone(),
+                elapsed,
+            });
+        }
+        r
+    }
+
+    fn program_exists(&self, program: &str) -> bool {
+        self.inner.program_exists(program)
+    }
+
+    fn path_exists(&self, path: &str) -> bool {
+        self.inner.path_exists(path)
+    }
+}
+
+/// A short name for a command: the program and its first non-option
+/// argument words (`ip route`, `ipset restore`, `iptables-restore`).
+fn command_label(req: &CommandRequest) -> String {
+    let mut s = req.program.clone();
+    let words: Vec<&str> = req
+        .args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with('-'))
+        .take(if req.program == "ip" { 2 } else { 1 })
+        .collect();
+    if matches!(req.program.as_str(), "ip" | "ipset" | "nft") {
+        for w in words {
+            s.push(' ');
+            s.push_str(w);
+        }
+    }
+    if req.program == "nft" && req.args.iter().any(|a| a == "-f") {
+        s.push_str(" -f");
+    }
+    s
+}
+
+fn aggregate(log: &[Recorded]) -> Vec<(String, usize, Duration)> {
+    if std::env::var_os("FELIX_BENCH_TRACE").is_some() {
+        for r in log {
+            let input = r
+                .req
+                .stdin
+                .as_deref()
+                .map(|s| String::from_utf8_lossy(&s[..s.len().min(400)]).into_owned())
+                .unwrap_or_default();
+            eprintln!("{:>9.2} ms {} | {input}", ms(r.elapsed), r.req.display());
+        }
+    }
+    let mut m: BTreeMap<String, (usize, Duration)> = BTreeMap::new();
+    for r in log {
+        let e = m.entry(command_label(&r.req)).or_default();
+        e.0 += 1;
+        e.1 += r.elapsed;
+    }
+    m.into_iter().map(|(k, (n, d))| (k, n, d)).collect()
+}
+
+/// True for the commands that write the backend's tables or sets (what
+/// the raw tool replays for a delta); the cleanup of the other backend is
+/// not part of the delta.
+fn is_write(backend: Backend, req: &CommandRequest) -> bool {
+    let p = req.program.rsplit('/').next().unwrap_or(&req.program);
+    match backend {
+        Backend::Iptables => {
+            p == "iptables-nft-restore"
+                || p == "iptables-restore"
+                || (p == "ipset" && req.args.iter().any(|a| a == "restore"))
+        }
+        Backend::Nftables => p == "nft" && req.args.iter().any(|a| a == "-f"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The supervisor, as `felix run` builds it.
+
+/// Time to convergence, applies it took, time per apply step.
+type Converged = (Duration, u64, Vec<(String, Duration)>);
+
+struct Running {
+    addr: Addr<Supervisor<Payload>>,
+    status: StatusHandle,
+    events: mpsc::Receiver<(ApplyEvent, Instant)>,
+    system: System,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    fn start(cfg: &Config, seam: Arc<RecordingCommands>) -> Result<Running, BenchError> {
+        let (tx, rx) = mpsc::channel();
+        let (fin_tx, events) = mpsc::channel();
+        let cfg = cfg.clone();
+        let thread = std::thread::Builder::new()
+            .name("dataplane".into())
+            .spawn(move || {
+                let sys = System::new();
+                let fin_tx = Mutex::new(fin_tx);
+                let observer: felix_actors::ApplyObserver = Arc::new(move |e: &ApplyEvent| {
+                    if let Ok(t) = fin_tx.lock() {
+                        let _ = t.send((*e, Instant::now()));
+                    }
+                });
+                let started = sys.block_on(async move {
+                    let b = SupervisorBuilder::new(
+                        crate::daemon::dataplane::supervisor_config(&cfg),
+                        crate::daemon::messages::state_key,
+                    )
+                    .observer(observer)
+                    .on_fatal(|f| tracing::error!("dataplane fatal: {}", f.message));
+                    let b = crate::dataplane::wiring::register(b, &cfg, seam)
+                        .map_err(|e| e.to_string())?;
+                    b.start()
+                        .map(|h| (h.addr.clone(), h.status.clone(), System::current()))
+                        .map_err(|e| e.to_string())
+                });
+                let ok = started.is_ok();
+                let _ = tx.send(started);
+                if ok {
+                    let _ = sys.run();
+                }
+            })
+            .map_err(|e| {
+                BenchError::Dataplane(format!("cannot start the dataplane thread: {e}"))
+            })?;
+        let (addr, status, system) = rx
+            .recv()
+            .map_err(|_| BenchError::Dataplane("dataplane thread vanished".into()))?
+            .map_err(BenchError::Dataplane)?;
+        Ok(Running {
+            addr,
+            status,
+            events,
+            system,
+            thread: Some(thread),
+        })
+    }
+
+    /// Sends one flushed batch (and in-sync), then waits until an apply
+    /// started after the send finished successfully with nothing dirty.
+    /// Returns the time from the send to the end of that apply, how many
+    /// applies it took and the time spent in each apply step.
+    fn send_and_converge(
+        &self,
+        payloads: Vec<Payload>,
+        in_sync: bool,
+    ) -> Result<Converged, BenchError> {
+        while self.events.try_recv().is_ok() {}
+        let mut started: BTreeMap<String, Instant> = BTreeMap::new();
+        let mut steps: BTreeMap<String, Duration> = BTreeMap::new();
+        let before = self.status.snapshot().applies;
+        let t0 = Instant::now();
+        if !payloads.is_empty() {
+            self.addr.do_send(UpdateBatch(payloads));
+        }
+        if in_sync {
+            self.addr.do_send(InSync);
+        }
+        let mut last_end = None;
+        loop {
+            match self.events.recv_timeout(Duration::from_millis(200)) {
+                Ok((e, at)) => match e.kind {
+                    ApplyEventKind::Finished { ok: true } => last_end = Some(at),
+                    ApplyEventKind::Finished { ok: false } => {}
+                    ApplyEventKind::Started => {
+                        started.insert("apply".into(), at);
+                    }
+                    ApplyEventKind::StepStarted(st) => {
+                        started.insert(format!("{st:?}"), at);
+                    }
+                    ApplyEventKind::StepFinished(st) => {
+                        let k = format!("{st:?}");
+                        if let Some(t) = started.remove(&k) {
+                            *steps.entry(k).or_default() += at - t;
+                        }
+                    }
+                },
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(BenchError::Dataplane("dataplane thread ended".into()))
+                }
+            }
+            if t0.elapsed() > CONVERGE_TIMEOUT {
+                return Err(BenchError::Dataplane(format!(
+                    "no convergence within {CONVERGE_TIMEOUT:?}"
+                )));
+            }
+            // The status is published just after the observer's event; poll
+            // it briefly until it reflects the apply we saw.
+            let Some(end) = last_end else { continue };
+            let settle = Instant::now();
+            loop {
+                let snap = self.status.snapshot();
+                let seen = snap.applies > before;
+                let clean = snap.actors.iter().all(|a| !a.dirty);
+                let ok = snap.last_apply.as_ref().is_some_and(|l| l.ok);
+                if seen && ok && clean {
+                    return Ok((end - t0, snap.applies - before, steps.into_iter().collect()));
+                }
+                if settle.elapsed() > Duration::from_millis(50) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.system.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The run.
+
+fn config(backend: Backend) -> Result<Config, BenchError> {
+    let mut env = BTreeMap::new();
+    let nft = if backend == Backend::Nftables {
+        "Enabled"
+    } else {
+        "Disabled"
+    };
+    for (k, v) in [
+        ("NFTablesMode", nft),
+        ("Ipv6Support", "false"),
+        // Auto detection may pick legacy when its modules are loaded; the
+        // raw replay must use the same backend, so name it.
+        ("IptablesBackend", "nft"),
+        // Background refreshes would land in the middle of a measurement.
+        ("IptablesRefreshInterval", "3600"),
+        ("NftablesRefreshInterval", "3600"),
+        ("IpsetsRefreshInterval", "3600"),
+        ("RouteRefreshInterval", "3600"),
+    ] {
+        env.insert(k.to_string(), v.to_string());
+    }
+    let (cfg, errs) = Config::build(&[(Source::Environment, env)]);
+    if !errs.is_empty() {
+        return Err(BenchError::Dataplane(format!("bench config: {errs:?}")));
+    }
+    Ok(cfg)
+}
+
+fn create_veths(n: usize) -> Result<(), BenchError> {
+    let mut script = String::new();
+    for i in 0..n {
+        let (a, b) = (iface(i), peer(i));
+        script.push_str(&format!("link add {a} type veth peer name {b}\n"));
+        script.push_str(&format!("link set {a} up\nlink set {b} up\n"));
+    }
+    netns::run_checked("ip", &["-batch", "-"], Some(script.as_bytes()))?;
+    Ok(())
+}
+
+fn calc_step(
+    graph: &mut CalcGraph,
+    view: &mut DataplaneView,
+    updates: Vec<Update>,
+    in_sync: bool,
+) -> (Vec<Payload>, bool, Duration) {
+    let t = Instant::now();
+    graph.on_updates(updates);
+    if in_sync {
+        graph.on_status(SyncStatus::InSync);
+    }
+    let flushed = graph.flush();
+    let (payloads, in_sync) = crate::daemon::messages::to_dataplane(view, flushed);
+    (payloads, in_sync, t.elapsed())
+}
+
+fn text(b: Vec<u8>) -> String {
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+/// Dumps what we programmed here and replays it into `replay_ns` with the
+/// raw tools; returns (raw time, description, ruleset size).
+fn replay_start_of_day(
+    backend: Backend,
+    replay_ns: &str,
+) -> Result<(Duration, String, String), BenchError> {
+    match backend {
+        Backend::Iptables => {
+            let sets = netns::run_checked("ipset", &["save"], None)?;
+            let rules = netns::run_checked("iptables-nft-save", &[], None)?;
+            let members = text(sets.clone())
+                .lines()
+                .filter(|l| l.starts_with("add "))
+                .count();
+            let n_rules = text(rules.clone())
+                .lines()
+                .filter(|l| l.starts_with("-A "))
+                .count();
+            let (_, t_sets) = netns::run_in(replay_ns, "ipset", &["restore"], Some(&sets))?;
+            let (_, t_rules) = netns::run_in(replay_ns, "iptables-nft-restore", &[], Some(&rules))?;
+            Ok((
+                t_sets + t_rules,
+                format!(
+                    "ipset restore {:.1} ms + iptables-nft-restore {:.1} ms",
+                    ms(t_sets),
+                    ms(t_rules)
+                ),
+                format!("{n_rules} iptables rules, {members} ipset members"),
+            ))
+        }
+        Backend::Nftables => {
+            let rules = netns::run_checked("nft", &["list", "ruleset"], None)?;
+            let s = text(rules.clone());
+            let n_rules = nft_rule_count(&s);
+            let (_, t) = netns::run_in(replay_ns, "nft", &["-f", "-"], Some(&rules))?;
+            Ok((
+                t,
+                format!("nft -f {:.1} ms", ms(t)),
+                format!("{n_rules} nft rules, {} bytes listed", s.len()),
+            ))
+        }
+    }
+}
+
+/// Rules in `nft list ruleset` output: lines inside a chain block that are
+/// not the chain's `type ... hook` or `policy` line.
+fn nft_rule_count(listing: &str) -> usize {
+    let mut in_chain = false;
+    let mut n = 0;
+    for l in listing.lines().map(str::trim) {
+        if l.starts_with("chain ") {
+            in_chain = true;
+        } else if l == "}" {
+            in_chain = false;
+        } else if in_chain && !l.is_empty() && !l.starts_with("type ") && !l.starts_with("policy ")
+        {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Replays the recorded writes of a delta into `replay_ns`.
+fn replay_delta(
+    backend: Backend,
+    log: &[Recorded],
+    replay_ns: &str,
+) -> Result<(Duration, String), BenchError> {
+    let mut total = Duration::ZERO;
+    let mut parts = Vec::new();
+    for r in log.iter().filter(|r| is_write(backend, &r.req)) {
+        let args: Vec<&str> = r.req.args.iter().map(String::as_str).collect();
+        let (_, t) = netns::run_in(replay_ns, &r.req.program, &args, r.req.stdin.as_deref())?;
+        total += t;
+        let lines = r
+            .req
+            .stdin
+            .as_deref()
+            .map(|s| s.iter().filter(|b| **b == b'\n').count())
+            .unwrap_or(0);
+        parts.push(format!(
+            "{} ({lines} lines) {:.1} ms",
+            command_label(&r.req),
+            ms(t)
+        ));
+    }
+    if parts.is_empty() {
+        parts.push("no table or set writes".to_string());
+    }
+    Ok((total, parts.join(" + ")))
+}
+
+/// Runs the measurements inside the current namespace (the child side).
+pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Report, BenchError> {
+    let cfg = config(backend)?;
+    create_veths(sizes.workloads + 1)?;
+    let input = start_of_day_input(sizes);
+    let changed = policy(0, sizes, 1);
+    let added = workload(sizes.workloads, sizes);
+
+    let seam = Arc::new(RecordingCommands::default());
+    let running = Running::start(&cfg, seam.clone())?;
+    let mut graph = CalcGraph::new(HOST);
+    let mut view = DataplaneView::new();
+
+    // Start of day.
+    let (payloads, in_sync, calc) = calc_step(&mut graph, &mut view, input, true);
+    let messages = payloads.len();
+    let (ours, applies, steps) = running.send_and_converge(payloads, in_sync)?;
+    let rss_mib = super::rss_mib();
+    let log = seam.take();
+    let (raw, raw_what, ruleset) = replay_start_of_day(backend, replay_ns)?;
+    let start_of_day = Figure {
+        calc,
+        ours,
+        applies,
+        raw,
+        raw_what,
+        commands: aggregate(&log),
+        steps,
+    };
+
+    let mut delta = |update: Update| -> Result<Figure, BenchError> {
+        std::thread::sleep(SETTLE);
+        let _ = seam.take();
+        let (payloads, _, calc) = calc_step(&mut graph, &mut view, vec![update], false);
+        let (ours, applies, steps) = running.send_and_converge(payloads, false)?;
+        let log = seam.take();
+        let (raw, raw_what) = replay_delta(backend, &log, replay_ns)?;
+        Ok(Figure {
+            calc,
+            ours,
+            applies,
+            raw,
+            raw_what,
+            commands: aggregate(&log),
+            steps,
+        })
+    };
+    let policy_change = delta(changed)?;
+    let endpoint_add = delta(added)?;
+    drop(running);
+    Ok(Report {
+        backend,
+        sizes: *sizes,
+        messages,
+        ruleset,
+        start_of_day,
+        policy_change,
+        endpoint_add,
+        rss_mib,
+        peak_rss_mib: super::peak_rss_mib(),
+    })
+}
+
+/// Runs each backend in a child process inside its own pair of throwaway
+/// namespaces (one programmed by the dataplane, one for the raw replays),
+/// printing the child's report. Both namespaces are deleted afterwards,
+/// whatever the child did.
+pub fn run_outer(backends: &[Backend], sizes: &Sizes) -> anyhow::Result<()> {
+    let swept = netns::sweep_stale();
+    if swept > 0 {
+        eprintln!("removed {swept} stale benchmark namespace(s)");
+    }
+    let exe = std::env::current_exe()?;
+    for &b in backends {
+        let ours = Netns::create(&format!("{}-a", b.as_str()))?;
+        let replay = Netns::create(&format!("{}-b", b.as_str()))?;
+        let status = std::process::Command::new("ip")
+            .args(["netns", "exec", ours.name()])
+            .arg(&exe)
+            .args(["bench", "dataplane", "--inner", "--backend", b.as_str()])
+            .args(["--replay-netns", replay.name()])
+            .args(["--workloads", &sizes.workloads.to_string()])
+            .args(["--policies", &sizes.policies.to_string()])
+            .args(["--rules", &sizes.rules.to_string()])
+            .args(["--ip-sets", &sizes.ip_sets.to_string()])
+            .args(["--members", &sizes.members.to_string()])
+            .args(["--apps", &sizes.apps.to_string()])
+            .status()?;
+        if !status.success() {
+            anyhow::bail!("the {} run failed ({status})", b.as_str());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Sizes {
+        // More workloads than profiles, so every profile is already active
+        // when the extra endpoint arrives (as in the full-size run).
+        Sizes {
+            workloads: NUM_PROFILES + 2,
+            policies: 10,
+            rules: 5,
+            ip_sets: 3,
+            members: 7,
+            apps: 2,
+        }
+    }
+
+    #[test]
+    fn the_generated_input_yields_one_ip_set_per_network_set_and_every_policy() {
+        let sizes = small();
+        let mut graph = CalcGraph::new(HOST);
+        let mut view = DataplaneView::new();
+        let (out, in_sync, _) = calc_step(&mut graph, &mut view, start_of_day_input(&sizes), true);
+        assert!(in_sync);
+        let sets: Vec<_> = out
+            .iter()
+            .filter_map(|p| match p {
+                Payload::IpsetUpdate(u) => Some(u.members.len()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sets, vec![sizes.members; sizes.ip_sets]);
+        let pols = out
+            .iter()
+            .filter(|p| matches!(p, Payload::ActivePolicyUpdate(_)))
+            .count();
+        assert_eq!(pols, sizes.policies);
+        let weps = out
+            .iter()
+            .filter(|p| matches!(p, Payload::WorkloadEndpointUpdate(_)))
+            .count();
+        assert_eq!(weps, sizes.workloads);
+    }
+
+    #[test]
+    fn a_changed_policy_and_an_added_endpoint_are_single_messages() {
+        let sizes = small();
+        let mut graph = CalcGraph::new(HOST);
+        let mut view = DataplaneView::new();
+        calc_step(&mut graph, &mut view, start_of_day_input(&sizes), true);
+        let (out, _, _) = calc_step(&mut graph, &mut view, vec![policy(0, &sizes, 1)], false);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert!(matches!(out[0], Payload::ActivePolicyUpdate(_)));
+        let (out, _, _) = calc_step(
+            &mut graph,
+            &mut view,
+            vec![workload(sizes.workloads, &sizes)],
+            false,
+        );
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert!(matches!(out[0], Payload::WorkloadEndpointUpdate(_)));
+    }
+
+    #[test]
+    fn writes_are_restores_and_nft_transactions_only() {
+        let req = |p: &str, a: &[&str]| CommandRequest {
+            program: p.to_string(),
+            args: a.iter().map(|s| s.to_string()).collect(),
+            stdin: None,
+        };
+        let ipt = Backend::Iptables;
+        let nft = Backend::Nftables;
+        assert!(is_write(ipt, &req("iptables-nft-restore", &["--noflush"])));
+        assert!(is_write(ipt, &req("ipset", &["restore", "-exist"])));
+        assert!(!is_write(
+            ipt,
+            &req("iptables-legacy-restore", &["--noflush"])
+        ));
+        assert!(!is_write(ipt, &req("iptables-nft-save", &["-t", "filter"])));
+        assert!(!is_write(ipt, &req("ipset", &["list", "-n"])));
+        assert!(!is_write(ipt, &req("nft", &["-f", "-"])));
+        assert!(is_write(nft, &req("nft", &["-f", "-"])));
+        assert!(!is_write(
+            nft,
+            &req("nft", &["-j", "list", "table", "ip", "calico"])
+        ));
+        assert_eq!(
+            command_label(&req("ip", &["-4", "route", "show", "table", "main"])),
+            "ip route show"
+        );
+    }
+
+    #[test]
+    fn nft_rule_count_skips_chain_headers() {
+        let listing = "table ip calico {\n\tchain a {\n\t\ttype filter hook input priority 0; policy accept;\n\t\tct state established accept\n\t\tdrop\n\t}\n\tset s {\n\t\ttype ipv4_addr\n\t}\n}\n";
+        assert_eq!(nft_rule_count(listing), 2);
+    }
+}
