@@ -331,9 +331,13 @@ pub fn register_with_interfaces(
             routes,
             ifaces,
         };
-        let (src, n) = (source.clone(), name.clone());
+        let (src, n, st) = (source.clone(), name.clone(), ifaces_state.clone());
+        let prefixes = cfg.interface_prefix().to_vec();
         builder = builder.manager(ManagerSpec::new(&name, EndpointManager::wants, move || {
-            Box::new(EndpointManager::new(&n, ipv, src.clone(), out.clone()))
+            Box::new(
+                EndpointManager::new(&n, ipv, src.clone(), out.clone())
+                    .with_interfaces(&st, &prefixes),
+            )
         }));
         let name = format!("manager/masq-{fam}");
         let (src, t, s, n) = (source.clone(), tables.clone(), sets.clone(), name.clone());

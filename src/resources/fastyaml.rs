@@ -746,7 +746,7 @@ fn visit_text<'de, 'n, V: Visitor<'de>>(
     }
 }
 
-impl<'de, 'n> Deserializer<'de> for &'n Node<'de> {
+impl<'de> Deserializer<'de> for &Node<'de> {
     type Error = FastError;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FastError> {
