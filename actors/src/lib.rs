@@ -40,6 +40,6 @@ pub use metrics::Metrics;
 pub use seam::{ActorSeam, Fault, FaultAction, FaultRegistry, KernelSeam, SeamError};
 pub use status::{ActorState, ActorStatus, Role, StatusHandle, StatusSnapshot};
 pub use supervisor::{
-    BuildError, Fatal, FatalKind, GetStatus, InSync, ManagerSpec, StateKey, Supervisor,
-    SupervisorBuilder, SupervisorConfig, SupervisorHandle, Update, UpdateBatch,
+    BuildError, Fatal, FatalKind, GetStatus, InSync, KernelChanged, ManagerSpec, StateKey,
+    Supervisor, SupervisorBuilder, SupervisorConfig, SupervisorHandle, Update, UpdateBatch,
 };

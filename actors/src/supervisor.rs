@@ -214,6 +214,15 @@ pub struct UpdateBatch<M>(pub Vec<M>);
 #[rtype(result = "()")]
 pub struct InSync;
 
+/// Kernel state outside the calculation graph changed (for example the interface monitor saw
+/// a workload interface appear): schedule an apply. Nothing is marked dirty here; every
+/// manager's programming pass runs and every driver consults its own `is_dirty`, which is
+/// where the change is known (e.g. through a subscription to the interface monitor). Before
+/// in-sync this only records that an apply is wanted.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct KernelChanged;
+
 /// Asks for the current status (answered between applies).
 #[derive(Debug, Message)]
 #[rtype(result = "StatusSnapshot")]
@@ -893,6 +902,18 @@ impl<M: Clone + Send + 'static> Handler<InSync> for Supervisor<M> {
         }
         self.needs_apply = true;
         self.publish_status();
+        self.schedule_apply(ctx);
+    }
+}
+
+impl<M: Clone + Send + 'static> Handler<KernelChanged> for Supervisor<M> {
+    type Result = ();
+
+    fn handle(&mut self, _msg: KernelChanged, ctx: &mut Context<Self>) {
+        if self.fatal.is_some() {
+            return;
+        }
+        self.needs_apply = true;
         self.schedule_apply(ctx);
     }
 }

@@ -973,3 +973,70 @@ async fn status_and_liveness_answer_within_100ms_while_a_driver_is_stalled() {
     assert!(worst < Duration::from_millis(100), "answers took {worst:?}");
     assert_eq!(stalled.load(Ordering::SeqCst), 5);
 }
+
+/// A driver whose pending work is set from outside (as the interface monitor does).
+struct FlagDriver {
+    flag: Arc<AtomicBool>,
+    applied: Arc<AtomicU64>,
+}
+
+impl Driver for FlagDriver {
+    type Desired = Map;
+
+    fn apply(&mut self, _desired: &Map, _seam: &ActorSeam) -> Result<(), DriverError> {
+        self.flag.store(false, Ordering::SeqCst);
+        self.applied.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn queue_resync(&mut self) {}
+
+    fn is_dirty(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+}
+
+#[actix_rt::test]
+async fn kernel_changed_schedules_an_apply_that_reaches_a_driver_with_outside_work() {
+    let flag = Arc::new(AtomicBool::new(false));
+    let applied = Arc::new(AtomicU64::new(0));
+    let cfg = SupervisorConfig {
+        retry_interval: Duration::from_secs(3600),
+        ..fast_cfg()
+    };
+    let (f, a) = (flag.clone(), applied.clone());
+    let h = SupervisorBuilder::new(cfg, |_: &Msg| StateKey::Transient)
+        .driver(DriverSpec::new(
+            "driver/flag",
+            Phase::Routes,
+            DesiredInput::new(Map::new()),
+            move || FlagDriver {
+                flag: f.clone(),
+                applied: a.clone(),
+            },
+        ))
+        .start()
+        .unwrap();
+    // Before in-sync nothing is applied, KernelChanged or not.
+    flag.store(true, Ordering::SeqCst);
+    h.addr.send(KernelChanged).await.unwrap();
+    let s = h.addr.send(GetStatus).await.unwrap();
+    assert_eq!(s.applies, 0);
+    h.addr.do_send(InSync);
+    wait_for(&h, Duration::from_secs(10), converged).await;
+    let after_sync = applied.load(Ordering::SeqCst);
+    assert_eq!(after_sync, 1);
+    // Work appears outside the calc graph: with the retry ticker an hour
+    // away, only KernelChanged can get it applied.
+    flag.store(true, Ordering::SeqCst);
+    h.addr.send(KernelChanged).await.unwrap();
+    let start = Instant::now();
+    while applied.load(Ordering::SeqCst) == after_sync {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "KernelChanged did not lead to an apply"
+        );
+        actix_rt::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!flag.load(Ordering::SeqCst));
+}

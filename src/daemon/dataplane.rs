@@ -9,6 +9,13 @@
 //! only then, which is what paces the calc-graph thread: while the
 //! supervisor is busy applying (its mailbox is held during an apply), no new
 //! batch is flushed.
+//!
+//! Beside the supervisor runs the interface monitor
+//! (`crate::dataplane::ifacemon`, seam actor `monitor/interfaces`, its own
+//! thread): it feeds the interface state the route and interface drivers
+//! subscribe to, and sends `KernelChanged` to the supervisor when a link
+//! or address changed. If it cannot start, late interfaces are still
+//! programmed by the retry ticker.
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -16,11 +23,15 @@ use std::time::Duration;
 
 use actix::{Addr, ArbiterHandle, System};
 use felix_actors::{
-    AdminContext, BuildError, Fatal, FaultRegistry, Health, InSync, Metrics, Supervisor,
-    SupervisorBuilder, SupervisorConfig, UpdateBatch,
+    AdminContext, BuildError, Fatal, FaultRegistry, Health, InSync, KernelChanged, KernelSeam,
+    Metrics, Supervisor, SupervisorBuilder, SupervisorConfig, UpdateBatch,
 };
 use felix_config::{Config, DataplaneMode};
 use felix_proto::to_dataplane::Payload;
+
+use crate::dataplane::ifacemon::{
+    InterfaceMonitor, InterfaceState, MonitorOptions, RtnetlinkSource, MONITOR_ACTOR,
+};
 
 use super::calc_loop::Batch;
 use super::dataplane_wiring;
@@ -72,6 +83,7 @@ type Started = (
     AdminContext,
     ArbiterHandle,
     System,
+    KernelSeam,
 );
 
 /// A running supervisor.
@@ -83,6 +95,41 @@ pub struct Dataplane {
     mode: DataplaneMode,
     thread: Option<JoinHandle<()>>,
     done: mpsc::Receiver<()>,
+    monitor: Option<InterfaceMonitor>,
+}
+
+/// Starts the interface monitor for `cfg`, poking `addr` on changes.
+fn start_monitor(
+    cfg: &Config,
+    state: InterfaceState,
+    seam: KernelSeam,
+    addr: Addr<Supervisor<Payload>>,
+) -> Option<InterfaceMonitor> {
+    let source = match RtnetlinkSource::new(cfg.netlink_timeout()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "interface monitor unavailable; late interfaces wait for the retry ticker");
+            return None;
+        }
+    };
+    let refresh = cfg.interface_refresh_interval();
+    let opts = MonitorOptions {
+        resync_interval: (!refresh.is_zero()).then_some(refresh),
+        ..MonitorOptions::default()
+    };
+    match InterfaceMonitor::start(
+        Box::new(source),
+        state,
+        seam.for_actor(MONITOR_ACTOR),
+        move || addr.do_send(KernelChanged),
+        opts,
+    ) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the interface monitor; late interfaces wait for the retry ticker");
+            None
+        }
+    }
 }
 
 impl Dataplane {
@@ -95,8 +142,12 @@ impl Dataplane {
     ) -> Result<Dataplane, StartError> {
         let mode = cfg.dataplane_mode();
         let sup_cfg = supervisor_config(cfg);
+        let monitor_cfg = cfg.clone();
         let cfg = cfg.clone();
         let shared = shared.clone();
+        let excl_cfg = cfg.clone();
+        let ifaces = InterfaceState::new(move |name| excl_cfg.is_excluded_iface(name));
+        let wiring_ifaces = ifaces.clone();
         let (tx, rx) = mpsc::channel::<Result<Started, StartError>>();
         let (done_tx, done) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -109,14 +160,15 @@ impl Dataplane {
                         .metrics(shared.metrics)
                         .health(shared.health)
                         .on_fatal(on_fatal);
-                    let b =
-                        dataplane_wiring::register(b, &cfg, mode).map_err(StartError::Wiring)?;
+                    let b = dataplane_wiring::register(b, &cfg, mode, &wiring_ifaces)
+                        .map_err(StartError::Wiring)?;
                     b.start().map_err(StartError::from).map(|h| {
                         (
                             h.addr.clone(),
                             h.admin_context(),
                             actix::Arbiter::current(),
                             System::current(),
+                            KernelSeam::new(h.faults.clone(), h.metrics.clone()),
                         )
                     })
                 });
@@ -129,8 +181,10 @@ impl Dataplane {
                 }
                 let _ = done_tx.send(());
             })?;
-        let (addr, admin, arbiter, system) = rx.recv().map_err(|_| StartError::Vanished)??;
+        let (addr, admin, arbiter, system, seam) =
+            rx.recv().map_err(|_| StartError::Vanished)??;
         tracing::info!(dataplane = mode.as_str(), "dataplane supervisor started");
+        let monitor = start_monitor(&monitor_cfg, ifaces, seam, addr.clone());
         Ok(Dataplane {
             addr,
             arbiter,
@@ -139,6 +193,7 @@ impl Dataplane {
             mode,
             thread: Some(thread),
             done,
+            monitor,
         })
     }
 
@@ -177,6 +232,9 @@ impl Dataplane {
     /// Stops the supervisor (kernel state is left as it is) and waits up to
     /// `timeout` for its thread. Returns whether it finished in time.
     pub fn stop(mut self, timeout: Duration) -> bool {
+        if let Some(m) = self.monitor.take() {
+            m.stop();
+        }
         self.system.stop();
         match self.done.recv_timeout(timeout) {
             Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {

@@ -14,7 +14,10 @@ use felix_actors::SupervisorBuilder;
 use felix_config::{Config, DataplaneMode};
 use felix_proto::to_dataplane::Payload;
 
-/// Adds the managers and drivers for `mode` to `builder`.  An error
+use crate::dataplane::ifacemon::InterfaceState;
+
+/// Adds the managers and drivers for `mode` to `builder`; the route and
+/// interface drivers subscribe to `ifaces` (fed by the interface monitor).  An error
 /// (for example eBPF mode, not available yet, or a mark mask too small for
 /// the rule renderer) stops the daemon: running without a dataplane would
 /// leave the node silently unprotected.
@@ -22,6 +25,7 @@ pub fn register(
     builder: SupervisorBuilder<Payload>,
     cfg: &Config,
     mode: DataplaneMode,
+    ifaces: &InterfaceState,
 ) -> Result<SupervisorBuilder<Payload>, String> {
     tracing::info!(
         dataplane = mode.as_str(),
@@ -30,5 +34,6 @@ pub fn register(
     );
     let commands: std::sync::Arc<dyn crate::dataplane::kernel::CommandSeam> =
         std::sync::Arc::new(crate::dataplane::kernel::SystemCommands::new());
-    crate::dataplane::wiring::register(builder, cfg, commands).map_err(|e| e.to_string())
+    crate::dataplane::wiring::register_with_interfaces(builder, cfg, commands, ifaces)
+        .map_err(|e| e.to_string())
 }

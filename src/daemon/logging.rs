@@ -5,10 +5,13 @@
 //! `FELIX_LOGSEVERITYSCREEN` works before the datastore is read) and can be
 //! changed once the full configuration is known, through a reload handle.
 //! Actor names appear as the `actor` field of the runtime's spans/events.
+//! The netlink packet decoder's warnings about attributes newer than it
+//! knows (one per interface and dump, harmless) are dropped; its errors
+//! are kept.
 
 use felix_config::LogLevel;
-use tracing_subscriber::filter::LevelFilter;
-use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::filter::{filter_fn, LevelFilter};
+use tracing_subscriber::layer::{Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, Registry};
 
@@ -38,7 +41,11 @@ pub fn init(level: LogLevel) -> LogHandle {
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false)
-        .with_target(true);
+        .with_target(true)
+        .with_filter(filter_fn(|meta| {
+            !meta.target().starts_with("netlink_packet_route")
+                || *meta.level() == tracing::Level::ERROR
+        }));
     let installed = tracing_subscriber::registry()
         .with(layer)
         .with(fmt)

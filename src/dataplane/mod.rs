@@ -3,6 +3,7 @@
 //! kernel seams every kernel operation goes through.
 
 pub mod generictables;
+pub mod ifacemon;
 pub mod ipsets;
 pub mod iptables;
 pub mod kernel;

@@ -14,7 +14,8 @@
 //! * nftables mode: `driver/nftables-vN` (Tables; IP sets live in the table)
 //!   and `driver/ipset-cleanup-vN` (IpSets; deletes the `ipset` sets an
 //!   iptables-mode run left, as upstream does);
-//! * both: `driver/routes-vN` and `driver/ifaces-vN` (Routes) and
+//! * both: `driver/routes-vN` and `driver/ifaces-vN` (Routes; subscribed
+//!   to the interface monitor's state with [`register_with_interfaces`]) and
 //!   `driver/cleanup-vN` (Tables; sweeps the backend we are not
 //!   programming, paced by the tables refresh interval).
 //!
@@ -28,6 +29,7 @@ use felix_actors::{DesiredInput, DriverSpec, ManagerSpec, Phase, StateKey, Super
 use felix_config::{Config, DataplaneMode};
 
 use crate::dataplane::generictables::IpVersion;
+use crate::dataplane::ifacemon::InterfaceState;
 use crate::dataplane::ipsets::IpSetsOptions;
 use crate::dataplane::iptables::{IptablesBackend, IptablesOptions};
 use crate::dataplane::kernel::CommandSeam;
@@ -131,11 +133,24 @@ fn configured_backend(cfg: &Config) -> IptablesBackend {
 
 /// Registers the managers and drivers for `cfg`'s `*tables` mode; every
 /// kernel command runs on `commands` (the real `SystemCommands`, one bound
-/// to a network namespace in tests).
+/// to a network namespace in tests). No interface monitor feeds the route
+/// and interface drivers: late interfaces wait for the retry ticker.
 pub fn register(
+    builder: SupervisorBuilder<Payload>,
+    cfg: &Config,
+    commands: Arc<dyn CommandSeam>,
+) -> Result<SupervisorBuilder<Payload>, WiringError> {
+    register_with_interfaces(builder, cfg, commands, &InterfaceState::default())
+}
+
+/// [`register`], with the route and interface-settings drivers subscribed
+/// to `ifaces`, the state the interface monitor keeps
+/// (`crate::dataplane::ifacemon`).
+pub fn register_with_interfaces(
     mut builder: SupervisorBuilder<Payload>,
     cfg: &Config,
     commands: Arc<dyn CommandSeam>,
+    ifaces_state: &InterfaceState,
 ) -> Result<SupervisorBuilder<Payload>, WiringError> {
     let mode = cfg.dataplane_mode();
     if mode == DataplaneMode::Bpf {
@@ -250,20 +265,31 @@ pub fn register(
             }
         };
         let name = format!("driver/routes-{fam}");
-        let (seam, o, n) = (commands.clone(), own.clone(), name.clone());
+        let (seam, o, n, st) = (
+            commands.clone(),
+            own.clone(),
+            name.clone(),
+            ifaces_state.clone(),
+        );
         builder = builder.driver(DriverSpec::new(
             &name,
             Phase::Routes,
             routes.clone(),
-            move || RoutesDriver::new(&n, ipv, seam.clone(), o.clone()),
+            move || {
+                RoutesDriver::new(&n, ipv, seam.clone(), o.clone())
+                    .with_interface_events(st.subscribe())
+            },
         ));
         let name = format!("driver/ifaces-{fam}");
-        let (seam, n) = (commands.clone(), name.clone());
+        let (seam, n, st) = (commands.clone(), name.clone(), ifaces_state.clone());
         builder = builder.driver(DriverSpec::new(
             &name,
             Phase::Routes,
             ifaces.clone(),
-            move || IfacesDriver::new(&n, ipv, seam.clone(), ip_forwarding),
+            move || {
+                IfacesDriver::new(&n, ipv, seam.clone(), ip_forwarding)
+                    .with_interface_events(st.subscribe())
+            },
         ));
         let name = format!("driver/cleanup-{fam}");
         let cleanup_mode = match mode {
@@ -305,9 +331,13 @@ pub fn register(
             routes,
             ifaces,
         };
-        let (src, n) = (source.clone(), name.clone());
+        let (src, n, st) = (source.clone(), name.clone(), ifaces_state.clone());
+        let prefixes = cfg.interface_prefix().to_vec();
         builder = builder.manager(ManagerSpec::new(&name, EndpointManager::wants, move || {
-            Box::new(EndpointManager::new(&n, ipv, src.clone(), out.clone()))
+            Box::new(
+                EndpointManager::new(&n, ipv, src.clone(), out.clone())
+                    .with_interfaces(&st, &prefixes),
+            )
         }));
         let name = format!("manager/masq-{fam}");
         let (src, t, s, n) = (source.clone(), tables.clone(), sets.clone(), name.clone());

@@ -125,6 +125,45 @@ impl Sandbox {
         ip6: Ipv6Addr,
         ports: &[u16],
     ) -> Result<()> {
+        self.plug(name, iface, ip4, ip6, ports, true)
+    }
+
+    /// Like [`Self::add_workload`], but leaves out the host side's routes
+    /// and sysctls (proxy ARP, forwarding), which Felix programs itself:
+    /// the way to check that Felix does.
+    pub fn add_workload_unwired(
+        &mut self,
+        name: &str,
+        iface: &str,
+        ip4: Ipv4Addr,
+        ip6: Ipv6Addr,
+        ports: &[u16],
+    ) -> Result<()> {
+        self.plug(name, iface, ip4, ip6, ports, false)
+    }
+
+    /// Unplugs workload `name`: deletes its host interface (which takes the
+    /// kernel's routes through it along), stops its servers and deletes its
+    /// namespace.
+    pub fn remove_workload(&mut self, name: &str) -> Result<()> {
+        let w = self
+            .workloads
+            .remove(name)
+            .ok_or_else(|| anyhow!("no workload {name}"))?;
+        let res = self.node.ip(&["link", "del", &w.iface]);
+        drop(w);
+        res.map(|_| ())
+    }
+
+    fn plug(
+        &mut self,
+        name: &str,
+        iface: &str,
+        ip4: Ipv4Addr,
+        ip6: Ipv6Addr,
+        ports: &[u16],
+        host_wiring: bool,
+    ) -> Result<()> {
         if self.workloads.contains_key(name) {
             bail!("workload {name} already exists");
         }
@@ -143,13 +182,17 @@ impl Sandbox {
             ns.name(),
         ])?;
         n.ip(&["link", "set", iface, "address", "ee:ee:ee:ee:ee:ee"])?;
-        n.sysctl(&format!("net.ipv4.conf.{iface}.proxy_arp"), "1")?;
-        n.sysctl(&format!("net.ipv4.neigh.{iface}.proxy_delay"), "0")?;
-        n.sysctl(&format!("net.ipv4.conf.{iface}.forwarding"), "1")?;
-        n.sysctl(&format!("net.ipv6.conf.{iface}.forwarding"), "1")?;
+        if host_wiring {
+            n.sysctl(&format!("net.ipv4.conf.{iface}.proxy_arp"), "1")?;
+            n.sysctl(&format!("net.ipv4.neigh.{iface}.proxy_delay"), "0")?;
+            n.sysctl(&format!("net.ipv4.conf.{iface}.forwarding"), "1")?;
+            n.sysctl(&format!("net.ipv6.conf.{iface}.forwarding"), "1")?;
+        }
         n.ip(&["link", "set", iface, "up"])?;
-        n.ip(&["route", "add", &format!("{ip4}/32"), "dev", iface])?;
-        n.ip(&["-6", "route", "add", &format!("{ip6}/128"), "dev", iface])?;
+        if host_wiring {
+            n.ip(&["route", "add", &format!("{ip4}/32"), "dev", iface])?;
+            n.ip(&["-6", "route", "add", &format!("{ip6}/128"), "dev", iface])?;
+        }
 
         ns.sysctl("net.ipv6.conf.all.accept_dad", "0")?;
         ns.ip(&["link", "set", "eth0", "up"])?;

@@ -12,9 +12,17 @@
 //!   forwarding, ...; see `netlink::IfaceSettingsTable`).
 //!
 //! Dirty tracking: per endpoint, plus one flag for the dispatch chains
-//! (set only when the set of interface names changes). Host endpoints
-//! without an interface name (matched by expected IPs) are not supported
-//! yet and are skipped.
+//! (set only when the set of interface names changes).
+//!
+//! Host endpoints are resolved to interfaces as upstream does: one with an
+//! interface name applies to that interface; one without (matched by
+//! `expectedIPs`) applies to every non-workload interface that carries one
+//! of its expected addresses and is not claimed by a named host endpoint
+//! (lowest endpoint ID wins a contested interface). Addresses come from the
+//! interface monitor's state ([`EndpointManager::with_interfaces`]); its
+//! reports re-resolve at the next programming pass. Without that state
+//! such host endpoints match nothing. `interfaceName: "*"` is not
+//! supported.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -24,6 +32,7 @@ use felix_proto::{HostEndpoint, WorkloadEndpoint};
 use ipnet::IpNet;
 
 use crate::dataplane::generictables::{Chain, IpVersion};
+use crate::dataplane::ifacemon::{IfaceSubscription, InterfaceState};
 use crate::dataplane::rules::TableName;
 
 use super::chains::{OwnedChains, TablePlan};
@@ -70,6 +79,13 @@ pub struct EndpointManager {
     routed_iface: BTreeMap<Key, String>,
     /// Interface names the dispatch chains were last rendered for.
     dispatch_for: (Vec<String>, Vec<String>),
+    /// Interface addresses (for host endpoints matched by expected IPs),
+    /// the subscription to their changes, and the workload prefixes.
+    ifaces: Option<(InterfaceState, IfaceSubscription, Vec<String>)>,
+    /// Interfaces each host endpoint currently applies to.
+    host_ifaces: BTreeMap<Key, Vec<String>>,
+    /// A host endpoint changed since the last resolution.
+    hosts_changed: bool,
 }
 
 /// True if the workload is administratively up (the only state that gets
@@ -100,7 +116,91 @@ impl EndpointManager {
             chains: OwnedChains::default(),
             routed_iface: BTreeMap::new(),
             dispatch_for: (Vec::new(), Vec::new()),
+            ifaces: None,
+            host_ifaces: BTreeMap::new(),
+            hosts_changed: false,
         }
+    }
+
+    /// Resolves host endpoints without an interface name against the
+    /// addresses in `state` (non-workload interfaces only, by the
+    /// `workload_prefixes`), re-resolving whenever the monitor reports a
+    /// change.
+    pub fn with_interfaces(mut self, state: &InterfaceState, workload_prefixes: &[String]) -> Self {
+        self.ifaces = Some((state.clone(), state.subscribe(), workload_prefixes.to_vec()));
+        self
+    }
+
+    /// Which interfaces each host endpoint applies to (see module docs).
+    fn resolve_hosts(&self) -> BTreeMap<Key, Vec<String>> {
+        let mut out: BTreeMap<Key, Vec<String>> = BTreeMap::new();
+        let named: BTreeSet<&str> = self
+            .hosts
+            .values()
+            .filter(|e| !e.name.is_empty())
+            .map(|e| e.name.as_str())
+            .collect();
+        for (k, e) in &self.hosts {
+            if !e.name.is_empty() {
+                out.insert(k.clone(), vec![e.name.clone()]);
+            }
+        }
+        let Some((state, _, prefixes)) = &self.ifaces else {
+            return out;
+        };
+        let by_ip: Vec<(&Key, BTreeSet<std::net::IpAddr>)> = self
+            .hosts
+            .iter()
+            .filter(|(_, e)| e.name.is_empty())
+            .map(|(k, e)| {
+                let ips = e
+                    .expected_ipv4_addrs
+                    .iter()
+                    .chain(&e.expected_ipv6_addrs)
+                    .filter_map(|a| a.parse().ok())
+                    .collect();
+                (k, ips)
+            })
+            .collect();
+        if by_ip.is_empty() {
+            return out;
+        }
+        for (name, view) in state.all() {
+            if named.contains(name.as_str())
+                || prefixes.iter().any(|p| name.starts_with(p.as_str()))
+            {
+                continue;
+            }
+            // `by_ip` is in key order: the lowest ID wins.
+            if let Some((k, _)) = by_ip.iter().find(|(_, ips)| !ips.is_disjoint(&view.addrs)) {
+                out.entry((*k).clone()).or_default().push(name);
+            }
+        }
+        out
+    }
+
+    /// Re-resolves host endpoints; marks the ones whose interfaces changed.
+    fn refresh_host_ifaces(&mut self) {
+        let reported = self
+            .ifaces
+            .as_ref()
+            .is_some_and(|(_, sub, _)| !sub.take().is_empty());
+        if !reported && !self.hosts_changed {
+            return;
+        }
+        self.hosts_changed = false;
+        let new = self.resolve_hosts();
+        if new == self.host_ifaces {
+            return;
+        }
+        let keys: BTreeSet<Key> = new.keys().chain(self.host_ifaces.keys()).cloned().collect();
+        for k in keys {
+            if new.get(&k) != self.host_ifaces.get(&k) {
+                self.dirty.insert(k);
+            }
+        }
+        self.host_ifaces = new;
+        self.dispatch_dirty = true;
     }
 
     /// True for the messages this manager consumes.
@@ -121,12 +221,7 @@ impl EndpointManager {
             .filter(|e| !e.name.is_empty())
             .map(|e| e.name.clone())
             .collect();
-        let host: BTreeSet<String> = self
-            .hosts
-            .values()
-            .filter(|e| !e.name.is_empty())
-            .map(|e| e.name.clone())
-            .collect();
+        let host: BTreeSet<String> = self.host_ifaces.values().flatten().cloned().collect();
         (wl.into_iter().collect(), host.into_iter().collect())
     }
 
@@ -147,11 +242,17 @@ impl EndpointManager {
             }
             Key::Host(id) => {
                 let ep = self.hosts.get(key)?;
-                if ep.name.is_empty() {
-                    tracing::warn!(id = %id, "host endpoint without interface name not supported; skipped");
+                let ifaces = self.host_ifaces.get(key).filter(|v| !v.is_empty());
+                let Some(ifaces) = ifaces else {
+                    tracing::debug!(id = %id, "host endpoint matches no interface (yet)");
                     return None;
-                }
-                Some(self.source.host_endpoint_chains(&ep.name, ep))
+                };
+                Some(
+                    ifaces
+                        .iter()
+                        .flat_map(|i| self.source.host_endpoint_chains(i, ep))
+                        .collect(),
+                )
             }
             Key::Dispatch => {
                 let (wl, host) = self.iface_names();
@@ -292,6 +393,7 @@ impl Manager<Payload> for EndpointManager {
             Payload::HostEndpointUpdate(u) => {
                 let Some(id) = &u.id else { return };
                 let key = Key::Host(id.endpoint_id.clone());
+                self.hosts_changed = true;
                 let ep = u.endpoint.clone().unwrap_or_default();
                 let old_name = self.hosts.insert(key.clone(), ep).map(|e| e.name);
                 if old_name.as_deref() != self.hosts.get(&key).map(|e| e.name.as_str()) {
@@ -302,6 +404,7 @@ impl Manager<Payload> for EndpointManager {
             Payload::HostEndpointRemove(r) => {
                 let Some(id) = &r.id else { return };
                 let key = Key::Host(id.endpoint_id.clone());
+                self.hosts_changed = true;
                 if self.hosts.remove(&key).is_some() {
                     self.dispatch_dirty = true;
                 }
@@ -313,6 +416,10 @@ impl Manager<Payload> for EndpointManager {
     }
 
     fn complete_deferred_work(&mut self, ctx: &mut ApplyCtx) -> Result<(), ApplyError> {
+        if ctx.full_rewrite() {
+            self.hosts_changed = true;
+        }
+        self.refresh_host_ifaces();
         if ctx.full_rewrite() {
             let mut keys: Vec<Key> = self.workloads.keys().cloned().collect();
             keys.extend(self.hosts.keys().cloned());

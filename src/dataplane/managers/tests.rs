@@ -681,3 +681,93 @@ async fn nftables_wiring_programs_one_layered_transaction_with_sets() {
     );
     drop(h);
 }
+
+fn hep_update(id: &str, name: &str, ips: &[&str]) -> Payload {
+    Payload::HostEndpointUpdate(pb::HostEndpointUpdate {
+        id: Some(pb::HostEndpointId {
+            endpoint_id: id.into(),
+        }),
+        endpoint: Some(pb::HostEndpoint {
+            name: name.into(),
+            expected_ipv4_addrs: ips.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }),
+    })
+}
+
+#[test]
+fn host_endpoints_by_expected_ip_follow_the_interface_monitor() {
+    use crate::dataplane::ifacemon::{IfaceEvent, InterfaceState, LinkInfo};
+    let state = InterfaceState::default();
+    let link = |index, name: &str| {
+        IfaceEvent::Link(LinkInfo {
+            index,
+            name: name.into(),
+            up: true,
+        })
+    };
+    let addr = |index, a: &str, added| IfaceEvent::Addr {
+        index,
+        addr: a.parse().unwrap(),
+        added,
+    };
+    state.apply(link(2, "eth0"));
+    state.apply(link(3, "eth1"));
+    state.apply(link(4, "cali1"));
+    state.apply(addr(2, "192.0.2.1", true));
+    state.apply(addr(4, "192.0.2.9", true));
+    let out = ep_outputs(TableInputs::new_iptables());
+    let mut m = EndpointManager::new(
+        "manager/endpoints-v4",
+        IpVersion::V4,
+        Arc::new(Fake),
+        out.clone(),
+    )
+    .with_interfaces(&state, &["cali".to_string()]);
+    pass(&mut m, true);
+    // By expected IP: eth0 carries it; the workload interface with a
+    // matching address is never a host endpoint.
+    m.on_update(&hep_update("by-ip", "", &["192.0.2.1", "192.0.2.9"]));
+    pass(&mut m, false);
+    let filter = |out: &EndpointOutputs| chain_names(&out.tables, TableName::Filter);
+    assert!(filter(&out).contains(&"cali-th-eth0".to_string()));
+    assert!(!filter(&out).contains(&"cali-th-cali1".to_string()));
+    let dispatch_has = |out: &EndpointOutputs, iface: &str| {
+        out.tables.read(TableName::Filter, |d| {
+            d.chains
+                .get(&"cali-to-wl-dispatch".to_string())
+                .is_some_and(|c| c.rules.iter().any(|r| format!("{r:?}").contains(iface)))
+        })
+    };
+    assert!(dispatch_has(&out, "eth0"));
+
+    // The address moves to eth1: the endpoint follows at the next pass.
+    state.apply(addr(2, "192.0.2.1", false));
+    state.apply(addr(3, "192.0.2.1", true));
+    pass(&mut m, false);
+    assert!(filter(&out).contains(&"cali-th-eth1".to_string()));
+    assert!(!filter(&out).contains(&"cali-th-eth0".to_string()));
+
+    // A named endpoint claims eth1 over the by-IP one.
+    m.on_update(&hep_update("named", "eth1", &[]));
+    pass(&mut m, false);
+    assert_eq!(
+        filter(&out)
+            .iter()
+            .filter(|c| c.starts_with("cali-th-"))
+            .count(),
+        1
+    );
+    assert!(filter(&out).contains(&"cali-th-eth1".to_string()));
+    // Without the interface state, a by-IP endpoint matches nothing.
+    let out2 = ep_outputs(TableInputs::new_iptables());
+    let mut bare = EndpointManager::new(
+        "manager/endpoints-v4",
+        IpVersion::V4,
+        Arc::new(Fake),
+        out2.clone(),
+    );
+    bare.on_update(&hep_update("by-ip", "", &["192.0.2.1"]));
+    pass(&mut bare, true);
+    assert!(!filter(&out2).iter().any(|c| c.starts_with("cali-th-")));
+}

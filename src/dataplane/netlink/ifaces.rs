@@ -14,8 +14,9 @@
 //!
 //! All settings of one interface are one `sysctl -w` command. Settings are
 //! idempotent, so a resync simply rewrites them; an interface that is
-//! missing or down is retried on later applies. Nothing is ever removed:
-//! the settings die with the interface.
+//! missing or down is retried on later applies, and promptly when the
+//! interface monitor reports it ([`IfaceSettingsTable::interfaces_changed`]).
+//! Nothing is ever removed: the settings die with the interface.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -39,7 +40,10 @@ pub struct IfaceSettingsTable {
     ipv: IpVersion,
     nl: Netlink,
     pushed: Pushed<String>,
-    waiting: bool,
+    /// Something to look at: a resync, a failure, a monitor report.
+    retry: bool,
+    /// Desired interfaces that were missing or down at the last apply.
+    missing: bool,
     ip_forwarding: bool,
     globals_done: bool,
 }
@@ -71,7 +75,8 @@ impl IfaceSettingsTable {
             ipv,
             nl,
             pushed: Pushed::default(),
-            waiting: false,
+            retry: false,
+            missing: false,
             ip_forwarding,
             globals_done: false,
         }
@@ -80,13 +85,32 @@ impl IfaceSettingsTable {
     /// Rewrites every interface at the next apply.
     pub fn queue_resync(&mut self) {
         self.pushed.clear();
-        self.waiting = true;
+        self.retry = true;
         self.globals_done = false;
     }
 
-    /// True if interfaces wait to be configured.
+    /// The interface monitor saw these interfaces change (appear, go up,
+    /// be re-created...): configure them again at the next apply if they
+    /// are desired. Settings die with an interface, so a re-created one
+    /// needs them rewritten.
+    pub fn interfaces_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a String>) {
+        for n in names {
+            self.pushed.forget(n);
+            self.retry = true;
+        }
+    }
+
+    /// True if interfaces wait to be configured (including desired ones
+    /// that are missing or down: without an interface monitor they are
+    /// polled for).
     pub fn is_dirty(&self) -> bool {
-        self.waiting || !self.globals_done
+        self.missing || self.is_dirty_except_missing()
+    }
+
+    /// True if there is work other than waiting for missing interfaces
+    /// (what matters when the interface monitor reports their arrival).
+    pub fn is_dirty_except_missing(&self) -> bool {
+        self.retry || !self.globals_done
     }
 
     /// Configures new or changed interfaces that are up.
@@ -104,7 +128,8 @@ impl IfaceSettingsTable {
         }
         let diff = self.pushed.diff(desired);
         if diff.changed.is_empty() {
-            self.waiting = false;
+            self.retry = false;
+            self.missing = false;
             self.pushed.mark_pushed(desired);
             return Ok(stats);
         }
@@ -135,7 +160,8 @@ impl IfaceSettingsTable {
         for iface in failed.keys() {
             self.pushed.forget(iface);
         }
-        self.waiting = !failed.is_empty();
+        self.missing = stats.waiting > 0;
+        self.retry = first_err.is_some();
         match first_err {
             Some(e) => Err(e),
             None => Ok(stats),

@@ -14,7 +14,9 @@
 //! desired routes that are missing or differ are replaced. Routes are never
 //! touched before the first apply, which the runtime only runs after
 //! in-sync. A desired route whose interface is missing or down is skipped
-//! and retried on later applies (the table stays dirty).
+//! and retried on later applies (the table stays dirty); an interface
+//! monitor event for a workload interface forces a read-back
+//! ([`RouteTable::interfaces_changed`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -118,10 +120,28 @@ impl RouteTable {
         self.actual = None;
     }
 
+    /// The interface monitor saw these interfaces change. If one is a
+    /// workload interface, the next apply re-reads the table: the kernel
+    /// drops an interface's routes when it goes down or is deleted, so our
+    /// record of them may be stale, and a waiting route may now be
+    /// programmable.
+    pub fn interfaces_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a String>) {
+        if names.into_iter().any(|n| self.own.is_workload_iface(n)) {
+            self.actual = None;
+        }
+    }
+
     /// True if the next apply has known work (a read-back, or routes waiting
     /// for their interface).
     pub fn is_dirty(&self) -> bool {
         self.actual.is_none() || self.waiting
+    }
+
+    /// True if there is work other than routes waiting for a missing or
+    /// down interface (what matters when the interface monitor reports
+    /// interfaces).
+    pub fn is_dirty_except_waiting(&self) -> bool {
+        self.actual.is_none()
     }
 
     fn wanted(desired: &RoutesDesired) -> BTreeMap<IpNet, String> {

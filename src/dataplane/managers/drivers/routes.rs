@@ -2,12 +2,22 @@
 //! main table) and `driver/ifaces-v4/-v6` ([`IfacesDriver`], workload
 //! interface settings), both in the Routes phase, over the route/link seam
 //! in `crate::dataplane::netlink`.
+//!
+//! Both hold a subscription to the interface monitor's state
+//! (`crate::dataplane::ifacemon`): pending interface changes make the
+//! driver dirty, and its next apply hands the changed names to the table
+//! (routes: read back; settings: rewrite) before reconciling. With a
+//! subscription, work that only waits for a missing or down interface does
+//! not keep the driver dirty (no polling; the monitor's report, or a
+//! refresh, retries it). A rebuilt driver subscribes afresh; it resyncs
+//! everything anyway.
 
 use std::sync::Arc;
 
 use felix_actors::{ActorSeam, Driver, DriverError};
 
 use crate::dataplane::generictables::IpVersion;
+use crate::dataplane::ifacemon::IfaceSubscription;
 use crate::dataplane::kernel::CommandSeam;
 use crate::dataplane::netlink::{
     IfaceSettingsTable, Netlink, NetlinkError, RouteOwnership, RouteTable,
@@ -28,6 +38,7 @@ fn netlink_error(e: NetlinkError) -> DriverError {
 pub struct RoutesDriver {
     bridge: Arc<SeamBridge>,
     table: RouteTable,
+    ifaces: Option<IfaceSubscription>,
 }
 
 impl RoutesDriver {
@@ -43,7 +54,14 @@ impl RoutesDriver {
         RoutesDriver {
             table: RouteTable::new(ipv, nl, own),
             bridge,
+            ifaces: None,
         }
+    }
+
+    /// Also reacts to the interface monitor's changes.
+    pub fn with_interface_events(mut self, sub: IfaceSubscription) -> Self {
+        self.ifaces = Some(sub);
+        self
     }
 }
 
@@ -52,6 +70,9 @@ impl Driver for RoutesDriver {
 
     fn apply(&mut self, desired: &RoutesDesired, seam: &ActorSeam) -> Result<(), DriverError> {
         self.bridge.install(seam);
+        if let Some(sub) = &self.ifaces {
+            self.table.interfaces_changed(&sub.take());
+        }
         let stats = self.table.apply(desired).map_err(netlink_error)?;
         tracing::debug!(?stats, "routes applied");
         Ok(())
@@ -62,7 +83,12 @@ impl Driver for RoutesDriver {
     }
 
     fn is_dirty(&self) -> bool {
-        self.table.is_dirty()
+        match &self.ifaces {
+            // Routes waiting for their interface are retried when the
+            // monitor reports it, not by polling.
+            Some(sub) => self.table.is_dirty_except_waiting() || sub.has_pending(),
+            None => self.table.is_dirty(),
+        }
     }
 }
 
@@ -70,6 +96,7 @@ impl Driver for RoutesDriver {
 pub struct IfacesDriver {
     bridge: Arc<SeamBridge>,
     table: IfaceSettingsTable,
+    ifaces: Option<IfaceSubscription>,
 }
 
 impl IfacesDriver {
@@ -86,7 +113,14 @@ impl IfacesDriver {
         IfacesDriver {
             table: IfaceSettingsTable::new(ipv, nl, ip_forwarding),
             bridge,
+            ifaces: None,
         }
+    }
+
+    /// Also reacts to the interface monitor's changes.
+    pub fn with_interface_events(mut self, sub: IfaceSubscription) -> Self {
+        self.ifaces = Some(sub);
+        self
     }
 }
 
@@ -95,6 +129,9 @@ impl Driver for IfacesDriver {
 
     fn apply(&mut self, desired: &IfacesDesired, seam: &ActorSeam) -> Result<(), DriverError> {
         self.bridge.install(seam);
+        if let Some(sub) = &self.ifaces {
+            self.table.interfaces_changed(&sub.take());
+        }
         self.table.apply(desired).map(|_| ()).map_err(netlink_error)
     }
 
@@ -103,6 +140,9 @@ impl Driver for IfacesDriver {
     }
 
     fn is_dirty(&self) -> bool {
-        self.table.is_dirty()
+        match &self.ifaces {
+            Some(sub) => self.table.is_dirty_except_missing() || sub.has_pending(),
+            None => self.table.is_dirty(),
+        }
     }
 }

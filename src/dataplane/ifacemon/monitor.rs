@@ -1,0 +1,334 @@
+//! [`InterfaceMonitor`]: the thread that keeps [`InterfaceState`] in step
+//! with the kernel and pokes the dataplane when it changes.
+//!
+//! A session: subscribe, dump (full resync into the state), then apply
+//! events as they arrive. Events that arrive within `coalesce` of each
+//! other form one batch, and one notification (the daemon's sends
+//! `KernelChanged` to the supervisor) follows a batch that changed
+//! something. A full dump is repeated every `resync_interval`
+//! (`InterfaceRefreshInterval`; events can be lost). Any error — a failed
+//! subscribe or dump, a lost event stream, an injected fault, even a panic
+//! — ends the session; the next one starts after a backoff (100 ms doubling
+//! to 5 s, reset by a successful resync) and its dump reports whatever
+//! changed meanwhile. Upstream exits the process instead; retrying keeps
+//! the rules in place and the backstop timers of the drivers still run.
+//!
+//! Every kernel call is an operation of the seam actor
+//! `monitor/interfaces` (`subscribe`, `dump`, `event`), so `POST /faults`
+//! can fail, stall or panic it and `/metrics` counts it.
+
+use std::convert::Infallible;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use felix_actors::{ActorSeam, SeamError};
+
+use super::source::{LinkSource, MonitorError};
+use super::state::{IfaceEvent, InterfaceState};
+
+/// The seam actor name of the monitor.
+pub const MONITOR_ACTOR: &str = "monitor/interfaces";
+
+/// How the monitor paces itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MonitorOptions {
+    /// Period of full resyncs; `None` turns them off.
+    pub resync_interval: Option<Duration>,
+    /// Events closer together than this are one batch.
+    pub coalesce: Duration,
+    /// Upper bound on one batch.
+    pub max_batch: usize,
+}
+
+impl Default for MonitorOptions {
+    fn default() -> Self {
+        MonitorOptions {
+            resync_interval: Some(Duration::from_secs(90)),
+            coalesce: Duration::from_millis(20),
+            max_batch: 256,
+        }
+    }
+}
+
+/// Why a session ended.
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error(transparent)]
+    Source(#[from] MonitorError),
+    #[error(transparent)]
+    Seam(#[from] SeamError),
+}
+
+/// The running monitor; dropping it stops the thread.
+#[derive(Debug)]
+pub struct InterfaceMonitor {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+const POLL: Duration = Duration::from_millis(250);
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+struct Runner {
+    source: Box<dyn LinkSource>,
+    state: InterfaceState,
+    seam: ActorSeam,
+    notify: Box<dyn Fn() + Send>,
+    opts: MonitorOptions,
+    stop: Arc<AtomicBool>,
+}
+
+impl Runner {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    fn resync(&mut self) -> Result<(), SessionError> {
+        let src = &mut self.source;
+        let snap = self.seam.op("dump", || src.dump())?;
+        if self.state.resync(snap) {
+            (self.notify)();
+        }
+        Ok(())
+    }
+
+    fn handle(&self, ev: IfaceEvent) -> Result<bool, SessionError> {
+        let ev = self.seam.op("event", || Ok::<_, Infallible>(ev))?;
+        Ok(self.state.apply(ev))
+    }
+
+    /// One session; returns Ok only when stopped.
+    fn session(&mut self, backoff: &mut Duration) -> Result<(), SessionError> {
+        let src = &mut self.source;
+        self.seam.op("subscribe", || src.subscribe())?;
+        self.resync()?;
+        *backoff = BACKOFF_MIN;
+        let mut next_resync = self.opts.resync_interval.map(|i| Instant::now() + i);
+        loop {
+            if self.stopped() {
+                return Ok(());
+            }
+            if let Some(at) = next_resync {
+                if Instant::now() >= at {
+                    self.resync()?;
+                    next_resync = self.opts.resync_interval.map(|i| Instant::now() + i);
+                }
+            }
+            let wait = next_resync.map_or(POLL, |at| {
+                POLL.min(at.saturating_duration_since(Instant::now()))
+            });
+            let Some(ev) = self.source.next_event(wait)? else {
+                continue;
+            };
+            let mut changed = self.handle(ev)?;
+            for _ in 0..self.opts.max_batch {
+                match self.source.next_event(self.opts.coalesce)? {
+                    Some(ev) => changed |= self.handle(ev)?,
+                    None => break,
+                }
+            }
+            if changed {
+                (self.notify)();
+            }
+        }
+    }
+
+    fn run(mut self) {
+        let mut backoff = BACKOFF_MIN;
+        while !self.stopped() {
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| self.session(&mut backoff)));
+            match r {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, retry_in = ?backoff, "interface monitor session ended")
+                }
+                Err(p) => {
+                    let what = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    tracing::error!(panic = %what, retry_in = ?backoff, "interface monitor panicked")
+                }
+            }
+            let until = Instant::now() + backoff;
+            while !self.stopped() && Instant::now() < until {
+                std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+    }
+}
+
+impl InterfaceMonitor {
+    /// Starts the monitor thread reading `source` into `state`; `notify` is
+    /// called after every batch of events (or resync) that changed it.
+    /// `seam` should be bound to [`MONITOR_ACTOR`].
+    pub fn start(
+        source: Box<dyn LinkSource>,
+        state: InterfaceState,
+        seam: ActorSeam,
+        notify: impl Fn() + Send + 'static,
+        opts: MonitorOptions,
+    ) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let runner = Runner {
+            source,
+            state,
+            seam,
+            notify: Box::new(notify),
+            opts,
+            stop: stop.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("ifacemon".into())
+            .spawn(move || runner.run())?;
+        Ok(InterfaceMonitor {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the thread and waits for it (at most one poll interval plus
+    /// whatever kernel call is in flight).
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for InterfaceMonitor {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::ifacemon::{LinkInfo, ScriptedLinkSource, Snapshot};
+    use felix_actors::{Fault, FaultAction, FaultRegistry, KernelSeam, Metrics};
+    use std::sync::atomic::AtomicUsize;
+
+    fn wait_until(what: &str, f: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn link(index: u32, name: &str, up: bool) -> LinkInfo {
+        LinkInfo {
+            index,
+            name: name.into(),
+            up,
+        }
+    }
+
+    #[test]
+    fn events_update_the_state_notify_and_a_lost_stream_resyncs() {
+        let src = ScriptedLinkSource::new();
+        src.set_snapshot(Snapshot {
+            links: vec![link(1, "eth0", true)],
+            addrs: vec![(1, "192.0.2.1".parse().unwrap())],
+        });
+        let state = InterfaceState::default();
+        let sub = state.subscribe();
+        let faults = FaultRegistry::new();
+        let metrics = Metrics::new();
+        let seam = KernelSeam::new(faults.clone(), metrics.clone()).for_actor(MONITOR_ACTOR);
+        let kicks = Arc::new(AtomicUsize::new(0));
+        let k = kicks.clone();
+        let opts = MonitorOptions {
+            resync_interval: None,
+            ..MonitorOptions::default()
+        };
+        let mon = InterfaceMonitor::start(
+            Box::new(src.clone()),
+            state.clone(),
+            seam,
+            move || {
+                k.fetch_add(1, Ordering::SeqCst);
+            },
+            opts,
+        )
+        .unwrap();
+        wait_until("initial dump", || state.get("eth0").is_some());
+        assert_eq!(sub.take(), ["eth0".to_string()].into());
+        let after_dump = kicks.load(Ordering::SeqCst);
+        assert!(after_dump >= 1);
+        src.push(IfaceEvent::Link(link(9, "cali1", false)));
+        src.push(IfaceEvent::Link(link(9, "cali1", true)));
+        wait_until("cali1 up", || state.get("cali1").is_some_and(|v| v.link.up));
+        wait_until("notification", || kicks.load(Ordering::SeqCst) > after_dump);
+        assert_eq!(sub.take(), ["cali1".to_string()].into());
+
+        // The stream is lost while cali1 disappears: the new session's dump
+        // notices.
+        src.set_snapshot(Snapshot {
+            links: vec![link(1, "eth0", true)],
+            addrs: vec![(1, "192.0.2.1".parse().unwrap())],
+        });
+        src.push_loss("overrun");
+        wait_until("resync after loss", || state.get("cali1").is_none());
+        assert!(sub.take().contains("cali1"));
+        assert_eq!(src.counts().0, 2, "resubscribed once");
+
+        // An injected fault on the next event also ends the session; the
+        // event is not applied but the following dump catches up.
+        faults
+            .arm(Fault {
+                target: MONITOR_ACTOR.into(),
+                op: "event".into(),
+                action: FaultAction::Error,
+                count: 1,
+                delay_ms: 0,
+            })
+            .unwrap();
+        src.set_snapshot(Snapshot {
+            links: vec![link(1, "eth0", true), link(10, "cali2", true)],
+            addrs: vec![],
+        });
+        src.push(IfaceEvent::Link(link(10, "cali2", true)));
+        wait_until("resync after fault", || state.get("cali2").is_some());
+        assert!(state.get("eth0").unwrap().addrs.is_empty());
+        assert!(src.counts().0 >= 3);
+        let text = metrics.render_prometheus();
+        assert!(text.contains("monitor/interfaces"), "{text}");
+        mon.stop();
+    }
+
+    #[test]
+    fn failed_subscribes_are_retried_with_backoff() {
+        let src = ScriptedLinkSource::new();
+        src.fail_subscribes(2);
+        src.set_snapshot(Snapshot {
+            links: vec![link(4, "cali4", true)],
+            addrs: vec![],
+        });
+        let state = InterfaceState::default();
+        let seam = KernelSeam::default().for_actor(MONITOR_ACTOR);
+        let mon = InterfaceMonitor::start(
+            Box::new(src.clone()),
+            state.clone(),
+            seam,
+            || {},
+            MonitorOptions::default(),
+        )
+        .unwrap();
+        wait_until("subscribed after failures", || state.get("cali4").is_some());
+        assert_eq!(src.counts(), (3, 1));
+        drop(mon);
+    }
+}
