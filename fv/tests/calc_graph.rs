@@ -8,6 +8,7 @@
 mod common;
 
 use common::*;
+use felix::calc::GraphOptions;
 use felix_fv::calcfv::{assert_passes, calc_stream, HepExp, State, Test, TierExp, WepExp};
 
 // ---------------------------------------------------------------------------
@@ -1057,6 +1058,7 @@ fn np_state(name: &str, b_port: &str) -> State {
                 ipv4: vec!["10.0.2.1/32".into()],
                 ipv6: vec![],
                 tiers: vec![TierExp::new("default", "", &["np-pol"], &[])],
+                ..Default::default()
             },
         )
         .np_set("has(np)", "tcp", "http", &tcp_http)
@@ -1865,9 +1867,136 @@ fn case_host_endpoint_named_ports() -> Test {
     )
 }
 
+// ---------------------------------------------------------------------------
+// Istio ambient calculator (all-istio-weps IP set, is_istio_ambient marks).
+// ---------------------------------------------------------------------------
+
+const ISTIO_MODE: &str = "istio.io/dataplane-mode";
+
+fn istio_opts() -> GraphOptions {
+    GraphOptions {
+        istio_ambient: true,
+    }
+}
+
+/// One Istio state: whether namespace `mesh` is labelled ambient, and pod
+/// `c`'s own mode label (`plain` namespace).  Pod `a` is in `mesh`, pod `b`
+/// in `mesh` opts out with `none`, `r` is a remote pod in `mesh`, and a
+/// network set in `mesh` must never be a member.
+fn istio_state(name: &str, ns_ambient: bool, c_mode: &str) -> State {
+    let a = Wep::new("a")
+        .ns("mesh")
+        .ips(&["10.0.5.1/32"])
+        .profiles(&["kns.mesh"]);
+    let b = Wep::new("b")
+        .ns("mesh")
+        .labels(&[(ISTIO_MODE, "none")])
+        .ips(&["10.0.5.2/32"])
+        .profiles(&["kns.mesh"]);
+    let c = Wep::new("c")
+        .ns("plain")
+        .labels(&[(ISTIO_MODE, c_mode)])
+        .ips(&["10.0.5.3/32"])
+        .profiles(&["kns.plain"]);
+    let r = Wep::new("r")
+        .ns("mesh")
+        .node("node2")
+        .ips(&["10.0.5.9/32"])
+        .profiles(&["kns.mesh"]);
+    let ns_labels: &[(&str, &str)] = if ns_ambient {
+        &[(ISTIO_MODE, "ambient")]
+    } else {
+        &[]
+    };
+    let mut ns_expect = vec![("projectcalico.org/name", "mesh")];
+    ns_expect.extend_from_slice(ns_labels);
+    let mut members = Vec::new();
+    if ns_ambient {
+        members.extend(["10.0.5.1/32", "10.0.5.9/32"]);
+    }
+    if c_mode == "ambient" {
+        members.push("10.0.5.3/32");
+    }
+    let mark = |w: WepExp, on: bool| if on { w.istio() } else { w };
+    let e = Expect::new()
+        .raw_set("all-istio-weps", "all-istio-weps", "IP", &members)
+        .profiles(&["kns.mesh", "kns.plain"])
+        .namespace("mesh", &ns_expect)
+        .namespace("plain", &[("projectcalico.org/name", "plain")])
+        .wep(
+            &a.id(),
+            mark(
+                WepExp::new(&["kns.mesh"], &["10.0.5.1/32"], vec![]),
+                ns_ambient,
+            ),
+        )
+        .wep(
+            &b.id(),
+            WepExp::new(&["kns.mesh"], &["10.0.5.2/32"], vec![]),
+        )
+        .wep(
+            &c.id(),
+            mark(
+                WepExp::new(&["kns.plain"], &["10.0.5.3/32"], vec![]),
+                c_mode == "ambient",
+            ),
+        );
+    State::new(name)
+        .yaml(&yaml::namespace("mesh", ns_labels))
+        .yaml(&yaml::namespace("plain", &[]))
+        .yaml(&a.yaml())
+        .yaml(&b.yaml())
+        .yaml(&c.yaml())
+        .yaml(&r.yaml())
+        .yaml(&yaml::netset(
+            Some("mesh"),
+            "ext",
+            &[],
+            &["192.168.50.0/24"],
+        ))
+        .expect(e)
+}
+
+fn case_istio_ambient() -> Test {
+    // Add, namespace label removed (inherited match stops), pod label
+    // changed, everything back; the expanders add the inconsistent orders
+    // (endpoint before its namespace, namespace deleted under endpoints).
+    Test::new(
+        "Istio ambient: namespace and pod mode labels",
+        vec![
+            istio_state("ns ambient, c ambient", true, "ambient"),
+            istio_state("ns plain, c ambient", false, "ambient"),
+            istio_state("ns plain, c none", false, "none"),
+            istio_state("ns ambient again, c none", true, "none"),
+            istio_state("ns ambient, c ambient again", true, "ambient"),
+        ],
+    )
+    .with_options(istio_opts())
+}
+
+fn case_istio_disabled() -> Test {
+    // The same datastore without the mode: no set, no marks.
+    let mut st = istio_state("disabled", true, "ambient");
+    let mut e = Expect::new()
+        .profiles(&["kns.mesh", "kns.plain"])
+        .namespace(
+            "mesh",
+            &[("projectcalico.org/name", "mesh"), (ISTIO_MODE, "ambient")],
+        )
+        .namespace("plain", &[("projectcalico.org/name", "plain")]);
+    for (id, mut w) in st.expect.digest.weps.clone() {
+        w.istio_ambient = false;
+        e = e.wep(&id, w);
+    }
+    st.expect = e;
+    Test::new("Istio ambient mode disabled", vec![st])
+}
+
 fn all_cases() -> Vec<Test> {
     vec![
         case_empty(),
+        case_istio_ambient(),
+        case_istio_disabled(),
         case_host_endpoint_named_ports(),
         case_zero_prefix_overlap(),
         case_duplicate_ip_in_endpoint(),
@@ -1916,6 +2045,8 @@ macro_rules! fv_tests {
 }
 
 fv_tests! {
+    istio_ambient => case_istio_ambient,
+    istio_disabled => case_istio_disabled,
     host_endpoint_named_ports => case_host_endpoint_named_ports,
     zero_prefix_overlap => case_zero_prefix_overlap,
     duplicate_ip_in_endpoint => case_duplicate_ip_in_endpoint,

@@ -29,9 +29,11 @@
 //!   follows the datastore's in-sync), never fabricated or withheld.
 
 pub mod active_rules;
+pub mod computed;
 pub mod config_batcher;
 pub mod event_sequencer;
 pub mod ids;
+pub mod istio;
 pub mod l3_routes;
 pub mod labelindex;
 pub mod passthru;
@@ -51,7 +53,7 @@ use crate::model::{
     HostEndpoint, HostEndpointKey, Key, SyncStatus, Update, Value, WorkloadEndpoint,
     WorkloadEndpointKey,
 };
-use active_rules::{ActiveRulesCalculator, ArcEvent};
+use active_rules::{ActiveRulesCalculator, ArcEvent, ComputedListener};
 use config_batcher::ConfigBatcher;
 use event_sequencer::EventSequencer;
 use labelindex::{IpSetIndex, LabelledKey, LabelledValue, Member, MemberSink};
@@ -96,6 +98,23 @@ pub struct GraphStats {
     pub cluster_tiers: usize,
 }
 
+/// Construction-time choices (upstream decides these from config when the
+/// graph is built, and a change restarts Felix).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphOptions {
+    /// `IstioAmbientMode: Enabled`: build the Istio ambient calculator.
+    pub istio_ambient: bool,
+}
+
+impl GraphOptions {
+    /// The options a Felix configuration calls for.
+    pub fn from_config(istio_ambient_mode: &str) -> GraphOptions {
+        GraphOptions {
+            istio_ambient: istio_ambient_mode.eq_ignore_ascii_case("enabled"),
+        }
+    }
+}
+
 /// The assembled graph.  See the module docs.
 pub struct CalcGraph {
     hostname: String,
@@ -116,7 +135,12 @@ pub struct CalcGraph {
 impl CalcGraph {
     /// A graph computing the dataplane of node `hostname`.
     pub fn new(hostname: &str) -> CalcGraph {
-        CalcGraph {
+        CalcGraph::with_options(hostname, GraphOptions::default())
+    }
+
+    /// A graph for `hostname` built with `options`.
+    pub fn with_options(hostname: &str, options: GraphOptions) -> CalcGraph {
+        let mut g = CalcGraph {
             hostname: hostname.to_string(),
             arc: ActiveRulesCalculator::new(),
             scanner: RuleScanner::new(),
@@ -130,7 +154,35 @@ impl CalcGraph {
             in_sync: false,
             need_in_sync_msg: false,
             stats: GraphStats::default(),
+        };
+        if options.istio_ambient {
+            g.build_istio();
         }
+        g
+    }
+
+    /// The Istio ambient calculator: its all-endpoints IP set (local and
+    /// remote members, through the shared IP-set index) and its computed
+    /// selector on the active-rules calculator (local marks).
+    fn build_istio(&mut self) {
+        self.seq
+            .on_ipset_added(istio::ALL_ISTIO_WEPS, rule_scanner::SetType::Ip);
+        match crate::selector::parse(istio::ISTIO_SELECTOR) {
+            Ok(sel) => self.ipsets.update_ipset(
+                istio::ALL_ISTIO_WEPS,
+                labelindex::IpSetDef {
+                    selector: sel,
+                    np_protocol: labelindex::NpProtocol::None,
+                    np_name: String::new(),
+                },
+                &mut self.seq,
+            ),
+            Err(e) => tracing::error!(error = %e, "Istio selector does not parse"),
+        }
+        let mut ev = Vec::new();
+        self.arc
+            .add_computed_selector(istio::ISTIO_SELECTOR, ComputedListener::Istio, &mut ev);
+        self.route_arc(ev);
     }
 
     /// The node this graph computes for.
@@ -409,7 +461,30 @@ impl CalcGraph {
                 }
                 ArcEvent::MatchStarted(pk, ek) => self.resolver.on_match_started(&pk, &ek),
                 ArcEvent::MatchStopped(pk, ek) => self.resolver.on_match_stopped(&pk, &ek),
+                ArcEvent::ComputedMatchStarted(l, sel, ek) => {
+                    self.on_computed_match(l, &sel, &ek, true)
+                }
+                ArcEvent::ComputedMatchStopped(l, sel, ek) => {
+                    self.on_computed_match(l, &sel, &ek, false)
+                }
             }
+        }
+    }
+
+    fn on_computed_match(
+        &mut self,
+        listener: ComputedListener,
+        _selector: &str,
+        ep: &EndpointKey,
+        matched: bool,
+    ) {
+        match listener {
+            ComputedListener::Istio => {
+                if let Some((k, u)) = istio::on_match(ep, matched) {
+                    self.resolver.on_computed(k, &u);
+                }
+            }
+            ComputedListener::LiveMigration => {}
         }
     }
 
