@@ -6,8 +6,11 @@
 //!
 //! ```text
 //! Update ──► validation ──► dispatch (by key kind, in registration order)
+//!   local WEPs ──► live-migration calculator (first; see below)
 //!   local endpoints ──► active-rules calculator ──► rule scanner ──► IP-set index
-//!                    └─► policy resolver (tiers/order per endpoint)
+//!                    │     └─► computed selectors ──► Istio / live-migration calculators
+//!                    └─► policy resolver (tiers/order per endpoint, computed data)
+//!   live migrations ──► live-migration calculator ──► policy resolver
 //!   all endpoints, network sets, profile labels ──► IP-set index (members)
 //!   policies, profiles, tiers ──► active-rules calculator / policy resolver
 //!   nodes, pools, blocks ──► pass-through, encapsulation, routes, VTEPs
@@ -20,7 +23,16 @@
 //! * Synchronous and single-threaded: an update propagates through direct
 //!   calls; no node spawns work or takes a lock.
 //! * Output is a function of the current state only (no hysteresis).
-//! * Registration order is load-bearing in one place: the active-rules
+//! * Registration order is load-bearing: the live-migration calculator
+//!   hears a local workload endpoint *before* the active-rules calculator
+//!   (upstream registers it first on the local-endpoint dispatcher), so the
+//!   endpoint is known to it when the active-rules calculator reports a
+//!   target-selector match for it; a match for an endpoint it does not
+//!   know is dropped, so reversing the two would lose target roles (the
+//!   test `live_migration_hears_endpoint_before_arc` pins this).  On
+//!   deletion it forgets the endpoint first and ignores the later
+//!   match-stopped; the resolver drops the endpoint's computed data.
+//! * The active-rules
 //!   calculator hears a local endpoint before the policy resolver, so
 //!   "policy matches endpoint" events may reach the resolver before the
 //!   endpoint itself; the resolver only marks endpoints dirty and resolves
@@ -36,6 +48,7 @@ pub mod ids;
 pub mod istio;
 pub mod l3_routes;
 pub mod labelindex;
+pub mod live_migration;
 pub mod passthru;
 pub mod policy_resolver;
 pub mod routes;
@@ -57,6 +70,7 @@ use active_rules::{ActiveRulesCalculator, ArcEvent, ComputedListener};
 use config_batcher::ConfigBatcher;
 use event_sequencer::EventSequencer;
 use labelindex::{IpSetIndex, LabelledKey, LabelledValue, Member, MemberSink};
+use live_migration::{LiveMigrationCalculator, LmAction};
 use passthru::Passthru;
 use policy_resolver::PolicyResolver;
 use rule_scanner::{RuleScanner, ScanEvent};
@@ -122,6 +136,7 @@ pub struct CalcGraph {
     scanner: RuleScanner,
     ipsets: IpSetIndex,
     resolver: PolicyResolver,
+    lmc: LiveMigrationCalculator,
     seq: EventSequencer,
     passthru: Passthru,
     routes: routes::RouteNodes,
@@ -146,6 +161,7 @@ impl CalcGraph {
             scanner: RuleScanner::new(),
             ipsets: IpSetIndex::new(),
             resolver: PolicyResolver::new(),
+            lmc: LiveMigrationCalculator::new(),
             seq: EventSequencer::new(),
             passthru: Passthru::new(),
             routes: routes::RouteNodes::new(hostname, routes::RouteConfig::default()),
@@ -240,6 +256,11 @@ impl CalcGraph {
                 };
                 self.routes.on_workload(&k, v.as_deref());
                 if k.hostname == self.hostname {
+                    // Load-bearing order: the live-migration calculator
+                    // before the active-rules calculator (module docs).
+                    let mut la = Vec::new();
+                    self.lmc.on_endpoint(&k, v.is_some(), &mut la);
+                    self.route_lm(la);
                     let ek = EndpointKey::Workload(k.clone());
                     let mut ev = Vec::new();
                     self.arc.on_endpoint(
@@ -386,6 +407,15 @@ impl CalcGraph {
                 };
                 self.config.on_ready(v);
             }
+            Key::LiveMigration(k) => {
+                let v = match value {
+                    Some(Value::LiveMigration(lm)) => Some(lm),
+                    _ => None,
+                };
+                let mut la = Vec::new();
+                self.lmc.on_migration(&k, v, &mut la);
+                self.route_lm(la);
+            }
         }
     }
 
@@ -474,7 +504,7 @@ impl CalcGraph {
     fn on_computed_match(
         &mut self,
         listener: ComputedListener,
-        _selector: &str,
+        selector: &str,
         ep: &EndpointKey,
         matched: bool,
     ) {
@@ -484,7 +514,36 @@ impl CalcGraph {
                     self.resolver.on_computed(k, &u);
                 }
             }
-            ComputedListener::LiveMigration => {}
+            ComputedListener::LiveMigration => {
+                if let EndpointKey::Workload(k) = ep {
+                    let mut la = Vec::new();
+                    self.lmc.on_selector_match(selector, k, matched, &mut la);
+                    self.route_lm(la);
+                }
+            }
+        }
+    }
+
+    fn route_lm(&mut self, actions: Vec<LmAction>) {
+        for a in actions {
+            match a {
+                LmAction::Computed(k, u) => self.resolver.on_computed(&k, &u),
+                LmAction::AddSelector(sel) => {
+                    let mut ev = Vec::new();
+                    self.arc
+                        .add_computed_selector(&sel, ComputedListener::LiveMigration, &mut ev);
+                    self.route_arc(ev);
+                }
+                LmAction::RemoveSelector(sel) => {
+                    let mut ev = Vec::new();
+                    self.arc.remove_computed_selector(
+                        &sel,
+                        ComputedListener::LiveMigration,
+                        &mut ev,
+                    );
+                    self.route_arc(ev);
+                }
+            }
         }
     }
 
@@ -503,5 +562,81 @@ impl CalcGraph {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{LiveMigration, LiveMigrationKey, LiveMigrationTarget};
+
+    fn wep_update(present: bool) -> Update {
+        let key = Key::WorkloadEndpoint(WorkloadEndpointKey {
+            hostname: "node1".into(),
+            orchestrator_id: "k8s".into(),
+            workload_id: "ns/virt-launcher-b".into(),
+            endpoint_id: "eth0".into(),
+        });
+        if present {
+            let w = WorkloadEndpoint {
+                labels: [("vm".to_string(), "a".to_string())].into(),
+                ..Default::default()
+            };
+            Update::set(key, Value::WorkloadEndpoint(Arc::new(w)))
+        } else {
+            Update::delete(key)
+        }
+    }
+
+    fn role_of(out: &[Payload]) -> Option<(i32, String)> {
+        out.iter().rev().find_map(|p| match p {
+            Payload::WorkloadEndpointUpdate(u) => u
+                .endpoint
+                .as_ref()
+                .map(|e| (e.live_migration_role, e.live_migration_uid.clone())),
+            _ => None,
+        })
+    }
+
+    /// The registration-order invariant (module docs): the live-migration
+    /// calculator hears a local endpoint before the active-rules
+    /// calculator reports the target selector matching it, so an endpoint
+    /// that arrives after its migration gets the target role straight
+    /// away.  With the opposite order the match would be dropped.
+    #[test]
+    fn live_migration_hears_endpoint_before_arc() {
+        let mut g = CalcGraph::new("node1");
+        g.on_status(SyncStatus::InSync);
+        let lm = LiveMigration {
+            uid: "uid-1".into(),
+            source: None,
+            target: Some(LiveMigrationTarget {
+                selector: Some("vm == 'a'".into()),
+                workload_endpoint: None,
+            }),
+        };
+        g.on_update(Update::set(
+            Key::LiveMigration(LiveMigrationKey {
+                namespace: "ns".into(),
+                name: "m".into(),
+            }),
+            Value::LiveMigration(Arc::new(lm)),
+        ));
+        g.flush();
+        g.on_update(wep_update(true));
+        let out = g.flush();
+        assert_eq!(
+            role_of(&out),
+            Some((pb::LiveMigrationRole::Target as i32, "uid-1".to_string()))
+        );
+        // Deleting and re-adding the endpoint in one batch still ends in
+        // the target role.
+        g.on_update(wep_update(false));
+        g.on_update(wep_update(true));
+        let out = g.flush();
+        assert_eq!(
+            role_of(&out),
+            Some((pb::LiveMigrationRole::Target as i32, "uid-1".to_string()))
+        );
     }
 }
