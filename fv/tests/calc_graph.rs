@@ -8,7 +8,13 @@
 mod common;
 
 use common::*;
+use std::sync::Arc;
+
 use felix::calc::GraphOptions;
+use felix::model::{
+    Key, LiveMigration, LiveMigrationKey, LiveMigrationSource, LiveMigrationTarget, Value,
+    WorkloadEndpointIdentifier, WorkloadIdentifier,
+};
 use felix_fv::calcfv::{assert_passes, calc_stream, HepExp, State, Test, TierExp, WepExp};
 
 // ---------------------------------------------------------------------------
@@ -1992,11 +1998,222 @@ fn case_istio_disabled() -> Test {
     Test::new("Istio ambient mode disabled", vec![st])
 }
 
+// ---------------------------------------------------------------------------
+// Live-migration calculator (live_migration_role / live_migration_uid).
+// Migrations have no v3 YAML decoding: they are fed as model KVs.
+// ---------------------------------------------------------------------------
+
+fn lm_kv(
+    name: &str,
+    uid: &str,
+    source: Option<LiveMigrationSource>,
+    target: Option<LiveMigrationTarget>,
+) -> (Key, Value) {
+    (
+        Key::LiveMigration(LiveMigrationKey {
+            namespace: "vms".into(),
+            name: name.into(),
+        }),
+        Value::LiveMigration(Arc::new(LiveMigration {
+            uid: uid.into(),
+            source,
+            target,
+        })),
+    )
+}
+
+/// A k8s endpoint identifier, with a hostname the calculator must ignore.
+fn lm_ep(pod: &str) -> WorkloadEndpointIdentifier {
+    WorkloadEndpointIdentifier {
+        hostname: "elsewhere".into(),
+        orchestrator_id: "k8s".into(),
+        workload_id: format!("vms/{pod}"),
+        endpoint_id: "eth0".into(),
+    }
+}
+
+fn lm_src_ep(pod: &str) -> Option<LiveMigrationSource> {
+    Some(LiveMigrationSource {
+        workload: None,
+        workload_endpoint: Some(lm_ep(pod)),
+    })
+}
+
+fn lm_src_workload(pod: &str) -> Option<LiveMigrationSource> {
+    Some(LiveMigrationSource {
+        workload: Some(WorkloadIdentifier {
+            hostname: String::new(),
+            orchestrator_id: "k8s".into(),
+            workload_id: format!("vms/{pod}"),
+        }),
+        workload_endpoint: None,
+    })
+}
+
+fn lm_tgt_ep(pod: &str) -> Option<LiveMigrationTarget> {
+    Some(LiveMigrationTarget {
+        selector: None,
+        workload_endpoint: Some(lm_ep(pod)),
+    })
+}
+
+fn lm_tgt_sel(sel: &str) -> Option<LiveMigrationTarget> {
+    Some(LiveMigrationTarget {
+        selector: Some(sel.into()),
+        workload_endpoint: None,
+    })
+}
+
+fn lm_wep(pod: &str, ip: &str, vm: &str) -> Wep {
+    let w = Wep::new(pod).ns("vms").ips(&[ip]);
+    if vm.is_empty() {
+        w
+    } else {
+        w.labels(&[("vm", vm)])
+    }
+}
+
+/// A state with the given pods (pod, IP, `vm` label, expected role, UID)
+/// and migrations.
+fn lm_state(name: &str, pods: &[(&str, &str, &str, &str, &str)], lms: Vec<(Key, Value)>) -> State {
+    let mut st = State::new(name);
+    let mut e = Expect::new();
+    for (pod, ip, vm, role, uid) in pods {
+        let w = lm_wep(pod, ip, vm);
+        st = st.yaml(&w.yaml());
+        let mut x = WepExp::new(&[], &[ip], vec![]);
+        if !role.is_empty() {
+            x = x.live_migration(role, uid);
+        }
+        e = e.wep(&w.id(), x);
+    }
+    // A remote pod matching every selector: never given a role.
+    st = st.yaml(&lm_wep("remote", "10.0.6.99/32", "vm1").node("node2").yaml());
+    for (k, v) in lms {
+        st = st.kv(k, v);
+    }
+    st.expect(e)
+}
+
+fn case_live_migration_direct() -> Test {
+    // OpenStack-style endpoint references and a KubeVirt-style workload
+    // source: migration before/after its endpoints (expanders), endpoint
+    // deleted under a migration, migration deleted under endpoints, UID
+    // change under the same role.
+    let m1 = || lm_kv("m1", "u1", lm_src_ep("p1"), lm_tgt_ep("p2"));
+    Test::new(
+        "live migration: direct endpoint and workload references",
+        vec![
+            lm_state(
+                "no migration",
+                &[
+                    ("p1", "10.0.6.1/32", "", "", ""),
+                    ("p2", "10.0.6.2/32", "", "", ""),
+                ],
+                vec![],
+            ),
+            lm_state(
+                "p1 -> p2",
+                &[
+                    ("p1", "10.0.6.1/32", "", "SOURCE", "u1"),
+                    ("p2", "10.0.6.2/32", "", "TARGET", "u1"),
+                ],
+                vec![m1()],
+            ),
+            lm_state(
+                "source endpoint gone",
+                &[("p2", "10.0.6.2/32", "", "TARGET", "u1")],
+                vec![m1()],
+            ),
+            lm_state(
+                "m1 gone, p2 is a workload source",
+                &[
+                    ("p1", "10.0.6.1/32", "", "", ""),
+                    ("p2", "10.0.6.2/32", "", "SOURCE", "u2"),
+                ],
+                vec![lm_kv("m2", "u2", lm_src_workload("p2"), None)],
+            ),
+            lm_state(
+                "m2 new UID",
+                &[
+                    ("p1", "10.0.6.1/32", "", "", ""),
+                    ("p2", "10.0.6.2/32", "", "SOURCE", "u3"),
+                ],
+                vec![lm_kv("m2", "u3", lm_src_workload("p2"), None)],
+            ),
+            lm_state(
+                "overlap: greatest UID wins",
+                &[
+                    ("p1", "10.0.6.1/32", "", "TARGET", "u9"),
+                    ("p2", "10.0.6.2/32", "", "SOURCE", "u9"),
+                ],
+                vec![
+                    lm_kv("m2", "u3", lm_src_workload("p2"), lm_tgt_ep("p1")),
+                    lm_kv("m3", "u9", lm_src_ep("p2"), lm_tgt_ep("p1")),
+                ],
+            ),
+        ],
+    )
+}
+
+fn case_live_migration_selector() -> Test {
+    // KubeVirt-style target selector: follows endpoint labels and the
+    // migration's selector; a selector match wins over a source reference.
+    let lm = |uid: &str, sel: &str| lm_kv("m", uid, lm_src_workload("a"), lm_tgt_sel(sel));
+    Test::new(
+        "live migration: target selector",
+        vec![
+            lm_state(
+                "a -> b (vm1)",
+                &[
+                    ("a", "10.0.6.1/32", "", "SOURCE", "k1"),
+                    ("b", "10.0.6.2/32", "vm1", "TARGET", "k1"),
+                ],
+                vec![lm("k1", "vm == 'vm1'")],
+            ),
+            lm_state(
+                "b relabelled",
+                &[
+                    ("a", "10.0.6.1/32", "", "SOURCE", "k1"),
+                    ("b", "10.0.6.2/32", "vm2", "", ""),
+                ],
+                vec![lm("k1", "vm == 'vm1'")],
+            ),
+            lm_state(
+                "a and b match: target wins",
+                &[
+                    ("a", "10.0.6.1/32", "vm1", "TARGET", "k1"),
+                    ("b", "10.0.6.2/32", "vm1", "TARGET", "k1"),
+                ],
+                vec![lm("k1", "vm == 'vm1'")],
+            ),
+            lm_state(
+                "selector and UID changed",
+                &[
+                    ("a", "10.0.6.1/32", "vm1", "SOURCE", "k2"),
+                    ("b", "10.0.6.2/32", "vm1", "", ""),
+                ],
+                vec![lm("k2", "vm == 'vm2'")],
+            ),
+            lm_state(
+                "migration gone",
+                &[
+                    ("a", "10.0.6.1/32", "vm1", "", ""),
+                    ("b", "10.0.6.2/32", "vm1", "", ""),
+                ],
+                vec![],
+            ),
+        ],
+    )
+}
+
 fn all_cases() -> Vec<Test> {
     vec![
         case_empty(),
         case_istio_ambient(),
         case_istio_disabled(),
+        case_live_migration_direct(),
+        case_live_migration_selector(),
         case_host_endpoint_named_ports(),
         case_zero_prefix_overlap(),
         case_duplicate_ip_in_endpoint(),
@@ -2047,6 +2264,8 @@ macro_rules! fv_tests {
 fv_tests! {
     istio_ambient => case_istio_ambient,
     istio_disabled => case_istio_disabled,
+    live_migration_direct => case_live_migration_direct,
+    live_migration_selector => case_live_migration_selector,
     host_endpoint_named_ports => case_host_endpoint_named_ports,
     zero_prefix_overlap => case_zero_prefix_overlap,
     duplicate_ip_in_endpoint => case_duplicate_ip_in_endpoint,

@@ -23,8 +23,11 @@
 //!   opposite order would silently lose the target role.  On deletion the
 //!   endpoint is forgotten first and its match-stopped event is then
 //!   ignored: the resolver drops the endpoint's computed data with it.
-//! * Output is emitted only when an endpoint's role changes (not on a UID
-//!   change under the same role), as upstream.
+//! * Output is emitted whenever an endpoint's role *or UID* changes.
+//!   Deviation from upstream, which skips a UID change under the same role
+//!   (to avoid churn during overlapping migrations): that makes the output
+//!   depend on history, which the graph's contract forbids (the FV
+//!   expanders would see different UIDs for the same datastore).
 //! * A migration that disappears unreferences everything it referenced;
 //!   references to endpoints not (yet) known are kept and applied when
 //!   the endpoint arrives, in either order.
@@ -139,6 +142,16 @@ fn target_selector(t: Option<&LiveMigrationTarget>) -> String {
     t.and_then(|t| t.selector.clone()).unwrap_or_default()
 }
 
+/// The last role and UID already queued for `key` in `out`.
+fn last_said(out: &[LmAction], key: &WorkloadEndpointKey) -> Option<(LiveMigrationRole, String)> {
+    out.iter().rev().find_map(|a| match a {
+        LmAction::Computed(k, ComputedUpdate::LiveMigration { role, uid }) if k == key => {
+            Some((*role, uid.clone()))
+        }
+        _ => None,
+    })
+}
+
 struct WepData {
     key: WorkloadEndpointKey,
     /// Migrations naming this endpoint (or its workload) as source / target.
@@ -231,6 +244,20 @@ impl LiveMigrationCalculator {
             ),
             None => Default::default(),
         };
+        // Endpoints whose UID could change without a change of reference
+        // (the migration's own UID changed): checked again at the end.
+        let watched: Vec<(OwnerId, (LiveMigrationRole, String))> = self
+            .weps
+            .iter()
+            .filter(|(_, wd)| {
+                wd.direct.iter().any(|s| s.contains(key))
+                    || wd
+                        .selector_matched
+                        .as_deref()
+                        .is_some_and(|s| s == old_sel || s == new_sel)
+            })
+            .map(|(id, wd)| (id.clone(), self.role_and_uid(wd)))
+            .collect();
         match value {
             Some(lm) => {
                 self.migrations.insert(key.clone(), lm);
@@ -249,6 +276,32 @@ impl LiveMigrationCalculator {
                 if !new.is_empty() {
                     self.update_direct(&new, key, sot, true, out);
                 }
+            }
+        }
+        for (id, before) in watched {
+            let Some(wd) = self.weps.get(&id) else {
+                continue;
+            };
+            let selector_going = wd.selector_matched.as_deref().is_some_and(|s| {
+                s == old_sel
+                    && old_sel != new_sel
+                    && self.selector_refs.get(s).is_none_or(|k| k.len() <= 1)
+            });
+            if selector_going {
+                // Its selector is about to be removed; the match-stopped
+                // that follows reports the endpoint's new role.
+                continue;
+            }
+            let now = self.role_and_uid(wd);
+            let said = last_said(out, &wd.key).unwrap_or(before);
+            if now != said {
+                out.push(LmAction::Computed(
+                    wd.key.clone(),
+                    ComputedUpdate::LiveMigration {
+                        role: now.0,
+                        uid: now.1,
+                    },
+                ));
             }
         }
         if old_sel != new_sel {
@@ -285,7 +338,7 @@ impl LiveMigrationCalculator {
             // to say; see the registration-order invariant.
             return;
         };
-        let before = self.role_and_uid(wd).0;
+        let before = self.role_and_uid(wd);
         let new_match = matched.then(|| selector.to_string());
         if let Some(wd) = self.weps.get_mut(&id) {
             wd.selector_matched = new_match;
@@ -316,7 +369,7 @@ impl LiveMigrationCalculator {
             let Some(wd) = self.weps.get(&id) else {
                 continue;
             };
-            let before = self.role_and_uid(wd).0;
+            let before = self.role_and_uid(wd);
             if let Some(wd) = self.weps.get_mut(&id) {
                 if add {
                     wd.direct[sot].insert(lm.clone());
@@ -341,12 +394,17 @@ impl LiveMigrationCalculator {
         }
     }
 
-    fn emit_if_changed(&self, id: &OwnerId, before: LiveMigrationRole, out: &mut Vec<LmAction>) {
+    fn emit_if_changed(
+        &self,
+        id: &OwnerId,
+        before: (LiveMigrationRole, String),
+        out: &mut Vec<LmAction>,
+    ) {
         let Some(wd) = self.weps.get(id) else {
             return;
         };
         let (role, uid) = self.role_and_uid(wd);
-        if role != before {
+        if (role, uid.as_str()) != (before.0, before.1.as_str()) {
             out.push(LmAction::Computed(
                 wd.key.clone(),
                 ComputedUpdate::LiveMigration { role, uid },
@@ -552,11 +610,31 @@ mod tests {
         c.on_endpoint(&k, true, &mut out);
         assert_eq!(out, vec![role(&k, LiveMigrationRole::Target, "uid-b")]);
         out.clear();
-        // Same role, different UID: no update (upstream's choice).
+        // Same role, different UID: updated (deviation, see module docs).
         c.on_migration(&lmk("b"), None, &mut out);
-        assert!(out.is_empty());
+        assert_eq!(out, vec![role(&k, LiveMigrationRole::Target, "uid-a")]);
+        out.clear();
         c.on_migration(&lmk("a"), None, &mut out);
         assert_eq!(out, vec![role(&k, LiveMigrationRole::NoRole, "")]);
+    }
+
+    #[test]
+    fn uid_change_alone_is_reported_once() {
+        let k = wep("node1", "k8s", "ns/pod", "eth0");
+        let src = LiveMigrationSource {
+            workload: None,
+            workload_endpoint: Some(ep_ident(&k)),
+        };
+        let mut c = LiveMigrationCalculator::new();
+        let mut out = Vec::new();
+        c.on_endpoint(&k, true, &mut out);
+        c.on_migration(&lmk("m"), lm("u1", Some(src.clone()), None), &mut out);
+        out.clear();
+        c.on_migration(&lmk("m"), lm("u2", Some(src.clone()), None), &mut out);
+        assert_eq!(out, vec![role(&k, LiveMigrationRole::Source, "u2")]);
+        out.clear();
+        c.on_migration(&lmk("m"), lm("u2", Some(src), None), &mut out);
+        assert!(out.is_empty());
     }
 
     #[test]
