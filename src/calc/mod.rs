@@ -598,6 +598,13 @@ mod tests {
         })
     }
 
+    #[test]
+    fn graph_options_from_config() {
+        assert!(GraphOptions::from_config("Enabled").istio_ambient);
+        assert!(!GraphOptions::from_config("Disabled").istio_ambient);
+        assert!(!GraphOptions::from_config("").istio_ambient);
+    }
+
     /// The registration-order invariant (module docs): the live-migration
     /// calculator hears a local endpoint before the active-rules
     /// calculator reports the target selector matching it, so an endpoint
