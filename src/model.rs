@@ -105,8 +105,10 @@ pub enum Key {
     },
     /// The `ClusterInformation` `datastoreReady` flag.
     Ready,
-    /// A `LiveMigration` (upstream internal API kind; no v3 YAML decoding
-    /// yet: syncers and tests feed it through the model).
+    /// A `LiveMigration`: an upstream internal kind (not a v3 resource)
+    /// that upstream's Kubernetes backend derives from KubeVirt
+    /// `VirtualMachineInstanceMigration`s.  Our datastores do not produce
+    /// it yet; tests feed it through the model.
     LiveMigration(LiveMigrationKey),
 }
 
