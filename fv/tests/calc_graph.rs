@@ -2207,6 +2207,65 @@ fn case_live_migration_selector() -> Test {
     )
 }
 
+fn case_computed_data_both_kinds() -> Test {
+    // Istio and live-migration data on one endpoint are independent: each
+    // comes and goes without disturbing the other.  A host endpoint that
+    // carries the mesh selector's labels is a member of all-istio-weps (the
+    // selector is evaluated by the shared IP-set index, as upstream) but
+    // its computed match is dropped (host endpoints have no mark).
+    let w = |ambient: bool| {
+        let mut l = vec![("vm", "vm1")];
+        if ambient {
+            l.push((ISTIO_MODE, "ambient"));
+        }
+        Wep::new("a").ns("vms").labels(&l).ips(&["10.0.6.1/32"])
+    };
+    let hep = yaml::hep(
+        "hep1",
+        "node1",
+        "eth0",
+        &["10.0.6.50"],
+        &[
+            ("projectcalico.org/orchestrator", "k8s"),
+            (ISTIO_MODE, "ambient"),
+        ],
+        &[],
+    );
+    let mk = |name: &str, ambient: bool, lm: bool| {
+        let mut st = State::new(name).yaml(&w(ambient).yaml()).yaml(&hep);
+        let mut x = WepExp::new(&[], &["10.0.6.1/32"], vec![]);
+        if ambient {
+            x = x.istio();
+        }
+        if lm {
+            let (k, v) = lm_kv("m", "u1", None, lm_tgt_sel("vm == 'vm1'"));
+            st = st.kv(k, v);
+            x = x.live_migration("TARGET", "u1");
+        }
+        let members: &[&str] = if ambient {
+            &["10.0.6.1/32", "10.0.6.50/32"]
+        } else {
+            &["10.0.6.50/32"]
+        };
+        st.expect(
+            Expect::new()
+                .raw_set("all-istio-weps", "all-istio-weps", "IP", members)
+                .wep(&w(ambient).id(), x)
+                .hep("hep1", HepExp::new("eth0", &[], &["10.0.6.50"])),
+        )
+    };
+    Test::new(
+        "computed data: Istio and live migration on one endpoint",
+        vec![
+            mk("both", true, true),
+            mk("istio only", true, false),
+            mk("both again", true, true),
+            mk("migration only", false, true),
+        ],
+    )
+    .with_options(istio_opts())
+}
+
 fn all_cases() -> Vec<Test> {
     vec![
         case_empty(),
@@ -2214,6 +2273,7 @@ fn all_cases() -> Vec<Test> {
         case_istio_disabled(),
         case_live_migration_direct(),
         case_live_migration_selector(),
+        case_computed_data_both_kinds(),
         case_host_endpoint_named_ports(),
         case_zero_prefix_overlap(),
         case_duplicate_ip_in_endpoint(),
@@ -2266,6 +2326,7 @@ fv_tests! {
     istio_disabled => case_istio_disabled,
     live_migration_direct => case_live_migration_direct,
     live_migration_selector => case_live_migration_selector,
+    computed_data_both_kinds => case_computed_data_both_kinds,
     host_endpoint_named_ports => case_host_endpoint_named_ports,
     zero_prefix_overlap => case_zero_prefix_overlap,
     duplicate_ip_in_endpoint => case_duplicate_ip_in_endpoint,
