@@ -105,6 +105,18 @@ pub enum Key {
     },
     /// The `ClusterInformation` `datastoreReady` flag.
     Ready,
+    /// A `LiveMigration`: an upstream internal kind (not a v3 resource)
+    /// that upstream's Kubernetes backend derives from KubeVirt
+    /// `VirtualMachineInstanceMigration`s.  Our datastores do not produce
+    /// it yet; tests feed it through the model.
+    LiveMigration(LiveMigrationKey),
+}
+
+/// Identity of a `LiveMigration` resource (namespaced).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LiveMigrationKey {
+    pub namespace: String,
+    pub name: String,
 }
 
 impl Key {
@@ -125,6 +137,7 @@ impl Key {
             Key::GlobalConfig(_) => "GlobalConfig",
             Key::HostConfig { .. } => "HostConfig",
             Key::Ready => "Ready",
+            Key::LiveMigration(_) => "LiveMigration",
         }
     }
 }
@@ -152,6 +165,7 @@ impl fmt::Display for Key {
             Key::GlobalConfig(n) => write!(f, "GlobalConfig({n})"),
             Key::HostConfig { host, name } => write!(f, "HostConfig({host}/{name})"),
             Key::Ready => write!(f, "Ready"),
+            Key::LiveMigration(k) => write!(f, "LiveMigration({}/{})", k.namespace, k.name),
         }
     }
 }
@@ -177,6 +191,7 @@ pub enum Value {
     Config(String),
     /// `datastoreReady`.
     Ready(bool),
+    LiveMigration(Arc<LiveMigration>),
 }
 
 /// Side-channel classification of an update, for statistics only (see the
@@ -511,4 +526,48 @@ pub struct Node {
     pub labels: Labels,
     /// `spec.bgp.asNumber`, as a string, if set.
     pub as_number: Option<String>,
+}
+
+/// A workload (pod or VM) as a `LiveMigration` names it: every endpoint of
+/// the workload (upstream `WorkloadIdentifier`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct WorkloadIdentifier {
+    pub hostname: String,
+    pub orchestrator_id: String,
+    pub workload_id: String,
+}
+
+/// One workload endpoint as a `LiveMigration` names it (upstream
+/// `WorkloadEndpointIdentifier`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct WorkloadEndpointIdentifier {
+    pub hostname: String,
+    pub orchestrator_id: String,
+    pub workload_id: String,
+    pub endpoint_id: String,
+}
+
+/// Where a live migration moves from: a whole workload (KubeVirt) or one
+/// endpoint (OpenStack); `workload` wins when both are set.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct LiveMigrationSource {
+    pub workload: Option<WorkloadIdentifier>,
+    pub workload_endpoint: Option<WorkloadEndpointIdentifier>,
+}
+
+/// Where a live migration moves to: endpoints matching a selector
+/// (KubeVirt) and/or one named endpoint (OpenStack).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct LiveMigrationTarget {
+    pub selector: Option<String>,
+    pub workload_endpoint: Option<WorkloadEndpointIdentifier>,
+}
+
+/// A `LiveMigration` resource (upstream `internalapi.LiveMigration`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct LiveMigration {
+    /// `metadata.uid` (reported to the dataplane with the role).
+    pub uid: String,
+    pub source: Option<LiveMigrationSource>,
+    pub target: Option<LiveMigrationTarget>,
 }

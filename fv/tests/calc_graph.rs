@@ -8,6 +8,13 @@
 mod common;
 
 use common::*;
+use std::sync::Arc;
+
+use felix::calc::GraphOptions;
+use felix::model::{
+    Key, LiveMigration, LiveMigrationKey, LiveMigrationSource, LiveMigrationTarget, Value,
+    WorkloadEndpointIdentifier, WorkloadIdentifier,
+};
 use felix_fv::calcfv::{assert_passes, calc_stream, HepExp, State, Test, TierExp, WepExp};
 
 // ---------------------------------------------------------------------------
@@ -1057,6 +1064,7 @@ fn np_state(name: &str, b_port: &str) -> State {
                 ipv4: vec!["10.0.2.1/32".into()],
                 ipv6: vec![],
                 tiers: vec![TierExp::new("default", "", &["np-pol"], &[])],
+                ..Default::default()
             },
         )
         .np_set("has(np)", "tcp", "http", &tcp_http)
@@ -1865,9 +1873,407 @@ fn case_host_endpoint_named_ports() -> Test {
     )
 }
 
+// ---------------------------------------------------------------------------
+// Istio ambient calculator (all-istio-weps IP set, is_istio_ambient marks).
+// ---------------------------------------------------------------------------
+
+const ISTIO_MODE: &str = "istio.io/dataplane-mode";
+
+fn istio_opts() -> GraphOptions {
+    GraphOptions {
+        istio_ambient: true,
+    }
+}
+
+/// One Istio state: whether namespace `mesh` is labelled ambient, and pod
+/// `c`'s own mode label (`plain` namespace).  Pod `a` is in `mesh`, pod `b`
+/// in `mesh` opts out with `none`, `r` is a remote pod in `mesh`, and a
+/// network set in `mesh` must never be a member.
+fn istio_state(name: &str, ns_ambient: bool, c_mode: &str) -> State {
+    let a = Wep::new("a")
+        .ns("mesh")
+        .ips(&["10.0.5.1/32"])
+        .profiles(&["kns.mesh"]);
+    let b = Wep::new("b")
+        .ns("mesh")
+        .labels(&[(ISTIO_MODE, "none")])
+        .ips(&["10.0.5.2/32"])
+        .profiles(&["kns.mesh"]);
+    let c = Wep::new("c")
+        .ns("plain")
+        .labels(&[(ISTIO_MODE, c_mode)])
+        .ips(&["10.0.5.3/32"])
+        .profiles(&["kns.plain"]);
+    let r = Wep::new("r")
+        .ns("mesh")
+        .node("node2")
+        .ips(&["10.0.5.9/32"])
+        .profiles(&["kns.mesh"]);
+    let ns_labels: &[(&str, &str)] = if ns_ambient {
+        &[(ISTIO_MODE, "ambient")]
+    } else {
+        &[]
+    };
+    let mut ns_expect = vec![("projectcalico.org/name", "mesh")];
+    ns_expect.extend_from_slice(ns_labels);
+    let mut members = Vec::new();
+    if ns_ambient {
+        members.extend(["10.0.5.1/32", "10.0.5.9/32"]);
+    }
+    if c_mode == "ambient" {
+        members.push("10.0.5.3/32");
+    }
+    let mark = |w: WepExp, on: bool| if on { w.istio() } else { w };
+    let e = Expect::new()
+        .raw_set("all-istio-weps", "all-istio-weps", "IP", &members)
+        .profiles(&["kns.mesh", "kns.plain"])
+        .namespace("mesh", &ns_expect)
+        .namespace("plain", &[("projectcalico.org/name", "plain")])
+        .wep(
+            &a.id(),
+            mark(
+                WepExp::new(&["kns.mesh"], &["10.0.5.1/32"], vec![]),
+                ns_ambient,
+            ),
+        )
+        .wep(
+            &b.id(),
+            WepExp::new(&["kns.mesh"], &["10.0.5.2/32"], vec![]),
+        )
+        .wep(
+            &c.id(),
+            mark(
+                WepExp::new(&["kns.plain"], &["10.0.5.3/32"], vec![]),
+                c_mode == "ambient",
+            ),
+        );
+    State::new(name)
+        .yaml(&yaml::namespace("mesh", ns_labels))
+        .yaml(&yaml::namespace("plain", &[]))
+        .yaml(&a.yaml())
+        .yaml(&b.yaml())
+        .yaml(&c.yaml())
+        .yaml(&r.yaml())
+        .yaml(&yaml::netset(
+            Some("mesh"),
+            "ext",
+            &[],
+            &["192.168.50.0/24"],
+        ))
+        .expect(e)
+}
+
+fn case_istio_ambient() -> Test {
+    // Add, namespace label removed (inherited match stops), pod label
+    // changed, everything back; the expanders add the inconsistent orders
+    // (endpoint before its namespace, namespace deleted under endpoints).
+    Test::new(
+        "Istio ambient: namespace and pod mode labels",
+        vec![
+            istio_state("ns ambient, c ambient", true, "ambient"),
+            istio_state("ns plain, c ambient", false, "ambient"),
+            istio_state("ns plain, c none", false, "none"),
+            istio_state("ns ambient again, c none", true, "none"),
+            istio_state("ns ambient, c ambient again", true, "ambient"),
+        ],
+    )
+    .with_options(istio_opts())
+}
+
+fn case_istio_disabled() -> Test {
+    // The same datastore without the mode: no set, no marks.
+    let mut st = istio_state("disabled", true, "ambient");
+    let mut e = Expect::new()
+        .profiles(&["kns.mesh", "kns.plain"])
+        .namespace(
+            "mesh",
+            &[("projectcalico.org/name", "mesh"), (ISTIO_MODE, "ambient")],
+        )
+        .namespace("plain", &[("projectcalico.org/name", "plain")]);
+    for (id, mut w) in st.expect.digest.weps.clone() {
+        w.istio_ambient = false;
+        e = e.wep(&id, w);
+    }
+    st.expect = e;
+    Test::new("Istio ambient mode disabled", vec![st])
+}
+
+// ---------------------------------------------------------------------------
+// Live-migration calculator (live_migration_role / live_migration_uid).
+// Migrations have no v3 YAML decoding: they are fed as model KVs.
+// ---------------------------------------------------------------------------
+
+fn lm_kv(
+    name: &str,
+    uid: &str,
+    source: Option<LiveMigrationSource>,
+    target: Option<LiveMigrationTarget>,
+) -> (Key, Value) {
+    (
+        Key::LiveMigration(LiveMigrationKey {
+            namespace: "vms".into(),
+            name: name.into(),
+        }),
+        Value::LiveMigration(Arc::new(LiveMigration {
+            uid: uid.into(),
+            source,
+            target,
+        })),
+    )
+}
+
+/// A k8s endpoint identifier, with a hostname the calculator must ignore.
+fn lm_ep(pod: &str) -> WorkloadEndpointIdentifier {
+    WorkloadEndpointIdentifier {
+        hostname: "elsewhere".into(),
+        orchestrator_id: "k8s".into(),
+        workload_id: format!("vms/{pod}"),
+        endpoint_id: "eth0".into(),
+    }
+}
+
+fn lm_src_ep(pod: &str) -> Option<LiveMigrationSource> {
+    Some(LiveMigrationSource {
+        workload: None,
+        workload_endpoint: Some(lm_ep(pod)),
+    })
+}
+
+fn lm_src_workload(pod: &str) -> Option<LiveMigrationSource> {
+    Some(LiveMigrationSource {
+        workload: Some(WorkloadIdentifier {
+            hostname: String::new(),
+            orchestrator_id: "k8s".into(),
+            workload_id: format!("vms/{pod}"),
+        }),
+        workload_endpoint: None,
+    })
+}
+
+fn lm_tgt_ep(pod: &str) -> Option<LiveMigrationTarget> {
+    Some(LiveMigrationTarget {
+        selector: None,
+        workload_endpoint: Some(lm_ep(pod)),
+    })
+}
+
+fn lm_tgt_sel(sel: &str) -> Option<LiveMigrationTarget> {
+    Some(LiveMigrationTarget {
+        selector: Some(sel.into()),
+        workload_endpoint: None,
+    })
+}
+
+fn lm_wep(pod: &str, ip: &str, vm: &str) -> Wep {
+    let w = Wep::new(pod).ns("vms").ips(&[ip]);
+    if vm.is_empty() {
+        w
+    } else {
+        w.labels(&[("vm", vm)])
+    }
+}
+
+/// A state with the given pods (pod, IP, `vm` label, expected role, UID)
+/// and migrations.
+fn lm_state(name: &str, pods: &[(&str, &str, &str, &str, &str)], lms: Vec<(Key, Value)>) -> State {
+    let mut st = State::new(name);
+    let mut e = Expect::new();
+    for (pod, ip, vm, role, uid) in pods {
+        let w = lm_wep(pod, ip, vm);
+        st = st.yaml(&w.yaml());
+        let mut x = WepExp::new(&[], &[ip], vec![]);
+        if !role.is_empty() {
+            x = x.live_migration(role, uid);
+        }
+        e = e.wep(&w.id(), x);
+    }
+    // A remote pod matching every selector: never given a role.
+    st = st.yaml(&lm_wep("remote", "10.0.6.99/32", "vm1").node("node2").yaml());
+    for (k, v) in lms {
+        st = st.kv(k, v);
+    }
+    st.expect(e)
+}
+
+fn case_live_migration_direct() -> Test {
+    // OpenStack-style endpoint references and a KubeVirt-style workload
+    // source: migration before/after its endpoints (expanders), endpoint
+    // deleted under a migration, migration deleted under endpoints, UID
+    // change under the same role.
+    let m1 = || lm_kv("m1", "u1", lm_src_ep("p1"), lm_tgt_ep("p2"));
+    Test::new(
+        "live migration: direct endpoint and workload references",
+        vec![
+            lm_state(
+                "no migration",
+                &[
+                    ("p1", "10.0.6.1/32", "", "", ""),
+                    ("p2", "10.0.6.2/32", "", "", ""),
+                ],
+                vec![],
+            ),
+            lm_state(
+                "p1 -> p2",
+                &[
+                    ("p1", "10.0.6.1/32", "", "SOURCE", "u1"),
+                    ("p2", "10.0.6.2/32", "", "TARGET", "u1"),
+                ],
+                vec![m1()],
+            ),
+            lm_state(
+                "source endpoint gone",
+                &[("p2", "10.0.6.2/32", "", "TARGET", "u1")],
+                vec![m1()],
+            ),
+            lm_state(
+                "m1 gone, p2 is a workload source",
+                &[
+                    ("p1", "10.0.6.1/32", "", "", ""),
+                    ("p2", "10.0.6.2/32", "", "SOURCE", "u2"),
+                ],
+                vec![lm_kv("m2", "u2", lm_src_workload("p2"), None)],
+            ),
+            lm_state(
+                "m2 new UID",
+                &[
+                    ("p1", "10.0.6.1/32", "", "", ""),
+                    ("p2", "10.0.6.2/32", "", "SOURCE", "u3"),
+                ],
+                vec![lm_kv("m2", "u3", lm_src_workload("p2"), None)],
+            ),
+            lm_state(
+                "overlap: greatest UID wins",
+                &[
+                    ("p1", "10.0.6.1/32", "", "TARGET", "u9"),
+                    ("p2", "10.0.6.2/32", "", "SOURCE", "u9"),
+                ],
+                vec![
+                    lm_kv("m2", "u3", lm_src_workload("p2"), lm_tgt_ep("p1")),
+                    lm_kv("m3", "u9", lm_src_ep("p2"), lm_tgt_ep("p1")),
+                ],
+            ),
+        ],
+    )
+}
+
+fn case_live_migration_selector() -> Test {
+    // KubeVirt-style target selector: follows endpoint labels and the
+    // migration's selector; a selector match wins over a source reference.
+    let lm = |uid: &str, sel: &str| lm_kv("m", uid, lm_src_workload("a"), lm_tgt_sel(sel));
+    Test::new(
+        "live migration: target selector",
+        vec![
+            lm_state(
+                "a -> b (vm1)",
+                &[
+                    ("a", "10.0.6.1/32", "", "SOURCE", "k1"),
+                    ("b", "10.0.6.2/32", "vm1", "TARGET", "k1"),
+                ],
+                vec![lm("k1", "vm == 'vm1'")],
+            ),
+            lm_state(
+                "b relabelled",
+                &[
+                    ("a", "10.0.6.1/32", "", "SOURCE", "k1"),
+                    ("b", "10.0.6.2/32", "vm2", "", ""),
+                ],
+                vec![lm("k1", "vm == 'vm1'")],
+            ),
+            lm_state(
+                "a and b match: target wins",
+                &[
+                    ("a", "10.0.6.1/32", "vm1", "TARGET", "k1"),
+                    ("b", "10.0.6.2/32", "vm1", "TARGET", "k1"),
+                ],
+                vec![lm("k1", "vm == 'vm1'")],
+            ),
+            lm_state(
+                "selector and UID changed",
+                &[
+                    ("a", "10.0.6.1/32", "vm1", "SOURCE", "k2"),
+                    ("b", "10.0.6.2/32", "vm1", "", ""),
+                ],
+                vec![lm("k2", "vm == 'vm2'")],
+            ),
+            lm_state(
+                "migration gone",
+                &[
+                    ("a", "10.0.6.1/32", "vm1", "", ""),
+                    ("b", "10.0.6.2/32", "vm1", "", ""),
+                ],
+                vec![],
+            ),
+        ],
+    )
+}
+
+fn case_computed_data_both_kinds() -> Test {
+    // Istio and live-migration data on one endpoint are independent: each
+    // comes and goes without disturbing the other.  A host endpoint that
+    // carries the mesh selector's labels is a member of all-istio-weps (the
+    // selector is evaluated by the shared IP-set index, as upstream) but
+    // its computed match is dropped (host endpoints have no mark).
+    let w = |ambient: bool| {
+        let mut l = vec![("vm", "vm1")];
+        if ambient {
+            l.push((ISTIO_MODE, "ambient"));
+        }
+        Wep::new("a").ns("vms").labels(&l).ips(&["10.0.6.1/32"])
+    };
+    let hep = yaml::hep(
+        "hep1",
+        "node1",
+        "eth0",
+        &["10.0.6.50"],
+        &[
+            ("projectcalico.org/orchestrator", "k8s"),
+            (ISTIO_MODE, "ambient"),
+        ],
+        &[],
+    );
+    let mk = |name: &str, ambient: bool, lm: bool| {
+        let mut st = State::new(name).yaml(&w(ambient).yaml()).yaml(&hep);
+        let mut x = WepExp::new(&[], &["10.0.6.1/32"], vec![]);
+        if ambient {
+            x = x.istio();
+        }
+        if lm {
+            let (k, v) = lm_kv("m", "u1", None, lm_tgt_sel("vm == 'vm1'"));
+            st = st.kv(k, v);
+            x = x.live_migration("TARGET", "u1");
+        }
+        let members: &[&str] = if ambient {
+            &["10.0.6.1/32", "10.0.6.50/32"]
+        } else {
+            &["10.0.6.50/32"]
+        };
+        st.expect(
+            Expect::new()
+                .raw_set("all-istio-weps", "all-istio-weps", "IP", members)
+                .wep(&w(ambient).id(), x)
+                .hep("hep1", HepExp::new("eth0", &[], &["10.0.6.50"])),
+        )
+    };
+    Test::new(
+        "computed data: Istio and live migration on one endpoint",
+        vec![
+            mk("both", true, true),
+            mk("istio only", true, false),
+            mk("both again", true, true),
+            mk("migration only", false, true),
+        ],
+    )
+    .with_options(istio_opts())
+}
+
 fn all_cases() -> Vec<Test> {
     vec![
         case_empty(),
+        case_istio_ambient(),
+        case_istio_disabled(),
+        case_live_migration_direct(),
+        case_live_migration_selector(),
+        case_computed_data_both_kinds(),
         case_host_endpoint_named_ports(),
         case_zero_prefix_overlap(),
         case_duplicate_ip_in_endpoint(),
@@ -1916,6 +2322,11 @@ macro_rules! fv_tests {
 }
 
 fv_tests! {
+    istio_ambient => case_istio_ambient,
+    istio_disabled => case_istio_disabled,
+    live_migration_direct => case_live_migration_direct,
+    live_migration_selector => case_live_migration_selector,
+    computed_data_both_kinds => case_computed_data_both_kinds,
     host_endpoint_named_ports => case_host_endpoint_named_ports,
     zero_prefix_overlap => case_zero_prefix_overlap,
     duplicate_ip_in_endpoint => case_duplicate_ip_in_endpoint,

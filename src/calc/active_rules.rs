@@ -15,6 +15,11 @@
 //!   rules change while active, and inactive when it stops being active.
 //! * Every match started for (policy, endpoint) is stopped before either
 //!   side is forgotten (delegated to the inherit index).
+//! * Extra *computed selectors* (upstream's `AddExtraComputedSelector`)
+//!   share the same index: other nodes (the Istio and live-migration
+//!   calculators) register a selector under a [`ComputedListener`] and are
+//!   told which local endpoints it matches.  They never make a policy
+//!   active and never reach the policy resolver as policy matches.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -32,6 +37,16 @@ pub const HINT_ASSUME_NEEDED: &str = "AssumeNeededOnEveryNode";
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SelectorOwner {
     Policy(PolicyKey),
+    /// An extra computed selector (its source text) and who listens to it.
+    Computed(String, ComputedListener),
+}
+
+/// The nodes that register extra computed selectors.  Part of the selector
+/// ID, so two listeners may register the same selector independently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ComputedListener {
+    Istio,
+    LiveMigration,
 }
 
 /// Profile rules as the dataplane sees them.
@@ -50,6 +65,10 @@ pub enum ArcEvent {
     ProfileInactive(String),
     MatchStarted(PolicyKey, EndpointKey),
     MatchStopped(PolicyKey, EndpointKey),
+    /// A computed selector (source text) started matching a local endpoint.
+    ComputedMatchStarted(ComputedListener, String, EndpointKey),
+    /// A computed selector stopped matching a local endpoint.
+    ComputedMatchStopped(ComputedListener, String, EndpointKey),
 }
 
 /// Placeholder for the forced "match" of an always-programmed policy.
@@ -224,6 +243,43 @@ impl ActiveRulesCalculator {
         }
     }
 
+    /// Registers an extra computed selector for `listener` (upstream's
+    /// `AddExtraComputedSelector`); matches against current local endpoints
+    /// are reported at once.  An unparseable selector matches nothing.
+    pub fn add_computed_selector(
+        &mut self,
+        sel: &str,
+        listener: ComputedListener,
+        out: &mut Vec<ArcEvent>,
+    ) {
+        let parsed = selector::parse(sel).unwrap_or_else(|e| {
+            tracing::warn!(selector = sel, error = %e, "unparseable computed selector; matching nothing");
+            never_selector()
+        });
+        let mut matches = Vec::new();
+        self.index.update_selector(
+            SelectorOwner::Computed(sel.to_string(), listener),
+            parsed,
+            &mut matches,
+        );
+        self.handle_matches(matches, out);
+    }
+
+    /// Removes a computed selector; every match it had is stopped first.
+    pub fn remove_computed_selector(
+        &mut self,
+        sel: &str,
+        listener: ComputedListener,
+        out: &mut Vec<ArcEvent>,
+    ) {
+        let mut matches = Vec::new();
+        self.index.delete_selector(
+            &SelectorOwner::Computed(sel.to_string(), listener),
+            &mut matches,
+        );
+        self.handle_matches(matches, out);
+    }
+
     fn handle_matches(
         &mut self,
         matches: Vec<MatchEvent<SelectorOwner, EndpointKey>>,
@@ -236,6 +292,12 @@ impl ActiveRulesCalculator {
                 }
                 MatchEvent::Stopped(SelectorOwner::Policy(pk), ek) => {
                     self.match_stopped(&pk, MatchTarget::Endpoint(ek), out)
+                }
+                MatchEvent::Started(SelectorOwner::Computed(sel, l), ek) => {
+                    out.push(ArcEvent::ComputedMatchStarted(l, sel, ek))
+                }
+                MatchEvent::Stopped(SelectorOwner::Computed(sel, l), ek) => {
+                    out.push(ArcEvent::ComputedMatchStopped(l, sel, ek))
                 }
             }
         }

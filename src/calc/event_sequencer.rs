@@ -30,6 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use felix_proto as pb;
 use pb::to_dataplane::Payload;
 
+use super::computed::EndpointComputed;
 use super::ids::fill_rule_ids;
 use super::labelindex::Member;
 use super::policy_resolver::{EndpointTiers, ResolvedTier};
@@ -60,7 +61,8 @@ pub struct EventSequencer {
     pending_policy_deletes: BTreeSet<PolicyKey>,
     pending_profile_updates: BTreeMap<String, ParsedRules>,
     pending_profile_deletes: BTreeSet<String>,
-    pending_endpoint_updates: BTreeMap<EndpointKey, (EndpointValue, Vec<ResolvedTier>)>,
+    pending_endpoint_updates:
+        BTreeMap<EndpointKey, (EndpointValue, Vec<ResolvedTier>, EndpointComputed)>,
     pending_endpoint_deletes: BTreeSet<EndpointKey>,
 
     pending_host_updates: BTreeMap<String, HostInfo>,
@@ -226,7 +228,7 @@ impl EventSequencer {
             Some(ep) => {
                 self.pending_endpoint_deletes.remove(&update.key);
                 self.pending_endpoint_updates
-                    .insert(update.key, (ep, update.tiers));
+                    .insert(update.key, (ep, update.tiers, update.computed));
             }
         }
     }
@@ -346,8 +348,8 @@ impl EventSequencer {
             out.push(Payload::ActiveProfileUpdate(profile_update(&name, rules)));
             self.sent_profiles.insert(name);
         }
-        for (key, (ep, tiers)) in std::mem::take(&mut self.pending_endpoint_updates) {
-            out.push(endpoint_update(&key, &ep, &tiers));
+        for (key, (ep, tiers, computed)) in std::mem::take(&mut self.pending_endpoint_updates) {
+            out.push(endpoint_update(&key, &ep, &tiers, &computed));
             self.sent_endpoints.insert(key);
         }
         for key in std::mem::take(&mut self.pending_endpoint_deletes) {
@@ -608,34 +610,41 @@ pub fn split_tiers(
     (normal, untracked, pre_dnat, forward)
 }
 
-fn endpoint_update(key: &EndpointKey, ep: &EndpointValue, tiers: &[ResolvedTier]) -> Payload {
+fn endpoint_update(
+    key: &EndpointKey,
+    ep: &EndpointValue,
+    tiers: &[ResolvedTier],
+    computed: &EndpointComputed,
+) -> Payload {
     let (normal, untracked, pre_dnat, forward) = split_tiers(tiers);
     match (key, ep) {
         (EndpointKey::Workload(k), EndpointValue::Workload(w)) => {
+            let mut endpoint = pb::WorkloadEndpoint {
+                state: w.state.clone(),
+                name: w.name.clone(),
+                mac: w.mac.clone().unwrap_or_default(),
+                profile_ids: w.profile_ids.clone(),
+                ipv4_nets: w.ipv4_nets.iter().map(|n| n.to_string()).collect(),
+                ipv6_nets: w.ipv6_nets.iter().map(|n| n.to_string()).collect(),
+                tiers: normal,
+                ipv4_nat: nats(&w.ipv4_nat),
+                ipv6_nat: nats(&w.ipv6_nat),
+                allow_spoofed_source_prefixes: w
+                    .allow_spoofed_source_prefixes
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect(),
+                annotations: w
+                    .annotations
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+                ..Default::default()
+            };
+            computed.apply_to(&mut endpoint);
             Payload::WorkloadEndpointUpdate(pb::WorkloadEndpointUpdate {
                 id: Some(wep_id(k)),
-                endpoint: Some(pb::WorkloadEndpoint {
-                    state: w.state.clone(),
-                    name: w.name.clone(),
-                    mac: w.mac.clone().unwrap_or_default(),
-                    profile_ids: w.profile_ids.clone(),
-                    ipv4_nets: w.ipv4_nets.iter().map(|n| n.to_string()).collect(),
-                    ipv6_nets: w.ipv6_nets.iter().map(|n| n.to_string()).collect(),
-                    tiers: normal,
-                    ipv4_nat: nats(&w.ipv4_nat),
-                    ipv6_nat: nats(&w.ipv6_nat),
-                    allow_spoofed_source_prefixes: w
-                        .allow_spoofed_source_prefixes
-                        .iter()
-                        .map(|n| n.to_string())
-                        .collect(),
-                    annotations: w
-                        .annotations
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
-                    ..Default::default()
-                }),
+                endpoint: Some(endpoint),
             })
         }
         (EndpointKey::Host(k), EndpointValue::Host(h)) => {

@@ -6,8 +6,11 @@
 //!
 //! ```text
 //! Update ──► validation ──► dispatch (by key kind, in registration order)
+//!   local WEPs ──► live-migration calculator (first; see below)
 //!   local endpoints ──► active-rules calculator ──► rule scanner ──► IP-set index
-//!                    └─► policy resolver (tiers/order per endpoint)
+//!                    │     └─► computed selectors ──► Istio / live-migration calculators
+//!                    └─► policy resolver (tiers/order per endpoint, computed data)
+//!   live migrations ──► live-migration calculator ──► policy resolver
 //!   all endpoints, network sets, profile labels ──► IP-set index (members)
 //!   policies, profiles, tiers ──► active-rules calculator / policy resolver
 //!   nodes, pools, blocks ──► pass-through, encapsulation, routes, VTEPs
@@ -20,7 +23,16 @@
 //! * Synchronous and single-threaded: an update propagates through direct
 //!   calls; no node spawns work or takes a lock.
 //! * Output is a function of the current state only (no hysteresis).
-//! * Registration order is load-bearing in one place: the active-rules
+//! * Registration order is load-bearing: the live-migration calculator
+//!   hears a local workload endpoint *before* the active-rules calculator
+//!   (upstream registers it first on the local-endpoint dispatcher), so the
+//!   endpoint is known to it when the active-rules calculator reports a
+//!   target-selector match for it; a match for an endpoint it does not
+//!   know is dropped, so reversing the two would lose target roles (the
+//!   test `live_migration_hears_endpoint_before_arc` pins this).  On
+//!   deletion it forgets the endpoint first and ignores the later
+//!   match-stopped; the resolver drops the endpoint's computed data.
+//! * The active-rules
 //!   calculator hears a local endpoint before the policy resolver, so
 //!   "policy matches endpoint" events may reach the resolver before the
 //!   endpoint itself; the resolver only marks endpoints dirty and resolves
@@ -29,11 +41,14 @@
 //!   follows the datastore's in-sync), never fabricated or withheld.
 
 pub mod active_rules;
+pub mod computed;
 pub mod config_batcher;
 pub mod event_sequencer;
 pub mod ids;
+pub mod istio;
 pub mod l3_routes;
 pub mod labelindex;
+pub mod live_migration;
 pub mod passthru;
 pub mod policy_resolver;
 pub mod routes;
@@ -51,10 +66,11 @@ use crate::model::{
     HostEndpoint, HostEndpointKey, Key, SyncStatus, Update, Value, WorkloadEndpoint,
     WorkloadEndpointKey,
 };
-use active_rules::{ActiveRulesCalculator, ArcEvent};
+use active_rules::{ActiveRulesCalculator, ArcEvent, ComputedListener};
 use config_batcher::ConfigBatcher;
 use event_sequencer::EventSequencer;
 use labelindex::{IpSetIndex, LabelledKey, LabelledValue, Member, MemberSink};
+use live_migration::{LiveMigrationCalculator, LmAction};
 use passthru::Passthru;
 use policy_resolver::PolicyResolver;
 use rule_scanner::{RuleScanner, ScanEvent};
@@ -96,6 +112,23 @@ pub struct GraphStats {
     pub cluster_tiers: usize,
 }
 
+/// Construction-time choices (upstream decides these from config when the
+/// graph is built, and a change restarts Felix).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphOptions {
+    /// `IstioAmbientMode: Enabled`: build the Istio ambient calculator.
+    pub istio_ambient: bool,
+}
+
+impl GraphOptions {
+    /// The options a Felix configuration calls for.
+    pub fn from_config(istio_ambient_mode: &str) -> GraphOptions {
+        GraphOptions {
+            istio_ambient: istio_ambient_mode.eq_ignore_ascii_case("enabled"),
+        }
+    }
+}
+
 /// The assembled graph.  See the module docs.
 pub struct CalcGraph {
     hostname: String,
@@ -103,6 +136,7 @@ pub struct CalcGraph {
     scanner: RuleScanner,
     ipsets: IpSetIndex,
     resolver: PolicyResolver,
+    lmc: LiveMigrationCalculator,
     seq: EventSequencer,
     passthru: Passthru,
     routes: routes::RouteNodes,
@@ -116,12 +150,18 @@ pub struct CalcGraph {
 impl CalcGraph {
     /// A graph computing the dataplane of node `hostname`.
     pub fn new(hostname: &str) -> CalcGraph {
-        CalcGraph {
+        CalcGraph::with_options(hostname, GraphOptions::default())
+    }
+
+    /// A graph for `hostname` built with `options`.
+    pub fn with_options(hostname: &str, options: GraphOptions) -> CalcGraph {
+        let mut g = CalcGraph {
             hostname: hostname.to_string(),
             arc: ActiveRulesCalculator::new(),
             scanner: RuleScanner::new(),
             ipsets: IpSetIndex::new(),
             resolver: PolicyResolver::new(),
+            lmc: LiveMigrationCalculator::new(),
             seq: EventSequencer::new(),
             passthru: Passthru::new(),
             routes: routes::RouteNodes::new(hostname, routes::RouteConfig::default()),
@@ -130,7 +170,35 @@ impl CalcGraph {
             in_sync: false,
             need_in_sync_msg: false,
             stats: GraphStats::default(),
+        };
+        if options.istio_ambient {
+            g.build_istio();
         }
+        g
+    }
+
+    /// The Istio ambient calculator: its all-endpoints IP set (local and
+    /// remote members, through the shared IP-set index) and its computed
+    /// selector on the active-rules calculator (local marks).
+    fn build_istio(&mut self) {
+        self.seq
+            .on_ipset_added(istio::ALL_ISTIO_WEPS, rule_scanner::SetType::Ip);
+        match crate::selector::parse(istio::ISTIO_SELECTOR) {
+            Ok(sel) => self.ipsets.update_ipset(
+                istio::ALL_ISTIO_WEPS,
+                labelindex::IpSetDef {
+                    selector: sel,
+                    np_protocol: labelindex::NpProtocol::None,
+                    np_name: String::new(),
+                },
+                &mut self.seq,
+            ),
+            Err(e) => tracing::error!(error = %e, "Istio selector does not parse"),
+        }
+        let mut ev = Vec::new();
+        self.arc
+            .add_computed_selector(istio::ISTIO_SELECTOR, ComputedListener::Istio, &mut ev);
+        self.route_arc(ev);
     }
 
     /// The node this graph computes for.
@@ -188,6 +256,11 @@ impl CalcGraph {
                 };
                 self.routes.on_workload(&k, v.as_deref());
                 if k.hostname == self.hostname {
+                    // Load-bearing order: the live-migration calculator
+                    // before the active-rules calculator (module docs).
+                    let mut la = Vec::new();
+                    self.lmc.on_endpoint(&k, v.is_some(), &mut la);
+                    self.route_lm(la);
                     let ek = EndpointKey::Workload(k.clone());
                     let mut ev = Vec::new();
                     self.arc.on_endpoint(
@@ -334,6 +407,15 @@ impl CalcGraph {
                 };
                 self.config.on_ready(v);
             }
+            Key::LiveMigration(k) => {
+                let v = match value {
+                    Some(Value::LiveMigration(lm)) => Some(lm),
+                    _ => None,
+                };
+                let mut la = Vec::new();
+                self.lmc.on_migration(&k, v, &mut la);
+                self.route_lm(la);
+            }
         }
     }
 
@@ -409,6 +491,58 @@ impl CalcGraph {
                 }
                 ArcEvent::MatchStarted(pk, ek) => self.resolver.on_match_started(&pk, &ek),
                 ArcEvent::MatchStopped(pk, ek) => self.resolver.on_match_stopped(&pk, &ek),
+                ArcEvent::ComputedMatchStarted(l, sel, ek) => {
+                    self.on_computed_match(l, &sel, &ek, true)
+                }
+                ArcEvent::ComputedMatchStopped(l, sel, ek) => {
+                    self.on_computed_match(l, &sel, &ek, false)
+                }
+            }
+        }
+    }
+
+    fn on_computed_match(
+        &mut self,
+        listener: ComputedListener,
+        selector: &str,
+        ep: &EndpointKey,
+        matched: bool,
+    ) {
+        match listener {
+            ComputedListener::Istio => {
+                if let Some((k, u)) = istio::on_match(ep, matched) {
+                    self.resolver.on_computed(k, &u);
+                }
+            }
+            ComputedListener::LiveMigration => {
+                if let EndpointKey::Workload(k) = ep {
+                    let mut la = Vec::new();
+                    self.lmc.on_selector_match(selector, k, matched, &mut la);
+                    self.route_lm(la);
+                }
+            }
+        }
+    }
+
+    fn route_lm(&mut self, actions: Vec<LmAction>) {
+        for a in actions {
+            match a {
+                LmAction::Computed(k, u) => self.resolver.on_computed(&k, &u),
+                LmAction::AddSelector(sel) => {
+                    let mut ev = Vec::new();
+                    self.arc
+                        .add_computed_selector(&sel, ComputedListener::LiveMigration, &mut ev);
+                    self.route_arc(ev);
+                }
+                LmAction::RemoveSelector(sel) => {
+                    let mut ev = Vec::new();
+                    self.arc.remove_computed_selector(
+                        &sel,
+                        ComputedListener::LiveMigration,
+                        &mut ev,
+                    );
+                    self.route_arc(ev);
+                }
             }
         }
     }
@@ -428,5 +562,88 @@ impl CalcGraph {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{LiveMigration, LiveMigrationKey, LiveMigrationTarget};
+
+    fn wep_update(present: bool) -> Update {
+        let key = Key::WorkloadEndpoint(WorkloadEndpointKey {
+            hostname: "node1".into(),
+            orchestrator_id: "k8s".into(),
+            workload_id: "ns/virt-launcher-b".into(),
+            endpoint_id: "eth0".into(),
+        });
+        if present {
+            let w = WorkloadEndpoint {
+                labels: [("vm".to_string(), "a".to_string())].into(),
+                ..Default::default()
+            };
+            Update::set(key, Value::WorkloadEndpoint(Arc::new(w)))
+        } else {
+            Update::delete(key)
+        }
+    }
+
+    fn role_of(out: &[Payload]) -> Option<(i32, String)> {
+        out.iter().rev().find_map(|p| match p {
+            Payload::WorkloadEndpointUpdate(u) => u
+                .endpoint
+                .as_ref()
+                .map(|e| (e.live_migration_role, e.live_migration_uid.clone())),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn graph_options_from_config() {
+        assert!(GraphOptions::from_config("Enabled").istio_ambient);
+        assert!(!GraphOptions::from_config("Disabled").istio_ambient);
+        assert!(!GraphOptions::from_config("").istio_ambient);
+    }
+
+    /// The registration-order invariant (module docs): the live-migration
+    /// calculator hears a local endpoint before the active-rules
+    /// calculator reports the target selector matching it, so an endpoint
+    /// that arrives after its migration gets the target role straight
+    /// away.  With the opposite order the match would be dropped.
+    #[test]
+    fn live_migration_hears_endpoint_before_arc() {
+        let mut g = CalcGraph::new("node1");
+        g.on_status(SyncStatus::InSync);
+        let lm = LiveMigration {
+            uid: "uid-1".into(),
+            source: None,
+            target: Some(LiveMigrationTarget {
+                selector: Some("vm == 'a'".into()),
+                workload_endpoint: None,
+            }),
+        };
+        g.on_update(Update::set(
+            Key::LiveMigration(LiveMigrationKey {
+                namespace: "ns".into(),
+                name: "m".into(),
+            }),
+            Value::LiveMigration(Arc::new(lm)),
+        ));
+        g.flush();
+        g.on_update(wep_update(true));
+        let out = g.flush();
+        assert_eq!(
+            role_of(&out),
+            Some((pb::LiveMigrationRole::Target as i32, "uid-1".to_string()))
+        );
+        // Deleting and re-adding the endpoint in one batch still ends in
+        // the target role.
+        g.on_update(wep_update(false));
+        g.on_update(wep_update(true));
+        let out = g.flush();
+        assert_eq!(
+            role_of(&out),
+            Some((pb::LiveMigrationRole::Target as i32, "uid-1".to_string()))
+        );
     }
 }

@@ -16,10 +16,11 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::computed::{ComputedUpdate, EndpointComputed};
 use super::EndpointKey;
 use super::EndpointValue;
 use crate::hash::{FastMap as HashMap, FastSet as HashSet};
-use crate::model::{Policy, PolicyKey, Tier};
+use crate::model::{Policy, PolicyKey, Tier, WorkloadEndpointKey};
 
 /// Name of the tier a policy without one belongs to.
 pub const DEFAULT_TIER: &str = "default";
@@ -83,6 +84,9 @@ pub struct EndpointTiers {
     /// `None`: the endpoint is gone.
     pub endpoint: Option<EndpointValue>,
     pub tiers: Vec<ResolvedTier>,
+    /// Data other nodes computed for a workload endpoint (default for host
+    /// endpoints and removals).
+    pub computed: EndpointComputed,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -99,6 +103,7 @@ pub struct PolicyResolver {
     tiers: HashMap<String, TierMeta>,
     ep_policies: HashMap<EndpointKey, BTreeSet<PolicyKey>>,
     policy_eps: HashMap<PolicyKey, HashSet<EndpointKey>>,
+    computed: HashMap<WorkloadEndpointKey, EndpointComputed>,
     dirty: BTreeSet<EndpointKey>,
     in_sync: bool,
 }
@@ -143,9 +148,28 @@ impl PolicyResolver {
             }
             None => {
                 self.endpoints.remove(key);
+                if let EndpointKey::Workload(wk) = key {
+                    self.computed.remove(wk);
+                }
             }
         }
         self.dirty.insert(key.clone());
+    }
+
+    /// Another node computed something about a local workload endpoint
+    /// (upstream's `OnEndpointComputedDataUpdate`).  The endpoint need not
+    /// be known yet: the live-migration calculator hears of it first.
+    pub fn on_computed(&mut self, key: &WorkloadEndpointKey, update: &ComputedUpdate) {
+        let entry = self.computed.entry(key.clone()).or_default();
+        let before = entry.clone();
+        entry.apply(update);
+        let changed = *entry != before;
+        if entry.is_empty() {
+            self.computed.remove(key);
+        }
+        if changed {
+            self.dirty.insert(EndpointKey::Workload(key.clone()));
+        }
     }
 
     /// A policy changed: dirties its endpoints when its metadata changed.
@@ -224,10 +248,17 @@ impl PolicyResolver {
                 } else {
                     Vec::new()
                 };
+                let computed = match (&key, &endpoint) {
+                    (EndpointKey::Workload(wk), Some(_)) => {
+                        self.computed.get(wk).cloned().unwrap_or_default()
+                    }
+                    _ => EndpointComputed::default(),
+                };
                 EndpointTiers {
                     key,
                     endpoint,
                     tiers,
+                    computed,
                 }
             })
             .collect()

@@ -7,7 +7,8 @@
 //!
 //! Invariants guaranteed downstream of this node:
 //! * a present value's variant matches its key's variant;
-//! * every selector in a policy (its own and its rules') parses.
+//! * every selector in a policy (its own and its rules') and a live
+//!   migration's target selector parses.
 
 use crate::model::{Key, Policy, Rule, Update, Value};
 use crate::selector;
@@ -40,6 +41,7 @@ fn check(key: &Key, value: &Value) -> Result<(), &'static str> {
             | (Key::GlobalConfig(_), Value::Config(_))
             | (Key::HostConfig { .. }, Value::Config(_))
             | (Key::Ready, Value::Ready(_))
+            | (Key::LiveMigration(_), Value::LiveMigration(_))
     );
     if !kinds_match {
         return Err("value kind does not match key kind");
@@ -47,6 +49,12 @@ fn check(key: &Key, value: &Value) -> Result<(), &'static str> {
     match value {
         Value::Policy(p) => check_policy(p),
         Value::Profile(p) => check_rules(p.inbound_rules.iter().chain(&p.outbound_rules)),
+        Value::LiveMigration(lm) => match lm.target.as_ref().and_then(|t| t.selector.as_deref()) {
+            Some(sel) if !sel.is_empty() && selector::parse(sel).is_err() => {
+                Err("live-migration target selector does not parse")
+            }
+            _ => Ok(()),
+        },
         _ => Ok(()),
     }
 }

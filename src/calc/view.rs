@@ -14,7 +14,12 @@
 //!   profile uses it; a policy or profile is not removed while an endpoint
 //!   uses it; a VTEP is not removed while a route uses it;
 //! * no delta to an unknown set, no duplicate member add, no removal of an
-//!   absent member, no removal of an unknown object.
+//!   absent member, no removal of an unknown object;
+//! * computed endpoint data: an endpoint marked Istio ambient is sent only
+//!   while the `all-istio-weps` IP set exists (the Istio calculator
+//!   announces it before any endpoint, and it is never removed while a
+//!   marked endpoint exists); a live-migration role is a known value, and a
+//!   live-migration UID comes only with a role.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -143,6 +148,35 @@ impl DataplaneView {
         Self::default()
     }
 
+    fn check_computed(
+        &self,
+        p: &Payload,
+        ep: &pb::WorkloadEndpoint,
+    ) -> Result<(), ContractViolation> {
+        if ep.is_istio_ambient && !self.ip_sets.contains_key(super::istio::ALL_ISTIO_WEPS) {
+            return Err(violation(
+                p,
+                "endpoint marked Istio ambient before the all-istio-weps IP set".into(),
+            ));
+        }
+        let role = pb::LiveMigrationRole::try_from(ep.live_migration_role).map_err(|_| {
+            violation(
+                p,
+                format!("unknown live-migration role {}", ep.live_migration_role),
+            )
+        })?;
+        if role == pb::LiveMigrationRole::NoRole && !ep.live_migration_uid.is_empty() {
+            return Err(violation(
+                p,
+                format!(
+                    "live-migration UID {} without a role",
+                    ep.live_migration_uid
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Applies one message, checking the contract first; on a violation
     /// the view is left unchanged.
     pub fn apply(&mut self, p: &Payload) -> Result<(), ContractViolation> {
@@ -188,6 +222,14 @@ impl DataplaneView {
             Payload::IpsetRemove(u) => {
                 if !self.ip_sets.contains_key(&u.id) {
                     return Err(violation(p, format!("removal of unknown IP set {}", u.id)));
+                }
+                if u.id == super::istio::ALL_ISTIO_WEPS
+                    && self.workload_endpoints.values().any(|e| e.is_istio_ambient)
+                {
+                    return Err(violation(
+                        p,
+                        "all-istio-weps removed while an endpoint is marked Istio ambient".into(),
+                    ));
                 }
                 let users = self
                     .policies
@@ -286,6 +328,7 @@ impl DataplaneView {
             Payload::WorkloadEndpointUpdate(u) => {
                 let ep = u.endpoint.clone().unwrap_or_default();
                 self.check_endpoint_refs(p, &ep.profile_ids, tier_policy_ids(&ep.tiers))?;
+                self.check_computed(p, &ep)?;
                 self.workload_endpoints.insert(wid(&u.id), ep);
             }
             Payload::WorkloadEndpointRemove(u) => {
@@ -527,4 +570,59 @@ pub fn payload_json(seq: u64, p: &Payload) -> Json {
         sequence_number: seq,
         payload: Some(p.clone()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wep_update(f: impl FnOnce(&mut pb::WorkloadEndpoint)) -> Payload {
+        let mut ep = pb::WorkloadEndpoint::default();
+        f(&mut ep);
+        Payload::WorkloadEndpointUpdate(pb::WorkloadEndpointUpdate {
+            id: Some(pb::WorkloadEndpointId {
+                orchestrator_id: "k8s".into(),
+                workload_id: "ns/p".into(),
+                endpoint_id: "eth0".into(),
+            }),
+            endpoint: Some(ep),
+        })
+    }
+
+    fn istio_set() -> Payload {
+        Payload::IpsetUpdate(pb::IpSetUpdate {
+            id: crate::calc::istio::ALL_ISTIO_WEPS.into(),
+            members: vec![],
+            r#type: pb::ip_set_update::IpSetType::Ip as i32,
+        })
+    }
+
+    #[test]
+    fn istio_mark_needs_the_istio_set_and_pins_it() {
+        let mut v = DataplaneView::new();
+        let marked = wep_update(|e| e.is_istio_ambient = true);
+        assert!(v.apply(&marked).is_err());
+        v.apply(&istio_set()).unwrap();
+        v.apply(&marked).unwrap();
+        let remove = Payload::IpsetRemove(pb::IpSetRemove {
+            id: crate::calc::istio::ALL_ISTIO_WEPS.into(),
+        });
+        assert!(v.apply(&remove).is_err());
+        v.apply(&wep_update(|_| {})).unwrap();
+        v.apply(&remove).unwrap();
+    }
+
+    #[test]
+    fn live_migration_uid_needs_a_known_role() {
+        let mut v = DataplaneView::new();
+        assert!(v
+            .apply(&wep_update(|e| e.live_migration_uid = "u".into()))
+            .is_err());
+        assert!(v.apply(&wep_update(|e| e.live_migration_role = 7)).is_err());
+        v.apply(&wep_update(|e| {
+            e.live_migration_role = pb::LiveMigrationRole::Source as i32;
+            e.live_migration_uid = "u".into();
+        }))
+        .unwrap();
+    }
 }

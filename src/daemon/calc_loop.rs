@@ -67,6 +67,8 @@ pub struct CalcLoopConfig {
     /// simulated calc-graph hang), `error` and `panic` hold the flush back
     /// (the output stays buffered and is flushed on a later pass).
     pub faults: Option<felix_actors::FaultRegistry>,
+    /// How the graph is built (e.g. the Istio ambient calculator).
+    pub graph_options: crate::calc::GraphOptions,
 }
 
 impl Default for CalcLoopConfig {
@@ -78,6 +80,7 @@ impl Default for CalcLoopConfig {
             report_interval: Duration::from_secs(1),
             ready_if_absent: true,
             faults: None,
+            graph_options: crate::calc::GraphOptions::default(),
         }
     }
 }
@@ -179,7 +182,7 @@ impl CalcLoop {
         cfg: CalcLoopConfig,
     ) -> CalcLoop {
         CalcLoop {
-            graph: CalcGraph::new(node),
+            graph: CalcGraph::with_options(node, cfg.graph_options),
             rx,
             sink,
             view,

@@ -212,6 +212,15 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
                 // only once ClusterInformation says datastoreReady: true.
                 ready_if_absent: matches!(spec, DatastoreSpec::File(_)),
                 faults: Some(shared.faults.clone()),
+                // Read once at start, as upstream builds its graph from
+                // config (the datastore's FelixConfiguration is not
+                // consulted here yet).
+                graph_options: crate::calc::GraphOptions::from_config(
+                    &local_cfg
+                        .get("IstioAmbientMode")
+                        .map(|v| v.render())
+                        .unwrap_or_default(),
+                ),
                 ..CalcLoopConfig::default()
             },
         )

@@ -56,6 +56,11 @@ pub struct WepExp {
     pub ipv4: Vec<String>,
     pub ipv6: Vec<String>,
     pub tiers: Vec<TierExp>,
+    /// `is_istio_ambient`.
+    pub istio_ambient: bool,
+    /// `live_migration_role` by proto name (`SOURCE`, `TARGET`) and
+    /// `live_migration_uid`; `None` for `NO_ROLE` without a UID.
+    pub live_migration: Option<(String, String)>,
 }
 
 impl WepExp {
@@ -65,7 +70,21 @@ impl WepExp {
             ipv4: strings(ipv4),
             ipv6: Vec::new(),
             tiers,
+            istio_ambient: false,
+            live_migration: None,
         }
+    }
+
+    /// Marked as in the Istio ambient mesh.
+    pub fn istio(mut self) -> WepExp {
+        self.istio_ambient = true;
+        self
+    }
+
+    /// A live-migration role (`SOURCE` / `TARGET`) and UID.
+    pub fn live_migration(mut self, role: &str, uid: &str) -> WepExp {
+        self.live_migration = Some((role.to_string(), uid.to_string()));
+        self
     }
 
     pub fn ipv6(mut self, nets: &[&str]) -> WepExp {
@@ -397,12 +416,14 @@ impl Expect {
     }
 }
 
-/// Checks that a view holds nothing at all (the teardown check).
-pub fn check_empty(view: &DataplaneView) -> Result<(), String> {
+/// Checks that a view holds nothing but `baseline`, what the graph holds
+/// for an empty datastore (nothing at all, except the permanent sets of
+/// optional nodes such as the Istio calculator's): the teardown check.
+pub fn check_empty(view: &DataplaneView, baseline: &Digest) -> Result<(), String> {
     let got = Digest::of_view(view);
     let mut problems = Vec::new();
-    if got != Digest::default() {
-        problems.push(describe_diff(&Digest::default(), &got, &BTreeMap::new()));
+    if &got != baseline {
+        problems.push(describe_diff(baseline, &got, &BTreeMap::new()));
     }
     if !view.routes.is_empty() || !view.vteps.is_empty() {
         problems.push(format!(
@@ -485,6 +506,18 @@ fn map_labels<'a>(m: impl IntoIterator<Item = (&'a String, &'a String)>) -> Labe
     m.into_iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
+fn live_migration(ep: &pb::WorkloadEndpoint) -> Option<(String, String)> {
+    if ep.live_migration_role == pb::LiveMigrationRole::NoRole as i32
+        && ep.live_migration_uid.is_empty()
+    {
+        return None;
+    }
+    let role = pb::LiveMigrationRole::try_from(ep.live_migration_role)
+        .map(|r| r.as_str_name().to_string())
+        .unwrap_or_else(|_| format!("role {}", ep.live_migration_role));
+    Some((role, ep.live_migration_uid.clone()))
+}
+
 impl Digest {
     /// The digest of a view.
     pub fn of_view(v: &DataplaneView) -> Digest {
@@ -522,6 +555,8 @@ impl Digest {
                             ipv4: ep.ipv4_nets.clone(),
                             ipv6: ep.ipv6_nets.clone(),
                             tiers: tiers(&ep.tiers),
+                            istio_ambient: ep.is_istio_ambient,
+                            live_migration: live_migration(ep),
                         },
                     )
                 })

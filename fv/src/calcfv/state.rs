@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 
+use felix::calc::GraphOptions;
 use felix::model::{Key, Update, Value};
 use felix::resources::{decode_documents, Format};
 
@@ -31,6 +32,8 @@ pub struct State {
 pub struct Test {
     pub name: String,
     pub states: Vec<State>,
+    /// How the graph under test is built.
+    pub options: GraphOptions,
 }
 
 impl Test {
@@ -38,7 +41,14 @@ impl Test {
         Test {
             name: name.to_string(),
             states,
+            options: GraphOptions::default(),
         }
+    }
+
+    /// Runs the test on a graph built with `options`.
+    pub fn with_options(mut self, options: GraphOptions) -> Test {
+        self.options = options;
+        self
     }
 }
 
