@@ -115,8 +115,7 @@ fn rest_is_blank(s: &str) -> bool {
 fn has_special_chars(text: &str) -> bool {
     let b = text.as_bytes();
     // Fast path (vectorised): printable ASCII, tabs and line ends only.
-    if b
-        .iter()
+    if b.iter()
         .all(|&c| (0x20..0x7f).contains(&c) || c == b'\n' || c == b'\t' || c == b'\r')
     {
         return false;
