@@ -64,17 +64,18 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use notify::{EventKind, RecursiveMode, Watcher};
 
+use super::emit::{self, Stopped};
 use super::merge::{Merger, RelPath};
 use super::source::{self, Fingerprint};
 use super::walk;
-use crate::model::{SyncStatus, SyncerEvent, Update};
+use crate::model::{SyncStatus, SyncerEvent};
 
 /// Default interval of the backstop full rescan.
 pub const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(30);
@@ -204,9 +205,6 @@ struct Tracked {
     /// When it was read (seconds since the epoch).
     read_at: i64,
 }
-
-/// The thread's ended because of a stop request or a dropped receiver.
-struct Stopped;
 
 /// Notifications received but not handled yet.
 #[derive(Default)]
@@ -547,41 +545,12 @@ impl Worker {
     /// Sends the merger's net changes in bounded batches.
     fn flush(&mut self) -> Result<(), Stopped> {
         let updates = self.merger.take_updates();
-        if updates.is_empty() {
-            return Ok(());
-        }
-        let mut batch: Vec<Update> = Vec::with_capacity(self.batch_size.min(updates.len()));
-        for update in updates {
-            batch.push(update);
-            if batch.len() == self.batch_size {
-                let full = std::mem::replace(&mut batch, Vec::with_capacity(self.batch_size));
-                self.send(SyncerEvent::Updates(full))?;
-            }
-        }
-        if !batch.is_empty() {
-            self.send(SyncerEvent::Updates(batch))?;
-        }
-        Ok(())
+        emit::send_updates(&self.out, &self.stop, updates, self.batch_size)
     }
 
     /// Sends one event, waiting while the channel is full.
     fn send(&self, event: SyncerEvent) -> Result<(), Stopped> {
-        let mut event = event;
-        let mut backoff = Duration::from_millis(1);
-        loop {
-            if self.stop.load(Ordering::SeqCst) {
-                return Err(Stopped);
-            }
-            match self.out.try_send(event) {
-                Ok(()) => return Ok(()),
-                Err(TrySendError::Disconnected(_)) => return Err(Stopped),
-                Err(TrySendError::Full(back)) => {
-                    event = back;
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_millis(50));
-                }
-            }
-        }
+        emit::send(&self.out, &self.stop, event)
     }
 }
 

@@ -44,6 +44,7 @@ pub mod etcd;
 pub mod file;
 pub mod snapshot;
 
+mod emit;
 mod merge;
 mod source;
 mod walk;

@@ -75,7 +75,7 @@ use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::mpsc::{self, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -84,8 +84,9 @@ use super::client::{prefix_end, EtcdClient, EtcdError, KeyValue, WatchEvent, Wat
 use super::config::{ConfigError, EtcdConfig};
 use super::keys;
 use super::value;
+use crate::datastore::emit;
 use crate::datastore::merge::{Doc, Merger, RelPath};
-use crate::model::{SyncStatus, SyncerEvent, Update};
+use crate::model::{SyncStatus, SyncerEvent};
 use crate::resources::ResourceId;
 
 /// Default maximum number of updates per `SyncerEvent::Updates`.
@@ -258,6 +259,12 @@ enum Interrupt {
     Stopped,
     /// Try again: relist (after the backoff unless `immediate`).
     Retry { reason: String, immediate: bool },
+}
+
+impl From<emit::Stopped> for Interrupt {
+    fn from(_: emit::Stopped) -> Self {
+        Interrupt::Stopped
+    }
 }
 
 /// What the syncer remembers per etcd key.
@@ -737,41 +744,14 @@ impl Worker {
     /// Sends the merger's net changes in bounded batches.
     fn flush(&mut self) -> Result<(), Interrupt> {
         let updates = self.merger.take_updates();
-        if updates.is_empty() {
-            return Ok(());
-        }
-        let mut batch: Vec<Update> = Vec::with_capacity(self.batch_size.min(updates.len()));
-        for update in updates {
-            batch.push(update);
-            if batch.len() == self.batch_size {
-                let full = std::mem::replace(&mut batch, Vec::with_capacity(self.batch_size));
-                self.send(SyncerEvent::Updates(full))?;
-            }
-        }
-        if !batch.is_empty() {
-            self.send(SyncerEvent::Updates(batch))?;
-        }
+        emit::send_updates(&self.out, &self.stop, updates, self.batch_size)?;
         Ok(())
     }
 
     /// Sends one event, waiting while the channel is full.
     fn send(&self, event: SyncerEvent) -> Result<(), Interrupt> {
-        let mut event = event;
-        let mut backoff = Duration::from_millis(1);
-        loop {
-            if self.stop.load(Ordering::SeqCst) {
-                return Err(Interrupt::Stopped);
-            }
-            match self.out.try_send(event) {
-                Ok(()) => return Ok(()),
-                Err(TrySendError::Disconnected(_)) => return Err(Interrupt::Stopped),
-                Err(TrySendError::Full(back)) => {
-                    event = back;
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_millis(50));
-                }
-            }
-        }
+        emit::send(&self.out, &self.stop, event)?;
+        Ok(())
     }
 
     /// Sleeps for `d`, waking early (with `Err`) on a stop request.
