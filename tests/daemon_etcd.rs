@@ -7,19 +7,11 @@
 
 mod etcd_support;
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use etcd_support::netns::{in_ns, Topology, FELIX};
+use etcd_support::netns::{admin, calc_view, in_ns, without_state, Topology, FELIX};
 use serde_json::Value;
-
-fn without_state(mut v: Value) -> Value {
-    if let Some(o) = v.as_object_mut() {
-        o.remove("state");
-    }
-    v
-}
 
 #[test]
 fn daemon_on_etcd_serves_the_same_view_as_felix_calc_on_the_files() {
@@ -33,20 +25,7 @@ fn daemon_on_etcd_serves_the_same_view_as_felix_calc_on_the_files() {
     };
     let dir = tempfile::tempdir().unwrap();
     topo.start_etcd(&dir.path().join("etcd-data"));
-    let ds = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/datastore");
-    let start = Instant::now();
-    loop {
-        let out = topo.datastore(&["apply", "-f", ds.to_str().unwrap()]);
-        if out.status.success() {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "felix datastore apply never succeeded: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let ds = topo.apply_examples(Duration::from_secs(60));
 
     let socket = dir.path().join("admin.sock");
     let log = dir.path().join("felix.log");
@@ -62,19 +41,7 @@ fn daemon_on_etcd_serves_the_same_view_as_felix_calc_on_the_files() {
         .unwrap();
     // children[0] is etcd; the guard kills the daemon too on failure.
     topo.children.push(child);
-    let admin = |what: &str| -> Option<Value> {
-        let out = Command::new(FELIX)
-            .arg("admin")
-            .arg("--socket")
-            .arg(&socket)
-            .arg(what)
-            .output()
-            .unwrap();
-        out.status
-            .success()
-            .then(|| serde_json::from_slice(&out.stdout).ok())
-            .flatten()
-    };
+    let admin = |what: &str| admin(&socket, what);
     let start = Instant::now();
     while admin("status").is_none_or(|s| s["inSync"] != Value::Bool(true)) {
         if let Ok(Some(st)) = topo.children[1].try_wait() {
@@ -90,14 +57,7 @@ fn daemon_on_etcd_serves_the_same_view_as_felix_calc_on_the_files() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let calc = Command::new(FELIX)
-        .args(["calc", "--node", "node1"])
-        .arg(&ds)
-        .output()
-        .unwrap();
-    assert!(calc.status.success());
-    let expected: Value =
-        serde_json::from_str(String::from_utf8(calc.stdout).unwrap().trim()).unwrap();
+    let expected = calc_view(&ds, "node1");
     assert_eq!(
         without_state(admin("dataplane").unwrap()),
         without_state(expected)

@@ -12,45 +12,14 @@
 
 mod etcd_support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use etcd_support::netns::{in_ns, Topology, FELIX};
+use etcd_support::netns::{admin, calc_view, in_ns, without_state, Topology, FELIX};
 use serde_json::Value;
 
 const DEADLINE: Duration = Duration::from_secs(60);
-
-fn without_state(mut v: Value) -> Value {
-    if let Some(o) = v.as_object_mut() {
-        o.remove("state");
-    }
-    v
-}
-
-fn admin(socket: &Path, what: &str) -> Option<Value> {
-    let out = Command::new(FELIX)
-        .arg("admin")
-        .arg("--socket")
-        .arg(socket)
-        .arg(what)
-        .output()
-        .unwrap();
-    out.status
-        .success()
-        .then(|| serde_json::from_slice(&out.stdout).ok())
-        .flatten()
-}
-
-fn calc_view(ds: &Path, node: &str) -> Value {
-    let out = Command::new(FELIX)
-        .args(["calc", "--node", node])
-        .arg(ds)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "felix calc --node {node} failed");
-    serde_json::from_str(String::from_utf8(out.stdout).unwrap().trim()).unwrap()
-}
 
 /// The workload ids of the local endpoints in a `/dataplane` view.
 fn local_workloads(view: &Value) -> Vec<String> {
@@ -79,20 +48,7 @@ fn two_daemons_on_one_etcd_each_compute_their_own_node() {
     let dir = tempfile::tempdir().unwrap();
     topo.start_etcd(&dir.path().join("etcd-data"));
 
-    let ds = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/datastore");
-    let start = Instant::now();
-    loop {
-        let out = topo.datastore(&["apply", "-f", ds.to_str().unwrap()]);
-        if out.status.success() {
-            break;
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "felix datastore apply never succeeded: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let ds = topo.apply_examples(DEADLINE);
 
     let mut daemons: Vec<(String, PathBuf, PathBuf)> = Vec::new();
     for (i, node) in ["node1", "node2"].into_iter().enumerate() {

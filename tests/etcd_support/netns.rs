@@ -6,9 +6,12 @@
 //! a per-process counter; the guard kills the processes and deletes the
 //! namespaces (and so the veths) on every exit path.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 pub const FELIX: &str = env!("CARGO_BIN_EXE_felix");
 pub const ETCD_PORT: u16 = 2379;
@@ -113,6 +116,26 @@ impl Topology {
         self.children.push(child);
     }
 
+    /// Loads the bundled `examples/datastore` into etcd with `felix
+    /// datastore apply`, retrying until etcd answers (panics after
+    /// `deadline`); returns the directory's path.
+    pub fn apply_examples(&self, deadline: Duration) -> PathBuf {
+        let ds = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/datastore");
+        let start = Instant::now();
+        loop {
+            let out = self.datastore(&["apply", "-f", ds.to_str().unwrap()]);
+            if out.status.success() {
+                return ds;
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "felix datastore apply never succeeded: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Runs `felix datastore ARGS` inside the etcd namespace.
     pub fn datastore(&self, args: &[&str]) -> Output {
         in_ns(&self.etcd_ns, FELIX)
@@ -134,4 +157,39 @@ impl Drop for Topology {
             let _ = ip(&["netns", "del", ns]);
         }
     }
+}
+
+/// A `/dataplane` or `felix calc` view without its `state` field (which
+/// differs between a daemon and a one-shot calculation).
+pub fn without_state(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("state");
+    }
+    v
+}
+
+/// `felix admin --socket SOCKET WHAT` as JSON, if the daemon answered.
+pub fn admin(socket: &Path, what: &str) -> Option<Value> {
+    let out = Command::new(FELIX)
+        .arg("admin")
+        .arg("--socket")
+        .arg(socket)
+        .arg(what)
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).ok())
+        .flatten()
+}
+
+/// `felix calc --node NODE DS`: the view a daemon for NODE must serve.
+pub fn calc_view(ds: &Path, node: &str) -> Value {
+    let out = Command::new(FELIX)
+        .args(["calc", "--node", node])
+        .arg(ds)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "felix calc --node {node} failed");
+    serde_json::from_str(String::from_utf8(out.stdout).unwrap().trim()).unwrap()
 }
