@@ -21,7 +21,8 @@ pub fn rss_mib() -> f64 {
         .unwrap_or(0.0)
 }
 
-fn read_status_kib(field: &str) -> Option<u64> {
+/// A `kB` field of `/proc/self/status` (e.g. `"VmHWM:"`), in KiB.
+pub fn read_status_kib(field: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     s.lines()
         .find(|l| l.starts_with(field))?

@@ -328,11 +328,7 @@ pub fn run_load_bench(dir: &Path) -> anyhow::Result<LoadReport> {
 
 /// `VmHWM` of this process, in KiB.
 fn peak_rss_kib() -> Option<u64> {
-    let status = fs::read_to_string("/proc/self/status").ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    crate::bench::read_status_kib("VmHWM:")
 }
 
 #[cfg(test)]

@@ -173,15 +173,7 @@ pub fn put_all(client: &EtcdClient, kvs: &[(String, String)]) -> Result<(), Stri
 
 /// Resident set size and its peak, in KiB, from `/proc/self/status`.
 pub fn rss_kib() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    };
+    let field = |name: &str| crate::bench::read_status_kib(name).unwrap_or(0);
     (field("VmRSS:"), field("VmHWM:"))
 }
 
