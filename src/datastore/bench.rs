@@ -203,6 +203,8 @@ pub struct LoadReport {
     pub read_time: Duration,
     /// Parse + validate + convert (`resources::decode_documents`).
     pub decode_time: Duration,
+    /// This thread's CPU time in parse + validate + convert.
+    pub decode_cpu: Duration,
     /// Duplicate rule and per-key diff.
     pub merge_time: Duration,
     pub wall: Duration,
@@ -217,6 +219,17 @@ impl LoadReport {
     /// Resources per second of wall time.
     pub fn resources_per_sec(&self) -> f64 {
         let secs = self.wall.as_secs_f64();
+        if secs > 0.0 {
+            self.resources as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    /// Resources per second of this thread's CPU time in parse + validate +
+    /// convert alone (the "parse + validate + convert rate").
+    pub fn decode_per_cpu_sec(&self) -> f64 {
+        let secs = self.decode_cpu.as_secs_f64();
         if secs > 0.0 {
             self.resources as f64 / secs
         } else {
@@ -263,6 +276,12 @@ impl fmt::Display for LoadReport {
             ms(self.decode_time),
             ms(self.merge_time)
         )?;
+        writeln!(
+            f,
+            "  parse+validate+convert: cpu {:.1} ms, {:.0} resources per CPU-second",
+            ms(self.decode_cpu),
+            self.decode_per_cpu_sec()
+        )?;
         match self.peak_rss_kib {
             Some(kib) => write!(f, "  peak RSS {:.1} MiB", kib as f64 / 1024.0),
             None => write!(f, "  peak RSS unknown"),
@@ -285,6 +304,7 @@ pub fn run_load_bench(dir: &Path) -> anyhow::Result<LoadReport> {
         list_time,
         read_time: Duration::ZERO,
         decode_time: Duration::ZERO,
+        decode_cpu: Duration::ZERO,
         merge_time: Duration::ZERO,
         wall: Duration::ZERO,
         cpu: Duration::ZERO,
@@ -299,7 +319,9 @@ pub fn run_load_bench(dir: &Path) -> anyhow::Result<LoadReport> {
         report.bytes += bytes.len() as u64;
 
         let t = Instant::now();
+        let c = crate::cputime::thread_cpu_time();
         let decoded = source::decode(&bytes, &abs.display().to_string(), walk::format_for(rel));
+        report.decode_cpu += crate::cputime::thread_cpu_time().saturating_sub(c);
         report.decode_time += t.elapsed();
         let decoded = match decoded {
             Ok(d) => d,

@@ -149,6 +149,14 @@ impl Merger {
                 }
             }
         }
+        // Grow the maps once per file rather than rehashing (and re-hashing
+        // every key) repeatedly while a large first load streams in.
+        self.ids.reserve(new.len());
+        self.keys.reserve(
+            new.iter()
+                .map(|d| d.result.as_ref().map_or(0, Vec::len))
+                .sum(),
+        );
         for (index, doc) in new.iter().enumerate() {
             let origin = Origin {
                 path: path.clone(),

@@ -3,6 +3,7 @@
 //! Kubernetes kinds, its Kubernetes-datastore conversion).
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ use super::validate::{
     check_annotations, check_labels, check_name, check_selector_no_global, err, is_dns1123_label,
     is_interface_name, is_valid_port_name, matches_label_fmt, matches_subdomain_fmt,
     parse_cidr_or_ip, parse_ip, parse_ipv4, parse_ipv6, parse_loose_net, parse_mac, parse_protocol,
-    parse_strict_net, supports_ports, VResult,
+    parse_strict_net, supports_ports, Indexed, Sub, VResult,
 };
 use super::{felixconfig, Kind, ResourceId};
 use crate::model::{
@@ -431,7 +432,7 @@ fn service_account(ns: &str, name: &str, labels: Labels) -> Entries {
 // Endpoints and network sets
 // ---------------------------------------------------------------------------
 
-fn opt_name(field: &str, s: &str) -> VResult<()> {
+fn opt_name(field: impl fmt::Display + Copy, s: &str) -> VResult<()> {
     if !s.is_empty() && !matches_subdomain_fmt(s) {
         return err(
             field,
@@ -456,7 +457,7 @@ fn check_profiles(profiles: &[String]) -> VResult<()> {
 }
 
 fn endpoint_port(
-    field: &str,
+    field: impl fmt::Display + Copy,
     name: &str,
     protocol: &IntOrString,
     port: i64,
@@ -468,7 +469,7 @@ fn endpoint_port(
             format!("{name:?} is not a valid port name"),
         );
     }
-    let protocol = parse_protocol(&format!("{field}.protocol"), protocol)?;
+    let protocol = parse_protocol(Sub(field, "protocol"), protocol)?;
     if !supports_ports(&protocol) {
         return err(
             format!("{field}.protocol"),
@@ -525,7 +526,7 @@ fn workload_endpoint(ns: &str, meta: Metadata, s: types::WorkloadEndpointSpec) -
     let mut ipv6_nets = Vec::new();
     let mut nets = Vec::with_capacity(s.ip_networks.len());
     for (i, n) in s.ip_networks.iter().enumerate() {
-        let f = format!("spec.ipNetworks[{i}]");
+        let f = Indexed("spec.ipNetworks", i);
         let net = parse_strict_net(&f, n)?;
         if net.prefix_len() != net.max_prefix_len() {
             return err(f, "IP network contains multiple addresses");
@@ -547,9 +548,9 @@ fn workload_endpoint(ns: &str, meta: Metadata, s: types::WorkloadEndpointSpec) -
     let mut ipv4_nat = Vec::new();
     let mut ipv6_nat = Vec::new();
     for (i, nat) in s.ip_nats.iter().enumerate() {
-        let f = format!("spec.ipNATs[{i}]");
-        let int_ip = parse_ip(&format!("{f}.internalIP"), &nat.internal_ip)?;
-        let ext_ip = parse_ip(&format!("{f}.externalIP"), &nat.external_ip)?;
+        let f = Indexed("spec.ipNATs", i);
+        let int_ip = parse_ip(Sub(f, "internalIP"), &nat.internal_ip)?;
+        let ext_ip = parse_ip(Sub(f, "externalIP"), &nat.external_ip)?;
         if int_ip.is_ipv4() != ext_ip.is_ipv4() {
             return err(format!("{f}.externalIP"), "mismatched IP versions");
         }
@@ -572,7 +573,7 @@ fn workload_endpoint(ns: &str, meta: Metadata, s: types::WorkloadEndpointSpec) -
     };
     let mut ports = Vec::new();
     for (i, p) in s.ports.iter().enumerate() {
-        let f = format!("spec.ports[{i}]");
+        let f = Indexed("spec.ports", i);
         if p.name.is_empty() && p.host_port == 0 {
             return err(
                 format!("{f}.name"),
@@ -583,7 +584,7 @@ fn workload_endpoint(ns: &str, meta: Metadata, s: types::WorkloadEndpointSpec) -
             return err(format!("{f}.hostPort"), "must be between 0 and 65535");
         }
         if !p.host_ip.is_empty() {
-            parse_strict_net(&format!("{f}.hostIP"), &p.host_ip)?;
+            parse_strict_net(Sub(f, "hostIP"), &p.host_ip)?;
         }
         let port = endpoint_port(&f, &p.name, &p.protocol, p.port, false)?;
         if !p.name.is_empty() {
@@ -593,7 +594,7 @@ fn workload_endpoint(ns: &str, meta: Metadata, s: types::WorkloadEndpointSpec) -
     let mut allow_spoofed = Vec::with_capacity(s.allow_spoofed_source_prefixes.len());
     for (i, p) in s.allow_spoofed_source_prefixes.iter().enumerate() {
         allow_spoofed.push(parse_loose_net(
-            &format!("spec.allowSpoofedSourcePrefixes[{i}]"),
+            Indexed("spec.allowSpoofedSourcePrefixes", i),
             p,
         )?);
     }
@@ -603,13 +604,10 @@ fn workload_endpoint(ns: &str, meta: Metadata, s: types::WorkloadEndpointSpec) -
         return Ok(Vec::new());
     }
 
-    let mut labels: Labels = meta
-        .labels
-        .into_iter()
-        .filter(|(k, _)| {
-            !k.starts_with(NAMESPACE_LABEL_PREFIX) && !k.starts_with(SERVICE_ACCOUNT_LABEL_PREFIX)
-        })
-        .collect();
+    let mut labels: Labels = meta.labels;
+    labels.retain(|k, _| {
+        !k.starts_with(NAMESPACE_LABEL_PREFIX) && !k.starts_with(SERVICE_ACCOUNT_LABEL_PREFIX)
+    });
     labels.insert(LABEL_NAMESPACE.to_owned(), ns.to_owned());
     labels.insert(LABEL_ORCHESTRATOR.to_owned(), s.orchestrator.clone());
     if !s.service_account_name.is_empty() {
@@ -677,7 +675,7 @@ fn host_endpoint(id: &ResourceId, meta: Metadata, s: types::HostEndpointSpec) ->
     let mut v4 = Vec::new();
     let mut v6 = Vec::new();
     for (i, ip) in s.expected_ips.iter().enumerate() {
-        match parse_ip(&format!("spec.expectedIPs[{i}]"), ip)? {
+        match parse_ip(Indexed("spec.expectedIPs", i), ip)? {
             a @ IpAddr::V4(_) => v4.push(a),
             a @ IpAddr::V6(_) => v6.push(a),
         }
@@ -685,7 +683,7 @@ fn host_endpoint(id: &ResourceId, meta: Metadata, s: types::HostEndpointSpec) ->
     let mut ports = Vec::with_capacity(s.ports.len());
     for (i, p) in s.ports.iter().enumerate() {
         ports.push(endpoint_port(
-            &format!("spec.ports[{i}]"),
+            Indexed("spec.ports", i),
             &p.name,
             &p.protocol,
             p.port,
@@ -720,7 +718,7 @@ fn network_set(
         .nets
         .iter()
         .enumerate()
-        .map(|(i, n)| parse_loose_net(&format!("spec.nets[{i}]"), n))
+        .map(|(i, n)| parse_loose_net(Indexed("spec.nets", i), n))
         .collect::<VResult<Vec<_>>>()?;
     let mut labels = meta.labels;
     let (name, profile_ids) = if id.kind == Kind::NetworkSet {
@@ -744,7 +742,7 @@ fn network_set(
 // IPAM, nodes, configuration
 // ---------------------------------------------------------------------------
 
-fn encap_mode(field: &str, s: &str) -> VResult<EncapMode> {
+fn encap_mode(field: impl fmt::Display + Copy, s: &str) -> VResult<EncapMode> {
     match s {
         "" | "Never" => Ok(EncapMode::Never),
         "Always" => Ok(EncapMode::Always),
@@ -883,7 +881,7 @@ fn ip_pool(s: types::IpPoolSpec) -> VResult<Entries> {
 }
 
 /// A node address with its prefix length kept (host bits are meaningful).
-fn node_address(field: &str, s: &str, want_v4: bool) -> VResult<IpNet> {
+fn node_address(field: impl fmt::Display + Copy, s: &str, want_v4: bool) -> VResult<IpNet> {
     let net: Option<IpNet> = if s.contains('/') {
         s.parse().ok()
     } else {
@@ -980,8 +978,8 @@ fn node(id: &ResourceId, meta: Metadata, s: types::NodeSpec) -> VResult<Entries>
         )?);
     }
     for (i, a) in s.addresses.iter().enumerate() {
-        let f = format!("spec.addresses[{i}]");
-        parse_strict_net(&format!("{f}.address"), &a.address)?;
+        let f = Indexed("spec.addresses", i);
+        parse_strict_net(Sub(f, "address"), &a.address)?;
         if !matches!(
             a.addr_type.as_str(),
             "" | "CalicoNodeIP" | "InternalIP" | "ExternalIP"

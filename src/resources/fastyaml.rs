@@ -60,7 +60,7 @@ pub(crate) fn parse(text: &str) -> Option<Node<'_>> {
         return None;
     }
     let mut lines = Vec::with_capacity(text.len() / 16);
-    for (i, raw) in text.split('\n').enumerate() {
+    for (i, raw) in super::lines::exclusive(text).enumerate() {
         let raw = raw.strip_suffix('\r').unwrap_or(raw);
         let content = raw.trim_start_matches(' ');
         let indent = raw.len() - content.len();

@@ -31,6 +31,7 @@ mod convert;
 mod document;
 mod fastyaml;
 mod felixconfig;
+mod lines;
 mod rules;
 mod selectors;
 pub mod types;

@@ -5,6 +5,7 @@
 //! is built with upstream's selector composition (see [`super::selectors`]).
 
 use std::collections::HashSet;
+use std::fmt;
 
 use ipnet::IpNet;
 
@@ -12,7 +13,7 @@ use super::selectors::{endpoint_selector, service_account_selector};
 use super::types::{self, EntityRule, IcmpFields, IntOrString};
 use super::validate::{
     check_annotations, check_selector, check_selector_no_global, err, is_icmp, is_icmpv6,
-    matches_subdomain_fmt, parse_port, parse_protocol, supports_ports, VResult,
+    matches_subdomain_fmt, parse_port, parse_protocol, supports_ports, Indexed, Sub, VResult,
 };
 use crate::model::{self, Action, HttpMatch, HttpPath, Port, Protocol, ServiceMatch};
 
@@ -38,7 +39,7 @@ pub(crate) enum Direction {
 pub(crate) fn convert_rules(
     rules: &[types::Rule],
     ns: &str,
-    base: &str,
+    base: impl fmt::Display + Copy,
     dir: Option<Direction>,
 ) -> VResult<Vec<model::Rule>> {
     if rules.len() > MAX_RULES {
@@ -50,11 +51,11 @@ pub(crate) fn convert_rules(
     rules
         .iter()
         .enumerate()
-        .map(|(i, r)| convert_rule(r, ns, &format!("{base}[{i}]"), dir))
+        .map(|(i, r)| convert_rule(r, ns, Indexed(base, i), dir))
         .collect()
 }
 
-fn parse_action(path: &str, s: &str) -> VResult<Action> {
+fn parse_action(path: impl fmt::Display + Copy, s: &str) -> VResult<Action> {
     match s {
         "Allow" => Ok(Action::Allow),
         "Deny" => Ok(Action::Deny),
@@ -71,7 +72,10 @@ fn parse_action(path: &str, s: &str) -> VResult<Action> {
     }
 }
 
-fn check_icmp(field: &str, icmp: &IcmpFields) -> VResult<(Option<u8>, Option<u8>)> {
+fn check_icmp(
+    field: impl fmt::Display + Copy,
+    icmp: &IcmpFields,
+) -> VResult<(Option<u8>, Option<u8>)> {
     let icmp_type = match icmp.icmp_type {
         None => None,
         Some(t @ 0..=254) => Some(t as u8),
@@ -101,13 +105,16 @@ fn check_icmp(field: &str, icmp: &IcmpFields) -> VResult<(Option<u8>, Option<u8>
     Ok((icmp_type, code))
 }
 
-fn parse_opt_protocol(field: &str, p: &Option<IntOrString>) -> VResult<Option<Protocol>> {
+fn parse_opt_protocol(
+    field: impl fmt::Display + Copy,
+    p: &Option<IntOrString>,
+) -> VResult<Option<Protocol>> {
     p.as_ref().map(|p| parse_protocol(field, p)).transpose()
 }
 
 /// Checks a protocol against the rule's IP version.
 fn check_protocol_version(
-    field: &str,
+    field: impl fmt::Display + Copy,
     p: Option<&Protocol>,
     ip_version: Option<u8>,
 ) -> VResult<()> {
@@ -127,7 +134,12 @@ struct NetScan {
 }
 
 impl NetScan {
-    fn scan(&mut self, field: &str, nets: &[String], negated: bool) -> VResult<Vec<IpNet>> {
+    fn scan(
+        &mut self,
+        field: impl fmt::Display + Copy,
+        nets: &[String],
+        negated: bool,
+    ) -> VResult<Vec<IpNet>> {
         if nets.len() > MAX_NETS {
             return err(
                 field,
@@ -137,7 +149,7 @@ impl NetScan {
         let mut out = Vec::with_capacity(nets.len());
         let (mut v4, mut v6) = (false, false);
         for (i, s) in nets.iter().enumerate() {
-            let f = format!("{field}[{i}]");
+            let f = Indexed(field, i);
             // Rule nets must be CIDRs (an address needs its /32 or /128)
             // with the host bits clear.
             let Some((ip, net)) = super::validate::parse_cidr(s) else {
@@ -175,7 +187,7 @@ impl NetScan {
     }
 }
 
-fn parse_ports(field: &str, ports: &[IntOrString]) -> VResult<Vec<Port>> {
+fn parse_ports(field: impl fmt::Display + Copy, ports: &[IntOrString]) -> VResult<Vec<Port>> {
     if ports.len() > MAX_PORTS {
         return err(
             field,
@@ -185,13 +197,13 @@ fn parse_ports(field: &str, ports: &[IntOrString]) -> VResult<Vec<Port>> {
     ports
         .iter()
         .enumerate()
-        .map(|(i, p)| parse_port(&format!("{field}[{i}]"), p))
+        .map(|(i, p)| parse_port(Indexed(field, i), p))
         .collect()
 }
 
 /// Checks the port lists of one side against the rule's protocol.
 fn check_ports_vs_protocol(
-    field: &str,
+    field: impl fmt::Display + Copy,
     ports: &[Port],
     protocol: Option<&Protocol>,
 ) -> VResult<()> {
@@ -223,15 +235,15 @@ struct Side {
 
 fn convert_side(
     er: &EntityRule,
-    field: &str,
+    field: impl fmt::Display + Copy,
     ns: &str,
     scan: &mut NetScan,
     protocol: Option<&Protocol>,
 ) -> VResult<Side> {
-    check_selector_no_global(&format!("{field}.selector"), &er.selector)?;
-    check_selector_no_global(&format!("{field}.notSelector"), &er.not_selector)?;
+    check_selector_no_global(Sub(field, "selector"), &er.selector)?;
+    check_selector_no_global(Sub(field, "notSelector"), &er.not_selector)?;
     if !er.namespace_selector.is_empty() {
-        let f = format!("{field}.namespaceSelector");
+        let f = Sub(field, "namespaceSelector");
         check_selector(&f, &er.namespace_selector)?;
         if er.namespace_selector.contains("global(")
             && crate::selector::normalize(&er.namespace_selector)
@@ -243,7 +255,7 @@ fn convert_side(
         }
     }
     if let Some(sa) = &er.service_accounts {
-        check_selector_no_global(&format!("{field}.serviceAccounts.selector"), &sa.selector)?;
+        check_selector_no_global(Sub(field, "serviceAccounts.selector"), &sa.selector)?;
         for (i, n) in sa.names.iter().enumerate() {
             if n.is_empty() || n.contains(['\'', '"']) {
                 return err(
@@ -256,7 +268,7 @@ fn convert_side(
     let service = match &er.services {
         None => None,
         Some(svc) => {
-            let f = format!("{field}.services");
+            let f = Sub(field, "services");
             if svc.name.is_empty() {
                 return err(format!("{f}.name"), "services must specify a service name");
             }
@@ -304,12 +316,12 @@ fn convert_side(
             })
         }
     };
-    let nets = scan.scan(&format!("{field}.nets"), &er.nets, false)?;
-    let not_nets = scan.scan(&format!("{field}.notNets"), &er.not_nets, true)?;
-    let ports = parse_ports(&format!("{field}.ports"), &er.ports)?;
-    let not_ports = parse_ports(&format!("{field}.notPorts"), &er.not_ports)?;
-    check_ports_vs_protocol(&format!("{field}.ports"), &ports, protocol)?;
-    check_ports_vs_protocol(&format!("{field}.notPorts"), &not_ports, protocol)?;
+    let nets = scan.scan(Sub(field, "nets"), &er.nets, false)?;
+    let not_nets = scan.scan(Sub(field, "notNets"), &er.not_nets, true)?;
+    let ports = parse_ports(Sub(field, "ports"), &er.ports)?;
+    let not_ports = parse_ports(Sub(field, "notPorts"), &er.not_ports)?;
+    check_ports_vs_protocol(Sub(field, "ports"), &ports, protocol)?;
+    check_ports_vs_protocol(Sub(field, "notPorts"), &not_ports, protocol)?;
 
     let sa_selector = er
         .service_accounts
@@ -333,8 +345,8 @@ fn convert_side(
     })
 }
 
-fn convert_http(path: &str, http: &types::HttpMatch) -> VResult<HttpMatch> {
-    let f = format!("{path}.http");
+fn convert_http(path: impl fmt::Display + Copy, http: &types::HttpMatch) -> VResult<HttpMatch> {
+    let f = Sub(path, "http");
     if http.methods.len() > MAX_HTTP_ITEMS {
         return err(
             format!("{f}.methods"),
@@ -396,7 +408,7 @@ fn convert_http(path: &str, http: &types::HttpMatch) -> VResult<HttpMatch> {
 pub(crate) fn convert_rule(
     r: &types::Rule,
     ns: &str,
-    path: &str,
+    path: impl fmt::Display + Copy,
     dir: Option<Direction>,
 ) -> VResult<model::Rule> {
     let action = parse_action(path, &r.action)?;
@@ -410,19 +422,15 @@ pub(crate) fn convert_rule(
             )
         }
     };
-    let protocol = parse_opt_protocol(&format!("{path}.protocol"), &r.protocol)?;
-    let not_protocol = parse_opt_protocol(&format!("{path}.notProtocol"), &r.not_protocol)?;
-    check_protocol_version(&format!("{path}.protocol"), protocol.as_ref(), ip_version)?;
-    check_protocol_version(
-        &format!("{path}.notProtocol"),
-        not_protocol.as_ref(),
-        ip_version,
-    )?;
+    let protocol = parse_opt_protocol(Sub(path, "protocol"), &r.protocol)?;
+    let not_protocol = parse_opt_protocol(Sub(path, "notProtocol"), &r.not_protocol)?;
+    check_protocol_version(Sub(path, "protocol"), protocol.as_ref(), ip_version)?;
+    check_protocol_version(Sub(path, "notProtocol"), not_protocol.as_ref(), ip_version)?;
 
     let (icmp_type, icmp_code) = match &r.icmp {
         None => (None, None),
         Some(icmp) => {
-            let f = format!("{path}.icmp");
+            let f = Sub(path, "icmp");
             if !protocol
                 .as_ref()
                 .is_some_and(|p| is_icmp(p) || is_icmpv6(p))
@@ -434,13 +442,13 @@ pub(crate) fn convert_rule(
     };
     let (not_icmp_type, not_icmp_code) = match &r.not_icmp {
         None => (None, None),
-        Some(icmp) => check_icmp(&format!("{path}.notICMP"), icmp)?,
+        Some(icmp) => check_icmp(Sub(path, "notICMP"), icmp)?,
     };
 
     let http_match = match &r.http {
         None => None,
         Some(http) => {
-            let f = format!("{path}.http");
+            let f = Sub(path, "http");
             if dir == Some(Direction::Egress) {
                 return err(f, "not allowed in egress rules");
             }
@@ -459,7 +467,7 @@ pub(crate) fn convert_rule(
     let metadata = match &r.metadata {
         None => None,
         Some(m) => {
-            check_annotations(&format!("{path}.metadata.annotations"), &m.annotations)?;
+            check_annotations(Sub(path, "metadata.annotations"), &m.annotations)?;
             (!m.annotations.is_empty()).then(|| m.annotations.clone())
         }
     };
@@ -492,14 +500,14 @@ pub(crate) fn convert_rule(
     };
     let src = convert_side(
         &r.source,
-        &format!("{path}.source"),
+        Sub(path, "source"),
         ns,
         &mut scan,
         protocol.as_ref(),
     )?;
     let dst = convert_side(
         &r.destination,
-        &format!("{path}.destination"),
+        Sub(path, "destination"),
         ns,
         &mut scan,
         protocol.as_ref(),

@@ -2,6 +2,7 @@
 //! addresses, ports, protocols and selectors, with upstream's rules.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -17,8 +18,29 @@ const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 
 pub(crate) type VResult<T> = Result<T, ValidationError>;
 
-pub(crate) fn err<T>(field: impl Into<String>, reason: impl Into<String>) -> VResult<T> {
-    Err(ValidationError::new(field, reason))
+/// A field path `base[index]`, rendered only when an error names it (the
+/// happy path of a large load never formats a path).
+#[derive(Clone, Copy)]
+pub(crate) struct Indexed<B>(pub B, pub usize);
+
+impl<B: fmt::Display> fmt::Display for Indexed<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[{}]", self.0, self.1)
+    }
+}
+
+/// A field path `base.name`, rendered only when an error names it.
+#[derive(Clone, Copy)]
+pub(crate) struct Sub<B>(pub B, pub &'static str);
+
+impl<B: fmt::Display> fmt::Display for Sub<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.0, self.1)
+    }
+}
+
+pub(crate) fn err<T>(field: impl fmt::Display, reason: impl Into<String>) -> VResult<T> {
+    Err(ValidationError::new(field.to_string(), reason))
 }
 
 fn is_alnum_lower(b: u8) -> bool {
@@ -50,7 +72,7 @@ pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
 }
 
 /// Checks a resource name with upstream's generic rule.
-pub(crate) fn check_name(field: &str, s: &str) -> VResult<()> {
+pub(crate) fn check_name(field: impl fmt::Display + Copy, s: &str) -> VResult<()> {
     if s.len() > 253 {
         return err(
             field,
@@ -112,7 +134,10 @@ pub(crate) fn is_interface_name(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.' || c == b'-')
 }
 
-pub(crate) fn check_labels(field: &str, labels: &BTreeMap<String, String>) -> VResult<()> {
+pub(crate) fn check_labels(
+    field: impl fmt::Display + Copy,
+    labels: &BTreeMap<String, String>,
+) -> VResult<()> {
     for (k, v) in labels {
         if !is_qualified_name(k) {
             return err(format!("{field}[{k}]"), "invalid label key: must be a qualified name ([prefix/]name, name at most 63 alphanumeric, '-', '_' or '.' characters)");
@@ -125,7 +150,7 @@ pub(crate) fn check_labels(field: &str, labels: &BTreeMap<String, String>) -> VR
 }
 
 pub(crate) fn check_annotations(
-    field: &str,
+    field: impl fmt::Display + Copy,
     annotations: &BTreeMap<String, String>,
 ) -> VResult<()> {
     let mut total = 0usize;
@@ -170,7 +195,7 @@ pub(crate) fn parse_cidr_or_ip(s: &str) -> Option<(IpAddr, IpNet)> {
 }
 
 /// Upstream's `net` rule: a CIDR or address whose host bits are clear.
-pub(crate) fn parse_strict_net(field: &str, s: &str) -> VResult<IpNet> {
+pub(crate) fn parse_strict_net(field: impl fmt::Display + Copy, s: &str) -> VResult<IpNet> {
     match parse_cidr_or_ip(s) {
         None => err(field, format!("{s:?} is not a valid CIDR")),
         Some((ip, net)) if ip != net.addr() => err(
@@ -182,26 +207,26 @@ pub(crate) fn parse_strict_net(field: &str, s: &str) -> VResult<IpNet> {
 }
 
 /// Upstream's `cidr` rule: any CIDR or address; returned masked.
-pub(crate) fn parse_loose_net(field: &str, s: &str) -> VResult<IpNet> {
+pub(crate) fn parse_loose_net(field: impl fmt::Display + Copy, s: &str) -> VResult<IpNet> {
     match parse_cidr_or_ip(s) {
         Some((_, net)) => Ok(net),
         None => err(field, format!("{s:?} is not a valid CIDR or IP address")),
     }
 }
 
-pub(crate) fn parse_ip(field: &str, s: &str) -> VResult<IpAddr> {
+pub(crate) fn parse_ip(field: impl fmt::Display + Copy, s: &str) -> VResult<IpAddr> {
     s.parse()
         .or_else(|_| err(field, format!("{s:?} is not a valid IP address")))
 }
 
-pub(crate) fn parse_ipv4(field: &str, s: &str) -> VResult<IpAddr> {
+pub(crate) fn parse_ipv4(field: impl fmt::Display + Copy, s: &str) -> VResult<IpAddr> {
     match s.parse::<IpAddr>() {
         Ok(ip @ IpAddr::V4(_)) => Ok(ip),
         _ => err(field, format!("{s:?} is not a valid IPv4 address")),
     }
 }
 
-pub(crate) fn parse_ipv6(field: &str, s: &str) -> VResult<IpAddr> {
+pub(crate) fn parse_ipv6(field: impl fmt::Display + Copy, s: &str) -> VResult<IpAddr> {
     match s.parse::<IpAddr>() {
         Ok(ip @ IpAddr::V6(_)) => Ok(ip),
         _ => err(field, format!("{s:?} is not a valid IPv6 address")),
@@ -210,16 +235,29 @@ pub(crate) fn parse_ipv6(field: &str, s: &str) -> VResult<IpAddr> {
 
 /// Go's `net.ParseMAC` for the 6-byte forms (`:` or `-` separated pairs,
 /// or `.` separated quads); returns the lower-case, colon-separated form.
-pub(crate) fn parse_mac(field: &str, s: &str) -> VResult<String> {
-    let bad = || ValidationError::new(field, format!("{s:?} is not a valid MAC address"));
-    let mut bytes = Vec::with_capacity(6);
+pub(crate) fn parse_mac(field: impl fmt::Display + Copy, s: &str) -> VResult<String> {
+    let bad = || {
+        ValidationError::new(
+            field.to_string(),
+            format!("{s:?} is not a valid MAC address"),
+        )
+    };
+    let mut bytes = [0u8; 6];
+    let mut n = 0usize;
+    let mut push = |b: u8| -> Option<()> {
+        *bytes.get_mut(n)? = b;
+        n += 1;
+        Some(())
+    };
     if s.len() == 14 && s.as_bytes()[4] == b'.' {
         for quad in s.split('.') {
             if quad.len() != 4 {
                 return Err(bad());
             }
             let v = u16::from_str_radix(quad, 16).map_err(|_| bad())?;
-            bytes.extend_from_slice(&v.to_be_bytes());
+            let [hi, lo] = v.to_be_bytes();
+            push(hi).ok_or_else(bad)?;
+            push(lo).ok_or_else(bad)?;
         }
     } else {
         let sep = if s.contains('-') { '-' } else { ':' };
@@ -227,20 +265,25 @@ pub(crate) fn parse_mac(field: &str, s: &str) -> VResult<String> {
             if pair.len() != 2 {
                 return Err(bad());
             }
-            bytes.push(u8::from_str_radix(pair, 16).map_err(|_| bad())?);
+            push(u8::from_str_radix(pair, 16).map_err(|_| bad())?).ok_or_else(bad)?;
         }
     }
-    if bytes.len() != 6 {
+    if n != 6 {
         return Err(bad());
     }
-    Ok(bytes
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":"))
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(17);
+    for (i, b) in bytes.iter().enumerate() {
+        if i > 0 {
+            out.push(':');
+        }
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    Ok(out)
 }
 
-fn port_number(field: &str, n: i64) -> VResult<u16> {
+fn port_number(field: impl fmt::Display + Copy, n: i64) -> VResult<u16> {
     if !(1..=65535).contains(&n) {
         return err(
             field,
@@ -251,7 +294,7 @@ fn port_number(field: &str, n: i64) -> VResult<u16> {
 }
 
 /// A rule port: `80`, `"80"`, `"1000:2000"` or a named port.
-pub(crate) fn parse_port(field: &str, raw: &IntOrString) -> VResult<Port> {
+pub(crate) fn parse_port(field: impl fmt::Display + Copy, raw: &IntOrString) -> VResult<Port> {
     match raw {
         IntOrString::Int(n) => port_number(field, *n).map(Port::Number),
         IntOrString::Str(s) => {
@@ -294,7 +337,10 @@ pub(crate) const PROTOCOL_NAMES: [&str; 6] = ["TCP", "UDP", "ICMP", "ICMPv6", "S
 
 /// A protocol: a number 1-255 (as integer or digit string) or one of
 /// [`PROTOCOL_NAMES`].
-pub(crate) fn parse_protocol(field: &str, raw: &IntOrString) -> VResult<Protocol> {
+pub(crate) fn parse_protocol(
+    field: impl fmt::Display + Copy,
+    raw: &IntOrString,
+) -> VResult<Protocol> {
     let number = |n: i64| -> VResult<Protocol> {
         match u8::try_from(n) {
             Ok(0) | Err(_) => err(
@@ -338,21 +384,50 @@ pub(crate) fn is_icmpv6(p: &Protocol) -> bool {
 }
 
 /// Checks that `s` parses as a selector (and is within the length limit).
-pub(crate) fn check_selector(field: &str, s: &str) -> VResult<()> {
+pub(crate) fn check_selector(field: impl fmt::Display + Copy, s: &str) -> VResult<()> {
     if s.len() > MAX_SELECTOR_LEN {
         return err(
             field,
             format!("selector is longer than {MAX_SELECTOR_LEN} characters"),
         );
     }
+    if VALID_SELECTORS.with(|v| v.borrow().contains(s)) {
+        return Ok(());
+    }
     crate::selector::parse(s)
-        .map(|_| ())
+        .map(|_| remember_valid_selector(s))
         .or_else(|e| err(field, format!("invalid selector {s:?}: {e}")))
+}
+
+/// Bound on [`VALID_SELECTORS`]; the set is emptied when it is reached.
+const VALID_SELECTOR_CACHE: usize = 4096;
+
+thread_local! {
+    /// Selector texts this thread has already parsed successfully.
+    ///
+    /// Invariant: only texts for which `selector::parse` returned `Ok` are
+    /// ever inserted, and parsing is a pure function of the text, so a hit
+    /// gives exactly the answer a parse would.  Real datastores repeat
+    /// selector texts heavily (every rule naming the same namespace or app),
+    /// and the parse is most of a policy's validation cost.  Failures are
+    /// not cached: they are rare and their message is built each time.
+    static VALID_SELECTORS: std::cell::RefCell<crate::hash::FastSet<Box<str>>> =
+        std::cell::RefCell::new(crate::hash::FastSet::default());
+}
+
+fn remember_valid_selector(s: &str) {
+    VALID_SELECTORS.with(|v| {
+        let mut v = v.borrow_mut();
+        if v.len() >= VALID_SELECTOR_CACHE {
+            v.clear();
+        }
+        v.insert(Box::from(s));
+    });
 }
 
 /// A selector that must not use `global()` (everything but an entity
 /// rule's namespace selector).
-pub(crate) fn check_selector_no_global(field: &str, s: &str) -> VResult<()> {
+pub(crate) fn check_selector_no_global(field: impl fmt::Display + Copy, s: &str) -> VResult<()> {
     check_selector(field, s)?;
     if s.contains("global(") {
         return err(
@@ -361,4 +436,63 @@ pub(crate) fn check_selector_no_global(field: &str, s: &str) -> VResult<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selector_checks_give_the_same_answer_cached_or_not() {
+        for s in ["app == 'web'", "has(x) && !has(y)", "all()"] {
+            assert!(check_selector("f", s).is_ok(), "{s}");
+            assert!(check_selector("f", s).is_ok(), "{s} (cached)");
+        }
+        for s in ["app == ", "has(", "a == 'b' &&"] {
+            for _ in 0..2 {
+                let e = check_selector("spec.selector", s).unwrap_err();
+                assert_eq!(e.field, "spec.selector");
+                assert!(e.reason.contains("invalid selector"), "{e}");
+            }
+        }
+        let long = format!("a == '{}'", "x".repeat(MAX_SELECTOR_LEN));
+        assert!(check_selector("f", &long).is_err());
+    }
+
+    #[test]
+    fn valid_selector_cache_stays_bounded() {
+        for i in 0..VALID_SELECTOR_CACHE + 10 {
+            check_selector("f", &format!("app == 'a{i}'")).unwrap();
+        }
+        VALID_SELECTORS.with(|v| assert!(v.borrow().len() <= VALID_SELECTOR_CACHE));
+        assert!(check_selector("f", "app == 'a1'").is_ok());
+    }
+
+    #[test]
+    fn mac_forms_normalise_to_lower_case_colon_pairs() {
+        for s in ["EE:ee:00:01:0a:FF", "ee-ee-00-01-0a-ff", "eeee.0001.0aff"] {
+            assert_eq!(
+                parse_mac("spec.mac", s).unwrap(),
+                "ee:ee:00:01:0a:ff",
+                "{s}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_macs_name_the_field() {
+        for s in [
+            "",
+            "ee:ee:00:01:0a",
+            "ee:ee:00:01:0a:ff:00",
+            "ee:ee:00:01:0a:f",
+            "ee:ee:00:01:0a:gg",
+            "eeee.0001.0af",
+            "eeee.0001.0aff.0000",
+        ] {
+            let e = parse_mac(Sub(Indexed("spec.x", 2), "mac"), s).unwrap_err();
+            assert_eq!(e.field, "spec.x[2].mac", "{s}");
+            assert!(e.reason.contains("not a valid MAC"), "{s}: {e}");
+        }
+    }
 }
