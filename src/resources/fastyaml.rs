@@ -206,7 +206,9 @@ impl<'a> BlockParser<'a> {
     }
 
     fn mapping(&mut self, indent: usize, depth: usize) -> Option<Node<'a>> {
-        let mut entries: Vec<(Node<'a>, Node<'a>)> = Vec::new();
+        // Resource mappings rarely exceed 16 keys: one allocation instead of
+        // growing 4 -> 8 -> 16 (the tree is dropped right after decoding).
+        let mut entries: Vec<(Node<'a>, Node<'a>)> = Vec::with_capacity(16);
         while let Some(line) = self.lines.get(self.pos) {
             if line.indent < indent {
                 break;
@@ -279,8 +281,14 @@ fn push_unique<'a>(
     let Node::Scalar { text, .. } = &key else {
         return None;
     };
+    // Length and end bytes first: most keys differ there, and the full
+    // comparison is a library call.
+    let (b, n) = (text.as_bytes(), text.len());
     let duplicate = entries.iter().any(|(k, _)| match k {
-        Node::Scalar { text: t, .. } => t == text,
+        Node::Scalar { text: t, .. } => {
+            let tb = t.as_bytes();
+            tb.len() == n && tb.first() == b.first() && tb.last() == b.last() && tb == b
+        }
         _ => false,
     });
     if duplicate {
@@ -311,28 +319,40 @@ fn split_key(text: &str) -> Option<(Node<'_>, &str)> {
         // `-x: 1` is a valid plain key, but keep the subset simple.
         return None;
     }
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b':' if i + 1 == bytes.len() || bytes[i + 1] == b' ' || bytes[i + 1] == b'\t' => {
-                let key = text[..i].trim_end_matches([' ', '\t']);
-                if key.len() != text[..i].len() {
-                    // `key : value`: legal, but rare; decline.
-                    return None;
-                }
-                return Some((
-                    Node::Scalar {
-                        text: Cow::Borrowed(key),
-                        plain: true,
-                    },
-                    &text[i + 1..],
-                ));
+    match colon_or_comment(text.as_bytes()) {
+        Some((i, b':')) => {
+            let key = text[..i].trim_end_matches([' ', '\t']);
+            if key.len() != text[..i].len() {
+                // `key : value`: legal, but rare; decline.
+                return None;
             }
-            b'#' if i > 0 && (bytes[i - 1] == b' ' || bytes[i - 1] == b'\t') => return None,
-            _ => {}
+            Some((
+                Node::Scalar {
+                    text: Cow::Borrowed(key),
+                    plain: true,
+                },
+                &text[i + 1..],
+            ))
         }
-        i += 1;
+        _ => None,
+    }
+}
+
+/// The first mapping colon (a `:` followed by a space, a tab or the end of
+/// the text) or comment start (a `#` after a space or tab), whichever comes
+/// first, with the byte found.
+fn colon_or_comment(bytes: &[u8]) -> Option<(usize, u8)> {
+    // A plain loop: these lines are short, and a vectorised search costs
+    // more in set-up than it saves.
+    for (i, &c) in bytes.iter().enumerate() {
+        let hit = match c {
+            b':' => matches!(bytes.get(i + 1), None | Some(b' ' | b'\t')),
+            b'#' => i > 0 && matches!(bytes[i - 1], b' ' | b'\t'),
+            _ => false,
+        };
+        if hit {
+            return Some((i, c));
+        }
     }
     None
 }
@@ -365,20 +385,11 @@ fn plain_dash_ok(text: &str) -> bool {
 /// comment.  A `: ` inside would start a nested mapping (an error in YAML);
 /// decline it.
 fn plain_block(text: &str) -> Option<Node<'_>> {
-    let bytes = text.as_bytes();
-    let mut end = bytes.len();
-    for i in 0..bytes.len() {
-        match bytes[i] {
-            b'#' if i > 0 && (bytes[i - 1] == b' ' || bytes[i - 1] == b'\t') => {
-                end = i;
-                break;
-            }
-            b':' if i + 1 == bytes.len() || bytes[i + 1] == b' ' || bytes[i + 1] == b'\t' => {
-                return None
-            }
-            _ => {}
-        }
-    }
+    let end = match colon_or_comment(text.as_bytes()) {
+        Some((_, b':')) => return None,
+        Some((i, _)) => i,
+        None => text.len(),
+    };
     let value = text[..end].trim_end_matches([' ', '\t']);
     if value.is_empty() {
         return None;

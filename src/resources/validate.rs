@@ -58,7 +58,21 @@ pub(crate) fn matches_label_fmt(s: &str) -> bool {
 
 /// `label(\.label)*` without a length limit (upstream's `name` rule).
 pub(crate) fn matches_subdomain_fmt(s: &str) -> bool {
-    !s.is_empty() && s.split('.').all(matches_label_fmt)
+    // One pass: `prev` is the previous byte, `.` at the start of a label.
+    let mut prev = b'.';
+    for &c in s.as_bytes() {
+        let ok = match c {
+            b'a'..=b'z' | b'0'..=b'9' => true,
+            b'-' => prev != b'.',
+            b'.' => prev != b'.' && prev != b'-',
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+        prev = c;
+    }
+    prev != b'.' && prev != b'-'
 }
 
 /// DNS-1123 label: the label format, at most 63 characters.
@@ -466,6 +480,14 @@ mod tests {
         }
         VALID_SELECTORS.with(|v| assert!(v.borrow().len() <= VALID_SELECTOR_CACHE));
         assert!(check_selector("f", "app == 'a1'").is_ok());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn subdomain_format_matches_its_label_definition(s in "[a-z0-9.-]{0,12}|[a-zA-Z0-9._/-]{0,6}") {
+            let by_labels = !s.is_empty() && s.split('.').all(matches_label_fmt);
+            proptest::prop_assert_eq!(matches_subdomain_fmt(&s), by_labels);
+        }
     }
 
     #[test]
