@@ -182,9 +182,8 @@ fn missing_set_is_repaired_in_the_same_apply_as_the_listing() {
     f.clear_calls();
     let st = s.apply_updates().unwrap();
     assert_eq!((st.name_listings, st.sets_created, st.restores), (1, 1, 1));
-    assert!(
-        restore_scripts(&f)[0].starts_with("create cali40s:a hash:ip family inet hashsize 1024 maxelem 100\n")
-    );
+    assert!(restore_scripts(&f)[0]
+        .starts_with("create cali40s:a hash:ip family inet hashsize 1024 maxelem 100\n"));
 }
 
 #[test]
@@ -216,7 +215,8 @@ fn a_new_set_is_created_with_a_hash_size_fitted_to_its_members() {
     s.apply_updates().unwrap();
     let script = &restore_scripts(&f)[0];
     assert!(
-        script.starts_with("create cali40s:big hash:net family inet hashsize 4096 maxelem 1048576\n"),
+        script
+            .starts_with("create cali40s:big hash:net family inet hashsize 4096 maxelem 1048576\n"),
         "{}",
         &script[..120]
     );

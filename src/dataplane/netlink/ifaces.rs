@@ -318,7 +318,10 @@ mod tests {
             .filter(|c| c.program == "sysctl")
             .collect();
         assert_eq!(again.len(), 1, "{again:?}");
-        assert!(again[0].args.iter().all(|a| a == "-q" || a == "-w" || a.contains("/cali2/")));
+        assert!(again[0]
+            .args
+            .iter()
+            .all(|a| a == "-q" || a == "-w" || a.contains("/cali2/")));
     }
 
     #[test]
