@@ -11,13 +11,14 @@
 //!   policy and endpoint chains); [`OwnedMap::replace_owned`] (a manager's
 //!   full rewrite after a restart) only replaces that manager's entries.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
 
 use ipnet::IpNet;
 
 use crate::dataplane::generictables::{Chain, Rule};
 use crate::dataplane::ipsets::IpSetType;
+use crate::hash::FastMap;
 
 /// One entry of an [`OwnedMap`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,13 +132,13 @@ pub struct MapDiff<'a, K, T> {
 /// The generations a driver has pushed into its kernel-facing object.
 #[derive(Debug, Clone)]
 pub struct Pushed<K> {
-    generations: HashMap<K, u64>,
+    generations: FastMap<K, u64>,
 }
 
 impl<K> Default for Pushed<K> {
     fn default() -> Self {
         Pushed {
-            generations: HashMap::new(),
+            generations: FastMap::default(),
         }
     }
 }
