@@ -14,6 +14,8 @@
 //!   after the `*tables` have stopped referencing them.
 //! - A change of type or `maxelem` of an existing set goes through a
 //!   temporary set and `swap`, so in-use sets change atomically.
+//! - A set is created with a hash size fitted to its membership
+//!   ([`hash_size_for`]), so the kernel does not rehash it while it fills.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
@@ -113,6 +115,22 @@ pub enum IpSetsError {
         #[source]
         source: KernelError,
     },
+}
+
+/// The ipset default (and smallest) hash size.
+const MIN_HASH_SIZE: usize = 1024;
+
+/// Hash size for a new set of `members`: a power of two with at most about
+/// three members per bucket, the size the kernel would have grown the
+/// table to by resizing while the members were added one by one (what
+/// `ipset save` reports, and why replaying its output was faster than our
+/// restore). Never below ipset's default.
+pub fn hash_size_for(members: usize) -> usize {
+    members
+        .div_ceil(3)
+        .checked_next_power_of_two()
+        .unwrap_or(usize::MAX)
+        .max(MIN_HASH_SIZE)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -401,16 +419,6 @@ impl IpSets {
         Ok(())
     }
 
-    fn next_temp_name(&mut self) -> String {
-        loop {
-            let n = self.cfg.name_for_temp_ipset(self.next_temp);
-            self.next_temp += 1;
-            if !self.dataplane.contains_key(&n) {
-                return n;
-            }
-        }
-    }
-
     /// Destroys leftover temporary sets (never referenced by rules).
     fn delete_temp_sets(&mut self) {
         let temps: Vec<String> = self
@@ -443,15 +451,18 @@ impl IpSets {
         let mut new_dp: Vec<(String, Dp)> = Vec::new();
         let mut local = IpSetsStats::default();
         for name in dirty {
-            let Some(d) = self.desired.get(name).cloned() else {
+            // Borrowed, not cloned: at start of day these are every member
+            // of every set.
+            let Some(d) = self.desired.get(name) else {
                 continue;
             };
-            let dp = self.dataplane.get(name).cloned();
+            let dp = self.dataplane.get(name);
             let create = |s: &mut String, target: &str| {
                 let _ = writeln!(
                     s,
-                    "create {target} {} family {fam} maxelem {}",
+                    "create {target} {} family {fam} hashsize {} maxelem {}",
                     d.set_type.as_str(),
+                    hash_size_for(d.members.len()),
                     d.max_size
                 );
             };
@@ -467,12 +478,12 @@ impl IpSets {
                 Some(Dp {
                     meta: Some(meta),
                     members: Some(cur),
-                }) if meta == (d.set_type, d.max_size) => {
+                }) if *meta == (d.set_type, d.max_size) => {
                     for m in cur.difference(&d.members) {
                         let _ = writeln!(script, "del {name} {m} --exist");
                         local.member_lines += 1;
                     }
-                    for m in d.members.difference(&cur) {
+                    for m in d.members.difference(cur) {
                         let _ = writeln!(script, "add {name} {m}");
                         local.member_lines += 1;
                     }
@@ -480,7 +491,7 @@ impl IpSets {
                 Some(Dp {
                     meta: Some((old_type, _)),
                     ..
-                }) if old_type != d.set_type => {
+                }) if *old_type != d.set_type => {
                     // Sets of different types cannot be swapped; the set
                     // must be unreferenced for this to succeed (calc-graph
                     // IDs encode the type, so this only follows a bug or a
@@ -494,7 +505,13 @@ impl IpSets {
                     }
                 }
                 Some(old) => {
-                    let temp = self.next_temp_name();
+                    let temp = loop {
+                        let n = self.cfg.name_for_temp_ipset(self.next_temp);
+                        self.next_temp += 1;
+                        if !self.dataplane.contains_key(&n) {
+                            break n;
+                        }
+                    };
                     create(&mut script, &temp);
                     for m in &d.members {
                         let _ = writeln!(script, "add {temp} {m}");
@@ -503,7 +520,7 @@ impl IpSets {
                     let _ = writeln!(script, "swap {name} {temp}");
                     local.sets_swapped += 1;
                     // After the swap the temp set holds the old contents.
-                    new_dp.push((temp, old));
+                    new_dp.push((temp, old.clone()));
                 }
             }
             new_dp.push((

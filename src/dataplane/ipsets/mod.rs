@@ -9,6 +9,6 @@ mod parse;
 #[cfg(test)]
 mod tests;
 
-pub use driver::{IpSetMetadata, IpSets, IpSetsError, IpSetsOptions, IpSetsStats};
+pub use driver::{hash_size_for, IpSetMetadata, IpSets, IpSetsError, IpSetsOptions, IpSetsStats};
 pub use names::{IpSetType, IpVersionConfig, MAX_IPSET_NAME_LENGTH};
 pub use parse::{parse_list, parse_names, ListedSet};

@@ -182,8 +182,43 @@ fn missing_set_is_repaired_in_the_same_apply_as_the_listing() {
     f.clear_calls();
     let st = s.apply_updates().unwrap();
     assert_eq!((st.name_listings, st.sets_created, st.restores), (1, 1, 1));
+    assert!(restore_scripts(&f)[0]
+        .starts_with("create cali40s:a hash:ip family inet hashsize 1024 maxelem 100\n"));
+}
+
+#[test]
+fn hash_size_fits_the_membership() {
+    assert_eq!(hash_size_for(0), 1024);
+    assert_eq!(hash_size_for(3 * 1024), 1024);
+    assert_eq!(hash_size_for(3 * 1024 + 1), 2048);
+    // What the kernel grows a 10,000-member set to (`ipset save` says 4096).
+    assert_eq!(hash_size_for(10_000), 4096);
+    for n in [1usize, 5_000, 100_000, 1 << 20] {
+        let h = hash_size_for(n);
+        assert!(h.is_power_of_two() && h * 3 >= n, "{n} -> {h}");
+    }
+}
+
+#[test]
+fn a_new_set_is_created_with_a_hash_size_fitted_to_its_members() {
+    let names = Arc::new(Mutex::new(String::new()));
+    let f = fake(names, Arc::new(Mutex::new(Vec::new())));
+    let mut s = IpSets::new(
+        IpVersionConfig::new(IpVersion::V4),
+        Commands::unhooked(f.clone(), "ipsets-v4"),
+        quiet(),
+    );
+    let members: Vec<String> = (0..10_000u32)
+        .map(|i| std::net::Ipv4Addr::from(0x0a00_0000 + 2 * i).to_string())
+        .collect();
+    s.add_or_replace_ip_set(meta("s:big", IpSetType::HashNet, 1 << 20), members);
+    s.apply_updates().unwrap();
+    let script = &restore_scripts(&f)[0];
     assert!(
-        restore_scripts(&f)[0].starts_with("create cali40s:a hash:ip family inet maxelem 100\n")
+        script
+            .starts_with("create cali40s:big hash:net family inet hashsize 4096 maxelem 1048576\n"),
+        "{}",
+        &script[..120]
     );
 }
 
@@ -205,7 +240,7 @@ fn metadata_change_goes_through_temp_set_and_swap() {
     assert_eq!(st.sets_swapped, 1);
     assert_eq!(
         restore_scripts(&f)[0],
-        "create cali4t0 hash:ip family inet maxelem 200\nadd cali4t0 10.0.0.1\nswap cali40s:a cali4t0\nCOMMIT\n"
+        "create cali4t0 hash:ip family inet hashsize 1024 maxelem 200\nadd cali4t0 10.0.0.1\nswap cali40s:a cali4t0\nCOMMIT\n"
     );
     // The temp set (now holding the old contents) is destroyed next time.
     f.clear_calls();

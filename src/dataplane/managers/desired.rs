@@ -11,13 +11,14 @@
 //!   policy and endpoint chains); [`OwnedMap::replace_owned`] (a manager's
 //!   full rewrite after a restart) only replaces that manager's entries.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
 
 use ipnet::IpNet;
 
 use crate::dataplane::generictables::{Chain, Rule};
 use crate::dataplane::ipsets::IpSetType;
+use crate::hash::FastMap;
 
 /// One entry of an [`OwnedMap`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,13 +132,13 @@ pub struct MapDiff<'a, K, T> {
 /// The generations a driver has pushed into its kernel-facing object.
 #[derive(Debug, Clone)]
 pub struct Pushed<K> {
-    generations: HashMap<K, u64>,
+    generations: FastMap<K, u64>,
 }
 
 impl<K> Default for Pushed<K> {
     fn default() -> Self {
         Pushed {
-            generations: HashMap::new(),
+            generations: FastMap::default(),
         }
     }
 }
@@ -160,13 +161,23 @@ impl<K: Ord + Hash + Clone> Pushed<K> {
         MapDiff { changed, removed }
     }
 
-    /// Records that the current `desired` has been pushed.
+    /// Records that the current `desired` has been pushed. Updates in
+    /// place: only changed keys are cloned, so a delta costs no
+    /// allocation per unchanged entry.
     pub fn mark_pushed<T>(&mut self, desired: &OwnedMap<K, T>) {
-        self.generations = desired
-            .entries
-            .iter()
-            .map(|(k, e)| (k.clone(), e.generation))
-            .collect();
+        for (k, e) in &desired.entries {
+            match self.generations.get_mut(k) {
+                Some(g) => *g = e.generation,
+                None => {
+                    self.generations.insert(k.clone(), e.generation);
+                }
+            }
+        }
+        // Every desired key is now present: anything more is stale.
+        if self.generations.len() > desired.entries.len() {
+            self.generations
+                .retain(|k, _| desired.entries.contains_key(k));
+        }
     }
 
     /// Forgets one key (the next diff reports it as changed if desired).
@@ -248,6 +259,12 @@ mod tests {
         assert!(d.removed.is_empty());
         m.remove(&"y".to_string());
         assert_eq!(pushed.diff(&m).removed, vec!["y".to_string()]);
+        // Marking in place records the change and forgets the removal.
+        pushed.mark_pushed(&m);
+        let d = pushed.diff(&m);
+        assert!(d.changed.is_empty() && d.removed.is_empty());
+        m.set("a", "y".into(), 2);
+        assert_eq!(pushed.diff(&m).changed, vec![(&"y".to_string(), &2)]);
     }
 
     #[test]

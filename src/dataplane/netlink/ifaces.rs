@@ -12,7 +12,12 @@
 //! (`net/ipv4/ip_forward`, `net/ipv6/conf/all/forwarding`) is also turned on,
 //! at the first apply and every resync.
 //!
-//! All settings of one interface are one `sysctl -w` command. Settings are
+//! The settings of up to [`SYSCTL_BATCH`] interfaces are one `sysctl -w`
+//! command (start of day configures every workload interface: one process
+//! instead of one per interface, which competed with the table
+//! transactions).  `sysctl` writes every assignment it can and fails at the
+//! end if any failed; a failed batch is then written interface by interface
+//! to find the ones that failed.  Settings are
 //! idempotent, so a resync simply rewrites them; an interface that is
 //! missing or down is retried on later applies, and promptly when the
 //! interface monitor reports it ([`IfaceSettingsTable::interfaces_changed`]).
@@ -48,6 +53,10 @@ pub struct IfaceSettingsTable {
     globals_done: bool,
 }
 
+/// Interfaces whose settings share one `sysctl` command (about 1,000
+/// arguments at most, far below the kernel's argument limits).
+pub const SYSCTL_BATCH: usize = 160;
+
 /// The `key=value` sysctl assignments for one interface.
 pub fn sysctls_for(ipv: IpVersion, iface: &str, s: &IfaceSettings) -> Vec<String> {
     let mut v = vec![format!("net/ipv6/conf/{iface}/accept_ra=0")];
@@ -68,6 +77,13 @@ pub fn sysctls_for(ipv: IpVersion, iface: &str, s: &IfaceSettings) -> Vec<String
 }
 
 impl IfaceSettingsTable {
+    /// One `sysctl -q -w` command with these assignments.
+    fn write<'a>(&self, kvs: impl Iterator<Item = &'a String>) -> Result<(), NetlinkError> {
+        let mut args: Vec<&str> = vec!["-q", "-w"];
+        args.extend(kvs.map(String::as_str));
+        self.nl.write_sysctls(&args)
+    }
+
     /// A table; the first apply writes every desired interface (and, with
     /// `ip_forwarding`, the global forwarding switch).
     pub fn new(ipv: IpVersion, nl: Netlink, ip_forwarding: bool) -> Self {
@@ -137,21 +153,31 @@ impl IfaceSettingsTable {
         let up: BTreeSet<String> = self.nl.links_up(&names)?;
         let mut failed: BTreeMap<String, ()> = BTreeMap::new();
         let mut first_err = None;
+        let mut ready: Vec<(&String, Vec<String>)> = Vec::new();
         for (iface, settings) in diff.changed {
-            if !up.contains(iface) {
+            if up.contains(iface) {
+                ready.push((iface, sysctls_for(self.ipv, iface, settings)));
+            } else {
                 stats.waiting += 1;
                 failed.insert(iface.clone(), ());
+            }
+        }
+        for batch in ready.chunks(SYSCTL_BATCH) {
+            let all = batch.iter().flat_map(|(_, kvs)| kvs.iter());
+            if batch.len() > 1 && self.write(all).is_ok() {
+                stats.configured += batch.len();
                 continue;
             }
-            let kvs = sysctls_for(self.ipv, iface, settings);
-            let mut args: Vec<&str> = vec!["-q", "-w"];
-            args.extend(kvs.iter().map(String::as_str));
-            match self.nl.write_sysctls(&args) {
-                Ok(()) => stats.configured += 1,
-                Err(e) => {
-                    tracing::warn!(iface = %iface, error = %e, "interface settings failed");
-                    failed.insert(iface.clone(), ());
-                    first_err.get_or_insert(e);
+            // One interface, or a batch with a failure in it: interface by
+            // interface, so exactly the failed ones are retried later.
+            for (iface, kvs) in batch {
+                match self.write(kvs.iter()) {
+                    Ok(()) => stats.configured += 1,
+                    Err(e) => {
+                        tracing::warn!(iface = %iface, error = %e, "interface settings failed");
+                        failed.insert((*iface).clone(), ());
+                        first_err.get_or_insert(e);
+                    }
                 }
             }
         }
@@ -218,6 +244,84 @@ mod tests {
             }
         );
         assert_eq!(fake.count("sysctl"), 0);
+    }
+
+    fn links_json(names: &[&str]) -> String {
+        let items: Vec<String> = names
+            .iter()
+            .map(|n| format!(r#"{{"ifname":"{n}","flags":["UP"],"operstate":"UP"}}"#))
+            .collect();
+        format!("[{}]", items.join(","))
+    }
+
+    #[test]
+    fn many_interfaces_share_one_sysctl_process() {
+        let names: Vec<String> = (0..10).map(|i| format!("cali{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let listing = links_json(&refs);
+        let fake = ScriptedCommands::new(move |req| {
+            if req.program == "ip" {
+                FakeResponse::Ok(listing.clone())
+            } else {
+                FakeResponse::Ok(String::new())
+            }
+        });
+        let cmds = Commands::unhooked(fake.clone(), "driver/ifaces-v4");
+        let mut t = IfaceSettingsTable::new(IpVersion::V4, Netlink::new(cmds), false);
+        let mut d = IfacesDesired::default();
+        for n in &names {
+            d.set("m", n.clone(), IfaceSettings { rp_filter: 1 });
+        }
+        let s = t.apply(&d).unwrap();
+        assert_eq!(s.configured, 10);
+        let sysctl: Vec<_> = fake
+            .calls()
+            .into_iter()
+            .filter(|c| c.program == "sysctl")
+            .collect();
+        assert_eq!(sysctl.len(), 1, "{sysctl:?}");
+        for n in &names {
+            assert!(sysctl[0]
+                .args
+                .contains(&format!("net/ipv4/conf/{n}/proxy_arp=1")));
+        }
+        assert!(!t.is_dirty());
+    }
+
+    #[test]
+    fn a_failed_batch_is_redone_per_interface_and_only_the_failures_are_retried() {
+        let listing = links_json(&["cali1", "cali2", "cali3"]);
+        let fake = ScriptedCommands::new(move |req| {
+            if req.program == "ip" {
+                FakeResponse::Ok(listing.clone())
+            } else if req.args.iter().any(|a| a.contains("/cali2/")) {
+                FakeResponse::Fail(1, "sysctl: cannot stat cali2".into())
+            } else {
+                FakeResponse::Ok(String::new())
+            }
+        });
+        let cmds = Commands::unhooked(fake.clone(), "driver/ifaces-v4");
+        let mut t = IfaceSettingsTable::new(IpVersion::V4, Netlink::new(cmds), false);
+        let mut d = IfacesDesired::default();
+        for n in ["cali1", "cali2", "cali3"] {
+            d.set("m", n.into(), IfaceSettings { rp_filter: 1 });
+        }
+        assert!(t.apply(&d).is_err());
+        // The batch, then one command per interface.
+        assert_eq!(fake.count("sysctl"), 4);
+        assert!(t.is_dirty());
+        fake.clear_calls();
+        assert!(t.apply(&d).is_err());
+        let again: Vec<_> = fake
+            .calls()
+            .into_iter()
+            .filter(|c| c.program == "sysctl")
+            .collect();
+        assert_eq!(again.len(), 1, "{again:?}");
+        assert!(again[0]
+            .args
+            .iter()
+            .all(|a| a == "-q" || a == "-w" || a.contains("/cali2/")));
     }
 
     #[test]

@@ -568,26 +568,29 @@ impl NftablesTable {
             self.dirty_chains.clone()
         };
         // Chains referencing a recreated set must be re-added after it.
-        for (name, c) in &self.chains {
-            if c.rules.iter().any(|r| {
-                r.match_criteria
-                    .ip_set_names()
-                    .iter()
-                    .any(|s| recreated_sets.contains(&legalize_set_name(s)))
-            }) {
-                chain_candidates.insert(name.clone());
+        // (Scanning every rule is skipped in the common case: a delta
+        // apply must not cost time proportional to the whole ruleset.)
+        let references_recreated = |c: &DChain| {
+            !recreated_sets.is_empty()
+                && c.rules.iter().any(|r| {
+                    r.match_criteria
+                        .ip_set_names()
+                        .iter()
+                        .any(|s| recreated_sets.contains(&legalize_set_name(s)))
+                })
+        };
+        if !recreated_sets.is_empty() {
+            for (name, c) in &self.chains {
+                if references_recreated(c) {
+                    chain_candidates.insert(name.clone());
+                }
             }
         }
         for name in &chain_candidates {
             match (self.chains.get(name), actual.chains.get(name)) {
                 (Some(d), a) => {
                     let want: Vec<Option<String>> = d.hashes.iter().cloned().map(Some).collect();
-                    let references_recreated = d.rules.iter().any(|r| {
-                        r.match_criteria
-                            .ip_set_names()
-                            .iter()
-                            .any(|s| recreated_sets.contains(&legalize_set_name(s)))
-                    });
+                    let references_recreated = references_recreated(d);
                     match a {
                         None => {
                             add_chains.push(self.chain_decl(name, d.base));
