@@ -527,7 +527,7 @@ fn workload_endpoint(ns: &str, meta: Metadata, s: types::WorkloadEndpointSpec) -
     let mut nets = Vec::with_capacity(s.ip_networks.len());
     for (i, n) in s.ip_networks.iter().enumerate() {
         let f = Indexed("spec.ipNetworks", i);
-        let net = parse_strict_net(&f, n)?;
+        let net = parse_strict_net(f, n)?;
         if net.prefix_len() != net.max_prefix_len() {
             return err(f, "IP network contains multiple addresses");
         }
@@ -586,7 +586,7 @@ fn workload_endpoint(ns: &str, meta: Metadata, s: types::WorkloadEndpointSpec) -
         if !p.host_ip.is_empty() {
             parse_strict_net(Sub(f, "hostIP"), &p.host_ip)?;
         }
-        let port = endpoint_port(&f, &p.name, &p.protocol, p.port, false)?;
+        let port = endpoint_port(f, &p.name, &p.protocol, p.port, false)?;
         if !p.name.is_empty() {
             ports.push(port);
         }

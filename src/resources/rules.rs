@@ -244,7 +244,7 @@ fn convert_side(
     check_selector_no_global(Sub(field, "notSelector"), &er.not_selector)?;
     if !er.namespace_selector.is_empty() {
         let f = Sub(field, "namespaceSelector");
-        check_selector(&f, &er.namespace_selector)?;
+        check_selector(f, &er.namespace_selector)?;
         if er.namespace_selector.contains("global(")
             && crate::selector::normalize(&er.namespace_selector)
                 .ok()
@@ -437,7 +437,7 @@ pub(crate) fn convert_rule(
             {
                 return err(f, "ICMP fields require protocol to be ICMP or ICMPv6");
             }
-            check_icmp(&f, icmp)?
+            check_icmp(f, icmp)?
         }
     };
     let (not_icmp_type, not_icmp_code) = match &r.not_icmp {
