@@ -189,43 +189,43 @@ fn endpoint_updates<'a>(
 
 fn tag_policies(num: usize) -> impl Iterator<Item = Update> {
     (0..num).map(|i| {
-            let rules = (0..5)
-                .map(|j| Rule {
-                    action: Action::Allow,
-                    src_selector: format!("has({})", MARKERS[(i + j) % MARKERS.len()]),
-                    ..Default::default()
-                })
-                .collect();
-            let p = Policy {
-                tier: "default".to_string(),
-                selector: format!("has({})", MARKERS[i % MARKERS.len()]),
-                inbound_rules: rules,
+        let rules = (0..5)
+            .map(|j| Rule {
+                action: Action::Allow,
+                src_selector: format!("has({})", MARKERS[(i + j) % MARKERS.len()]),
                 ..Default::default()
-            };
-            Update::set(
-                Key::Policy(PolicyKey {
-                    name: format!("tag-pol-{i}"),
-                    namespace: String::new(),
-                    kind: String::new(),
-                }),
-                Value::Policy(Arc::new(p)),
-            )
-        })
+            })
+            .collect();
+        let p = Policy {
+            tier: "default".to_string(),
+            selector: format!("has({})", MARKERS[i % MARKERS.len()]),
+            inbound_rules: rules,
+            ..Default::default()
+        };
+        Update::set(
+            Key::Policy(PolicyKey {
+                name: format!("tag-pol-{i}"),
+                namespace: String::new(),
+                kind: String::new(),
+            }),
+            Value::Policy(Arc::new(p)),
+        )
+    })
 }
 
 fn namespace_profiles(num: usize) -> impl Iterator<Item = Update> {
     (0..num).map(|i| {
-            let name = format!("namespace-{i}");
-            let mut labels = BTreeMap::new();
-            labels.insert(NS_LABEL.to_string(), name.clone());
-            Update::set(
-                Key::Profile(format!("kns.{name}")),
-                Value::Profile(Arc::new(Profile {
-                    labels,
-                    ..Default::default()
-                })),
-            )
-        })
+        let name = format!("namespace-{i}");
+        let mut labels = BTreeMap::new();
+        labels.insert(NS_LABEL.to_string(), name.clone());
+        Update::set(
+            Key::Profile(format!("kns.{name}")),
+            Value::Profile(Arc::new(Profile {
+                labels,
+                ..Default::default()
+            })),
+        )
+    })
 }
 
 const NETSET_SIZES: [usize; 10] = [1, 1, 1, 1, 2, 3, 4, 5, 100, 1000];
@@ -425,7 +425,9 @@ impl Customers {
 
     /// This node's pods, in customer order.
     fn local(&self) -> impl Iterator<Item = Update> + '_ {
-        (0..self.n).filter(|c| self.is_local(*c)).map(|c| self.pod(c))
+        (0..self.n)
+            .filter(|c| self.is_local(*c))
+            .map(|c| self.pod(c))
     }
 }
 
@@ -504,8 +506,9 @@ impl Timed {
     fn trace(&self, what: &str) {
         if std::env::var_os("FELIX_BENCH_TRACE_RSS").is_some() {
             eprintln!(
-                "{what}: {} updates in, RSS {:.1} MiB",
+                "{what}: {} updates in, graph CPU so far {:.3} s, RSS {:.1} MiB",
                 self.graph.stats().updates_processed,
+                self.cpu.as_secs_f64(),
                 super::rss_mib()
             );
         }

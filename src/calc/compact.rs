@@ -405,10 +405,7 @@ mod tests {
             }),
             dst_nets: vec![net("10.1.0.0/16"), net("fd00::/8")],
             dst_selector: "c == 'd'".into(),
-            dst_ports: vec![Port::Range {
-                first: 1,
-                last: 2,
-            }],
+            dst_ports: vec![Port::Range { first: 1, last: 2 }],
             dst_service: Some(ServiceMatch {
                 name: "t".into(),
                 namespace: "m".into(),
@@ -510,7 +507,11 @@ mod tests {
 
         let mut q = p.clone();
         q.inbound_rules[0].dst_selector = "c == 'e'".into();
-        assert_ne!(CompactPolicy::new(&q), c, "a changed rule field is a change");
+        assert_ne!(
+            CompactPolicy::new(&q),
+            c,
+            "a changed rule field is a change"
+        );
         let mut q = p.clone();
         q.pre_dnat = true;
         assert_ne!(CompactPolicy::new(&q), c, "a changed flag is a change");

@@ -170,7 +170,8 @@ impl PolicyResolver {
             self.computed.remove(key);
         }
         if changed {
-            self.dirty.insert(EndpointKey::Workload(Arc::new(key.clone())));
+            self.dirty
+                .insert(EndpointKey::Workload(Arc::new(key.clone())));
         }
     }
 

@@ -14,12 +14,12 @@
 //! * Output depends only on the current selectors, endpoints and profile
 //!   labels (no history).
 
-use std::collections::BTreeSet;
-use std::hash::Hash;
 use super::restriction::{Choice, RestrictionIndex};
 use crate::hash::{FastMap as HashMap, FastSet as HashSet};
 use crate::model::Labels;
 use crate::selector::{LabelSource, Selector};
+use std::collections::BTreeSet;
+use std::hash::Hash;
 
 /// A match transition.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -578,12 +578,10 @@ impl IpSetIndex {
                 workload_id: workload.to_string(),
                 endpoint_id: s(*endpoint),
             }),
-            ObjKey::Host { host, endpoint } => {
-                LabelledKey::Host(crate::model::HostEndpointKey {
-                    hostname: s(*host),
-                    endpoint_id: endpoint.to_string(),
-                })
-            }
+            ObjKey::Host { host, endpoint } => LabelledKey::Host(crate::model::HostEndpointKey {
+                hostname: s(*host),
+                endpoint_id: endpoint.to_string(),
+            }),
             ObjKey::NetworkSet(name) => LabelledKey::NetworkSet(crate::model::NetworkSetKey {
                 name: name.to_string(),
             }),
