@@ -338,7 +338,7 @@ impl Customers {
     /// Every `stride`-th customer's pod, up to `num_local` of them, runs on
     /// this node.
     fn is_local(&self, c: usize) -> bool {
-        c % self.stride == 0 && c / self.stride < self.num_local
+        c.is_multiple_of(self.stride) && c / self.stride < self.num_local
     }
 
     fn policy(c: usize) -> Update {
@@ -386,7 +386,7 @@ impl Customers {
         let mut labels = BTreeMap::new();
         labels.insert(NS_LABEL.to_string(), ns.clone());
         labels.insert("namespace-id".to_string(), deterministic_string(c, 20));
-        labels.insert("production".to_string(), (c % 2 == 0).to_string());
+        labels.insert("production".to_string(), c.is_multiple_of(2).to_string());
         Update::set(
             Key::Profile(format!("kns.{ns}")),
             Value::Profile(Arc::new(Profile {
@@ -523,7 +523,7 @@ impl Timed {
     }
 
     fn flush(&mut self) {
-        self.time(|g, c| flush_counting(g, c));
+        self.time(flush_counting);
     }
 }
 

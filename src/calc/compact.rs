@@ -14,27 +14,25 @@
 //! directions destructure the model types completely, so a field added to
 //! [`Rule`] or [`Policy`] fails to compile here until it is stored.
 
-use std::collections::BTreeMap;
-
 use ipnet::IpNet;
 
 use crate::model::{Action, HttpMatch, Policy, Port, Protocol, Rule, ServiceMatch};
 
-/// Which string field of a rule an entry holds.
+/// Which string (selector) field of a rule an entry holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum StrField {
-    SrcSelector,
-    DstSelector,
-    NotSrcSelector,
-    NotDstSelector,
-    OriginalSrcSelector,
-    OriginalSrcNamespaceSelector,
-    OriginalDstSelector,
-    OriginalDstNamespaceSelector,
-    OriginalNotSrcSelector,
-    OriginalNotDstSelector,
-    OriginalSrcServiceAccountSelector,
-    OriginalDstServiceAccountSelector,
+    Src,
+    Dst,
+    NotSrc,
+    NotDst,
+    OriginalSrc,
+    OriginalSrcNamespace,
+    OriginalDst,
+    OriginalDstNamespace,
+    OriginalNotSrc,
+    OriginalNotDst,
+    OriginalSrcServiceAccount,
+    OriginalDstServiceAccount,
 }
 
 /// Which list-of-CIDRs field.
@@ -79,7 +77,8 @@ enum Field {
     SrcServiceAccountNames(Box<[String]>),
     DstServiceAccountNames(Box<[String]>),
     Http(Box<HttpMatch>),
-    Metadata(Box<BTreeMap<String, String>>),
+    /// `Some(map)`, as sorted pairs (present even when empty).
+    Metadata(Box<[(String, String)]>),
 }
 
 /// A rule stored as its action plus its non-default fields, in field
@@ -148,28 +147,28 @@ impl CompactRule {
             f.push(Field::NotProtocol(Box::new(p.clone())));
         }
         let strs = [
-            (StrField::SrcSelector, src_selector),
-            (StrField::DstSelector, dst_selector),
-            (StrField::NotSrcSelector, not_src_selector),
-            (StrField::NotDstSelector, not_dst_selector),
-            (StrField::OriginalSrcSelector, original_src_selector),
+            (StrField::Src, src_selector),
+            (StrField::Dst, dst_selector),
+            (StrField::NotSrc, not_src_selector),
+            (StrField::NotDst, not_dst_selector),
+            (StrField::OriginalSrc, original_src_selector),
             (
-                StrField::OriginalSrcNamespaceSelector,
+                StrField::OriginalSrcNamespace,
                 original_src_namespace_selector,
             ),
-            (StrField::OriginalDstSelector, original_dst_selector),
+            (StrField::OriginalDst, original_dst_selector),
             (
-                StrField::OriginalDstNamespaceSelector,
+                StrField::OriginalDstNamespace,
                 original_dst_namespace_selector,
             ),
-            (StrField::OriginalNotSrcSelector, original_not_src_selector),
-            (StrField::OriginalNotDstSelector, original_not_dst_selector),
+            (StrField::OriginalNotSrc, original_not_src_selector),
+            (StrField::OriginalNotDst, original_not_dst_selector),
             (
-                StrField::OriginalSrcServiceAccountSelector,
+                StrField::OriginalSrcServiceAccount,
                 original_src_service_account_selector,
             ),
             (
-                StrField::OriginalDstServiceAccountSelector,
+                StrField::OriginalDstServiceAccount,
                 original_dst_service_account_selector,
             ),
         ];
@@ -220,7 +219,9 @@ impl CompactRule {
             f.push(Field::Http(Box::new(h.clone())));
         }
         if let Some(m) = metadata {
-            f.push(Field::Metadata(Box::new(m.clone())));
+            f.push(Field::Metadata(
+                m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            ));
         }
         CompactRule {
             action: *action,
@@ -250,24 +251,20 @@ impl CompactRule {
                 Field::NotProtocol(p) => r.not_protocol = Some((**p).clone()),
                 Field::Str(which, s) => {
                     let slot = match which {
-                        StrField::SrcSelector => &mut r.src_selector,
-                        StrField::DstSelector => &mut r.dst_selector,
-                        StrField::NotSrcSelector => &mut r.not_src_selector,
-                        StrField::NotDstSelector => &mut r.not_dst_selector,
-                        StrField::OriginalSrcSelector => &mut r.original_src_selector,
-                        StrField::OriginalSrcNamespaceSelector => {
-                            &mut r.original_src_namespace_selector
-                        }
-                        StrField::OriginalDstSelector => &mut r.original_dst_selector,
-                        StrField::OriginalDstNamespaceSelector => {
-                            &mut r.original_dst_namespace_selector
-                        }
-                        StrField::OriginalNotSrcSelector => &mut r.original_not_src_selector,
-                        StrField::OriginalNotDstSelector => &mut r.original_not_dst_selector,
-                        StrField::OriginalSrcServiceAccountSelector => {
+                        StrField::Src => &mut r.src_selector,
+                        StrField::Dst => &mut r.dst_selector,
+                        StrField::NotSrc => &mut r.not_src_selector,
+                        StrField::NotDst => &mut r.not_dst_selector,
+                        StrField::OriginalSrc => &mut r.original_src_selector,
+                        StrField::OriginalSrcNamespace => &mut r.original_src_namespace_selector,
+                        StrField::OriginalDst => &mut r.original_dst_selector,
+                        StrField::OriginalDstNamespace => &mut r.original_dst_namespace_selector,
+                        StrField::OriginalNotSrc => &mut r.original_not_src_selector,
+                        StrField::OriginalNotDst => &mut r.original_not_dst_selector,
+                        StrField::OriginalSrcServiceAccount => {
                             &mut r.original_src_service_account_selector
                         }
-                        StrField::OriginalDstServiceAccountSelector => {
+                        StrField::OriginalDstServiceAccount => {
                             &mut r.original_dst_service_account_selector
                         }
                     };
@@ -300,7 +297,7 @@ impl CompactRule {
                     r.original_dst_service_account_names = n.to_vec()
                 }
                 Field::Http(h) => r.http_match = Some((**h).clone()),
-                Field::Metadata(m) => r.metadata = Some((**m).clone()),
+                Field::Metadata(m) => r.metadata = Some(m.iter().cloned().collect()),
             }
         }
         r
@@ -317,7 +314,8 @@ pub struct CompactPolicy {
     /// `do_not_track`, `pre_dnat`, `apply_on_forward` (bits 0, 1, 2).
     flags: u8,
     types: Box<[String]>,
-    annotations: Option<Box<BTreeMap<String, String>>>,
+    /// Sorted pairs (a map's order).
+    annotations: Box<[(String, String)]>,
     performance_hints: Box<[String]>,
     inbound: Box<[CompactRule]>,
     outbound: Box<[CompactRule]>,
@@ -348,7 +346,10 @@ impl CompactPolicy {
                 | (u8::from(*pre_dnat) << 1)
                 | (u8::from(*apply_on_forward) << 2),
             types: types.as_slice().into(),
-            annotations: (!annotations.is_empty()).then(|| Box::new(annotations.clone())),
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             performance_hints: performance_hints.as_slice().into(),
             inbound: inbound_rules.iter().map(CompactRule::new).collect(),
             outbound: outbound_rules.iter().map(CompactRule::new).collect(),
@@ -368,7 +369,7 @@ impl CompactPolicy {
             pre_dnat: self.flags & 2 != 0,
             apply_on_forward: self.flags & 4 != 0,
             types: self.types.to_vec(),
-            annotations: self.annotations.as_deref().cloned().unwrap_or_default(),
+            annotations: self.annotations.iter().cloned().collect(),
             performance_hints: self.performance_hints.to_vec(),
         }
     }
@@ -381,6 +382,8 @@ impl CompactPolicy {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::model::{HttpPath, Port, Protocol};
 

@@ -47,6 +47,9 @@ pub struct HostInfo {
     pub labels: BTreeMap<String, String>,
 }
 
+/// Labels as sorted `(key, value)` pairs.
+type LabelPairs = Box<[(String, String)]>;
+
 /// See the module docs.
 #[derive(Default)]
 pub struct EventSequencer {
@@ -72,9 +75,9 @@ pub struct EventSequencer {
     /// Labels as sorted pairs: a large cluster has one pending namespace
     /// per `kns.` profile at the first flush, and a `BTreeMap` node is
     /// several times the size of the few labels a namespace has.
-    pending_ns_updates: BTreeMap<String, Box<[(String, String)]>>,
+    pending_ns_updates: BTreeMap<String, LabelPairs>,
     pending_ns_deletes: BTreeSet<String>,
-    pending_sa_updates: BTreeMap<(String, String), Box<[(String, String)]>>,
+    pending_sa_updates: BTreeMap<(String, String), LabelPairs>,
     pending_sa_deletes: BTreeSet<(String, String)>,
     pending_route_updates: BTreeMap<String, pb::RouteUpdate>,
     pending_route_deletes: BTreeSet<String>,
