@@ -165,74 +165,74 @@ fn wep_key(host: &str, workload: String) -> WorkloadEndpointKey {
     }
 }
 
-fn endpoint_updates(g: &mut Gen, num: usize, host: &str) -> Vec<Update> {
-    (0..num)
-        .map(|n| {
-            let ip = g.next_ip();
-            let ep = WorkloadEndpoint {
-                labels: g.labels(),
-                ipv4_nets: vec![ip],
-                profile_ids: vec![format!("kns.namespace-{}", n % NUM_NAMESPACES)],
-                ..Default::default()
-            };
-            Update::set(
-                Key::WorkloadEndpoint(wep_key(host, format!("wep-{n}"))),
-                Value::WorkloadEndpoint(Arc::new(ep)),
-            )
-        })
-        .collect()
+/// One endpoint update per call, in upstream's order (lazily: the caller
+/// decides how much of the input is resident at once).
+fn endpoint_updates<'a>(
+    g: &'a mut Gen,
+    num: usize,
+    host: &'a str,
+) -> impl Iterator<Item = Update> + 'a {
+    (0..num).map(move |n| {
+        let ip = g.next_ip();
+        let ep = WorkloadEndpoint {
+            labels: g.labels(),
+            ipv4_nets: vec![ip],
+            profile_ids: vec![format!("kns.namespace-{}", n % NUM_NAMESPACES)],
+            ..Default::default()
+        };
+        Update::set(
+            Key::WorkloadEndpoint(wep_key(host, format!("wep-{n}"))),
+            Value::WorkloadEndpoint(Arc::new(ep)),
+        )
+    })
 }
 
-fn tag_policies(num: usize) -> Vec<Update> {
-    (0..num)
-        .map(|i| {
-            let rules = (0..5)
-                .map(|j| Rule {
-                    action: Action::Allow,
-                    src_selector: format!("has({})", MARKERS[(i + j) % MARKERS.len()]),
-                    ..Default::default()
-                })
-                .collect();
-            let p = Policy {
-                tier: "default".to_string(),
-                selector: format!("has({})", MARKERS[i % MARKERS.len()]),
-                inbound_rules: rules,
+fn tag_policies(num: usize) -> impl Iterator<Item = Update> {
+    (0..num).map(|i| {
+        let rules = (0..5)
+            .map(|j| Rule {
+                action: Action::Allow,
+                src_selector: format!("has({})", MARKERS[(i + j) % MARKERS.len()]),
                 ..Default::default()
-            };
-            Update::set(
-                Key::Policy(PolicyKey {
-                    name: format!("tag-pol-{i}"),
-                    namespace: String::new(),
-                    kind: String::new(),
-                }),
-                Value::Policy(Arc::new(p)),
-            )
-        })
-        .collect()
+            })
+            .collect();
+        let p = Policy {
+            tier: "default".to_string(),
+            selector: format!("has({})", MARKERS[i % MARKERS.len()]),
+            inbound_rules: rules,
+            ..Default::default()
+        };
+        Update::set(
+            Key::Policy(PolicyKey {
+                name: format!("tag-pol-{i}"),
+                namespace: String::new(),
+                kind: String::new(),
+            }),
+            Value::Policy(Arc::new(p)),
+        )
+    })
 }
 
-fn namespace_profiles(num: usize) -> Vec<Update> {
-    (0..num)
-        .map(|i| {
-            let name = format!("namespace-{i}");
-            let mut labels = BTreeMap::new();
-            labels.insert(NS_LABEL.to_string(), name.clone());
-            Update::set(
-                Key::Profile(format!("kns.{name}")),
-                Value::Profile(Arc::new(Profile {
-                    labels,
-                    ..Default::default()
-                })),
-            )
-        })
-        .collect()
+fn namespace_profiles(num: usize) -> impl Iterator<Item = Update> {
+    (0..num).map(|i| {
+        let name = format!("namespace-{i}");
+        let mut labels = BTreeMap::new();
+        labels.insert(NS_LABEL.to_string(), name.clone());
+        Update::set(
+            Key::Profile(format!("kns.{name}")),
+            Value::Profile(Arc::new(Profile {
+                labels,
+                ..Default::default()
+            })),
+        )
+    })
 }
 
 const NETSET_SIZES: [usize; 10] = [1, 1, 1, 1, 2, 3, 4, 5, 100, 1000];
 
-fn netset_updates(g: &mut Gen, num: usize) -> Vec<Update> {
-    let mut out = Vec::with_capacity(num * 2);
-    for i in 0..num {
+/// A network set and the policy selecting it, per set, lazily.
+fn netset_updates(g: &mut Gen, num: usize) -> impl Iterator<Item = Update> + '_ {
+    (0..num).flat_map(move |i| {
         let name = format!("network-set-{i}");
         let size = NETSET_SIZES[g.next_netset_size % NETSET_SIZES.len()];
         g.next_netset_size += 1;
@@ -245,15 +245,15 @@ fn netset_updates(g: &mut Gen, num: usize) -> Vec<Update> {
             .collect();
         let mut labels = BTreeMap::new();
         labels.insert("network-set-name".to_string(), name.clone());
-        out.push(Update::set(
+        let set = Update::set(
             Key::NetworkSet(NetworkSetKey { name: name.clone() }),
             Value::NetworkSet(Arc::new(NetworkSet {
                 nets,
                 labels,
                 profile_ids: Vec::new(),
             })),
-        ));
-        out.push(Update::set(
+        );
+        let pol = Update::set(
             Key::Policy(PolicyKey {
                 name: format!("network-set-pol-{i}"),
                 namespace: String::new(),
@@ -269,9 +269,9 @@ fn netset_updates(g: &mut Gen, num: usize) -> Vec<Update> {
                 }],
                 ..Default::default()
             })),
-        ));
-    }
-    out
+        );
+        [set, pol]
+    })
 }
 
 fn deterministic_string(n: usize, len: usize) -> String {
@@ -312,29 +312,48 @@ fn customer_pod_labels(i: usize) -> BTreeMap<String, String> {
     pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
-/// Inputs of the isolated-customers workload, in sending order.
+/// The isolated-customers workload: every update is a function of the
+/// customer number, so each input can be generated when it is sent.
 struct Customers {
-    policies: Vec<Update>,
-    profiles: Vec<Update>,
-    remote: Vec<Update>,
-    local: Vec<Update>,
+    n: usize,
+    num_local: usize,
+    stride: usize,
+    /// The address of customer 0's pod (customer `c` has `first_ip + c`).
+    first_ip: u32,
 }
 
-fn customers(g: &mut Gen, n: usize, num_local: usize) -> Customers {
-    let dns: IpNet = IpNet::V4(Ipv4Net::new(Ipv4Addr::new(10, 96, 0, 10), 32).unwrap_or_default());
-    let mut pols = Vec::with_capacity(n);
-    let mut profs = Vec::with_capacity(n);
-    for c in 0..n {
+impl Customers {
+    fn new(g: &mut Gen, n: usize, num_local: usize) -> Customers {
+        let num_local = num_local.min(n);
+        let first_ip = g.next_ip;
+        g.next_ip = g.next_ip.wrapping_add(n as u32);
+        Customers {
+            n,
+            num_local,
+            stride: n.checked_div(num_local).unwrap_or(1).max(1),
+            first_ip,
+        }
+    }
+
+    /// Every `stride`-th customer's pod, up to `num_local` of them, runs on
+    /// this node.
+    fn is_local(&self, c: usize) -> bool {
+        c.is_multiple_of(self.stride) && c / self.stride < self.num_local
+    }
+
+    fn policy(c: usize) -> Update {
+        let dns: IpNet =
+            IpNet::V4(Ipv4Net::new(Ipv4Addr::new(10, 96, 0, 10), 32).unwrap_or_default());
         let ns = format!("customer-{c}");
         let sel = format!("{NS_LABEL} == '{ns}'");
-        pols.push(Update::set(
+        Update::set(
             Key::Policy(PolicyKey {
                 name: format!("customer-{c}/isolation"),
                 namespace: ns.clone(),
                 kind: String::new(),
             }),
             Value::Policy(Arc::new(Policy {
-                namespace: ns.clone(),
+                namespace: ns,
                 tier: "default".to_string(),
                 selector: sel.clone(),
                 types: vec!["ingress".to_string(), "egress".to_string()],
@@ -346,7 +365,7 @@ fn customers(g: &mut Gen, n: usize, num_local: usize) -> Customers {
                 outbound_rules: vec![
                     Rule {
                         action: Action::Allow,
-                        dst_selector: sel.clone(),
+                        dst_selector: sel,
                         ..Default::default()
                     },
                     Rule {
@@ -359,49 +378,56 @@ fn customers(g: &mut Gen, n: usize, num_local: usize) -> Customers {
                 ],
                 ..Default::default()
             })),
-        ));
+        )
+    }
+
+    fn profile(c: usize) -> Update {
+        let ns = format!("customer-{c}");
         let mut labels = BTreeMap::new();
         labels.insert(NS_LABEL.to_string(), ns.clone());
         labels.insert("namespace-id".to_string(), deterministic_string(c, 20));
-        labels.insert("production".to_string(), (c % 2 == 0).to_string());
-        profs.push(Update::set(
+        labels.insert("production".to_string(), c.is_multiple_of(2).to_string());
+        Update::set(
             Key::Profile(format!("kns.{ns}")),
             Value::Profile(Arc::new(Profile {
                 labels,
                 ..Default::default()
             })),
-        ));
+        )
     }
-    let total = n;
-    let num_local = num_local.min(total);
-    let stride = total.checked_div(num_local).unwrap_or(1).max(1);
-    let (mut remote, mut local) = (Vec::new(), Vec::new());
-    for c in 0..n {
+
+    fn pod(&self, c: usize) -> Update {
         let ns = format!("customer-{c}");
         let pod = format!("app-{:09x}-{:05x}", (c * 7 + 3) as u32, (c * 17 + 5) as u16);
-        let ip = g.next_ip();
-        let is_local = local.len() < num_local && c % stride == 0;
-        let host = if is_local { "localhost" } else { "remotehost" };
-        let u = Update::set(
+        let ip = Ipv4Addr::from(self.first_ip.wrapping_add(c as u32));
+        let host = if self.is_local(c) {
+            "localhost"
+        } else {
+            "remotehost"
+        };
+        Update::set(
             Key::WorkloadEndpoint(wep_key(host, format!("{ns}/{pod}"))),
             Value::WorkloadEndpoint(Arc::new(WorkloadEndpoint {
                 labels: customer_pod_labels(c),
-                ipv4_nets: vec![ip],
+                ipv4_nets: vec![IpNet::V4(Ipv4Net::new(ip, 32).unwrap_or_default())],
                 profile_ids: vec![format!("kns.{ns}")],
                 ..Default::default()
             })),
-        );
-        if is_local {
-            local.push(u);
-        } else {
-            remote.push(u);
-        }
+        )
     }
-    Customers {
-        policies: pols,
-        profiles: profs,
-        remote,
-        local,
+
+    /// Pods on other nodes, in customer order (sent before the local ones).
+    fn remote(&self) -> impl Iterator<Item = Update> + '_ {
+        (0..self.n)
+            .filter(|c| !self.is_local(*c))
+            .map(|c| self.pod(c))
+    }
+
+    /// This node's pods, in customer order.
+    fn local(&self) -> impl Iterator<Item = Update> + '_ {
+        (0..self.n)
+            .filter(|c| self.is_local(*c))
+            .map(|c| self.pod(c))
     }
 }
 
@@ -411,117 +437,147 @@ struct Counts {
     policies: usize,
 }
 
-fn count(out: &[felix_proto::to_dataplane::Payload], c: &mut Counts) {
-    use felix_proto::to_dataplane::Payload;
-    c.messages += out.len();
-    for p in out {
+impl Counts {
+    /// Counts one message (upstream's benchmark counts in its callback and
+    /// keeps nothing).
+    fn count(&mut self, p: &felix_proto::to_dataplane::Payload) {
+        use felix_proto::to_dataplane::Payload;
+        self.messages += 1;
         match p {
-            Payload::IpsetUpdate(_) => c.ip_sets += 1,
-            Payload::ActivePolicyUpdate(_) => c.policies += 1,
+            Payload::IpsetUpdate(_) => self.ip_sets += 1,
+            Payload::ActivePolicyUpdate(_) => self.policies += 1,
             _ => {}
         }
     }
 }
 
-/// Runs one workload and reports its figures.  Input generation is not
-/// timed; everything from the first update to the last flush is.
+/// Flushes `graph`, counting the messages as they are emitted.
+fn flush_counting(graph: &mut CalcGraph, c: &mut Counts) {
+    graph.flush_with(|p| c.count(&p));
+}
+
+/// Updates generated per chunk: the input resident at any time.
+const CHUNK: usize = 1_000;
+
+/// The graph under test plus the clocks that only run while it works.
+struct Timed {
+    graph: CalcGraph,
+    wall: Duration,
+    cpu: Duration,
+    counts: Counts,
+}
+
+impl Timed {
+    fn new() -> Timed {
+        Timed {
+            graph: CalcGraph::new("localhost"),
+            wall: Duration::ZERO,
+            cpu: Duration::ZERO,
+            counts: Counts {
+                messages: 0,
+                ip_sets: 0,
+                policies: 0,
+            },
+        }
+    }
+
+    /// Runs `f` on the graph with the clocks running.
+    fn time(&mut self, f: impl FnOnce(&mut CalcGraph, &mut Counts)) {
+        let t = Instant::now();
+        let c = crate::cputime::thread_cpu_time();
+        f(&mut self.graph, &mut self.counts);
+        self.cpu += crate::cputime::thread_cpu_time().saturating_sub(c);
+        self.wall += t.elapsed();
+    }
+
+    /// Sends `updates` in order, generating them `CHUNK` at a time with the
+    /// clocks stopped.
+    fn send(&mut self, updates: impl Iterator<Item = Update>) {
+        let mut updates = updates.peekable();
+        while updates.peek().is_some() {
+            let chunk: Vec<Update> = updates.by_ref().take(CHUNK).collect();
+            self.time(|g, _| g.on_updates(chunk));
+        }
+        self.trace("sent");
+    }
+
+    /// With `FELIX_BENCH_TRACE_RSS` set, prints the resident set after each
+    /// phase to stderr (to attribute memory to a kind of input).
+    fn trace(&self, what: &str) {
+        if std::env::var_os("FELIX_BENCH_TRACE_RSS").is_some() {
+            eprintln!(
+                "{what}: {} updates in, graph CPU so far {:.3} s, RSS {:.1} MiB",
+                self.graph.stats().updates_processed,
+                self.cpu.as_secs_f64(),
+                super::rss_mib()
+            );
+        }
+    }
+
+    fn in_sync_and_flush(&mut self) {
+        self.time(|g, c| {
+            g.on_status(SyncStatus::InSync);
+            flush_counting(g, c);
+        });
+        self.trace("in sync + flushed");
+    }
+
+    fn flush(&mut self) {
+        self.time(flush_counting);
+    }
+}
+
+/// Runs one workload and reports its figures.  The input is generated
+/// lazily, `CHUNK` updates at a time, in exactly the order (and with exactly
+/// the content) upstream's benchmark sends it; generation is not timed,
+/// everything the graph does from the first update to the last flush is.
 pub fn run(workload: &str) -> anyhow::Result<CalcReport> {
     let mut g = Gen::new();
-    let mut counts = Counts {
-        messages: 0,
-        ip_sets: 0,
-        policies: 0,
-    };
-    let mut graph = CalcGraph::new("localhost");
+    let mut t = Timed::new();
     let mut churn = None;
-    let start;
-    let cpu_start;
     match workload {
         "a" | "a-delete" | "d" => {
-            let remote = endpoint_updates(&mut g, 250_000, "remotehost");
-            let local = endpoint_updates(&mut g, 200, "localhost");
-            let pols = tag_policies(10_000);
-            let profs = namespace_profiles(NUM_NAMESPACES);
-            let deletes: Vec<Update> = if workload == "a-delete" {
-                (0..200)
-                    .map(|n| {
-                        Update::delete(Key::WorkloadEndpoint(wep_key(
-                            "localhost",
-                            format!("wep-{n}"),
-                        )))
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            let churn_updates: Vec<Update> = if workload == "d" {
-                (0..20_000)
-                    .map(|_| {
-                        let n = (g.rand() % 250_200) as usize;
-                        let (host, idx) = if n < 250_000 {
-                            ("remotehost", n)
-                        } else {
-                            ("localhost", n - 250_000)
-                        };
-                        let ep = WorkloadEndpoint {
-                            labels: g.labels(),
-                            ipv4_nets: vec![IpNet::V4(
-                                Ipv4Net::new(Ipv4Addr::from(0x0a00_0001 + n as u32), 32)
-                                    .unwrap_or_default(),
-                            )],
-                            profile_ids: vec![format!("kns.namespace-{}", idx % NUM_NAMESPACES)],
-                            ..Default::default()
-                        };
-                        Update::set(
-                            Key::WorkloadEndpoint(wep_key(host, format!("wep-{idx}"))),
-                            Value::WorkloadEndpoint(Arc::new(ep)),
-                        )
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            start = Instant::now();
-            cpu_start = crate::cputime::thread_cpu_time();
-            graph.on_updates(pols);
-            graph.on_updates(profs);
-            graph.on_updates(remote);
-            graph.on_updates(local);
-            graph.on_status(SyncStatus::InSync);
-            count(&graph.flush(), &mut counts);
-            if !deletes.is_empty() {
-                graph.on_updates(deletes);
-                count(&graph.flush(), &mut counts);
+            t.send(tag_policies(10_000));
+            t.send(namespace_profiles(NUM_NAMESPACES));
+            t.send(endpoint_updates(&mut g, 250_000, "remotehost"));
+            t.send(endpoint_updates(&mut g, 200, "localhost"));
+            t.in_sync_and_flush();
+            if workload == "a-delete" {
+                t.send((0..200).map(|n| {
+                    Update::delete(Key::WorkloadEndpoint(wep_key(
+                        "localhost",
+                        format!("wep-{n}"),
+                    )))
+                }));
+                t.flush();
             }
-            if !churn_updates.is_empty() {
-                let n = churn_updates.len();
-                let t = Instant::now();
-                let t_cpu = crate::cputime::thread_cpu_time();
-                for chunk in churn_updates.chunks(100) {
-                    graph.on_updates(chunk.iter().cloned());
-                    count(&graph.flush(), &mut counts);
+            if workload == "d" {
+                let n = 20_000;
+                let (wall0, cpu0) = (t.wall, t.cpu);
+                for _ in 0..n / 100 {
+                    let chunk: Vec<Update> = (0..100).map(|_| churn_update(&mut g)).collect();
+                    t.time(|graph, c| {
+                        graph.on_updates(chunk);
+                        flush_counting(graph, c);
+                    });
                 }
-                let cpu = crate::cputime::thread_cpu_time().saturating_sub(t_cpu);
+                let (wall, cpu) = (t.wall - wall0, t.cpu - cpu0);
                 churn = Some((
-                    n as f64 / t.elapsed().as_secs_f64(),
+                    n as f64 / wall.as_secs_f64().max(1e-9),
                     n as f64 / cpu.as_secs_f64().max(1e-9),
                 ));
             }
         }
         "b1k" | "b10k" => {
             let num = if workload == "b1k" { 1_000 } else { 10_000 };
-            let remote = endpoint_updates(&mut g, 10_000, "remotehost");
-            let local = endpoint_updates(&mut g, 200, "localhost");
-            let profs = namespace_profiles(NUM_NAMESPACES);
-            let netsets = netset_updates(&mut g, num);
-            start = Instant::now();
-            cpu_start = crate::cputime::thread_cpu_time();
-            graph.on_updates(profs);
-            graph.on_updates(remote);
-            graph.on_updates(netsets);
-            graph.on_updates(local);
-            graph.on_status(SyncStatus::InSync);
-            count(&graph.flush(), &mut counts);
+            // Upstream generates remote, local, then the network sets; the
+            // sets draw on their own counters, so sending order is safe.
+            t.send(namespace_profiles(NUM_NAMESPACES));
+            t.send(endpoint_updates(&mut g, 10_000, "remotehost"));
+            let local: Vec<Update> = endpoint_updates(&mut g, 200, "localhost").collect();
+            t.send(netset_updates(&mut g, num));
+            t.send(local.into_iter());
+            t.in_sync_and_flush();
         }
         "c1k" | "c10k" | "c100k" => {
             let n = match workload {
@@ -529,31 +585,86 @@ pub fn run(workload: &str) -> anyhow::Result<CalcReport> {
                 "c10k" => 10_000,
                 _ => 100_000,
             };
-            let c = customers(&mut g, n, 100);
-            start = Instant::now();
-            cpu_start = crate::cputime::thread_cpu_time();
-            graph.on_updates(c.policies);
-            graph.on_updates(c.profiles);
-            graph.on_updates(c.remote);
-            graph.on_updates(c.local);
-            graph.on_status(SyncStatus::InSync);
-            count(&graph.flush(), &mut counts);
+            let c = Customers::new(&mut g, n, 100);
+            t.send((0..n).map(Customers::policy));
+            t.send((0..n).map(Customers::profile));
+            t.send(c.remote());
+            t.send(c.local());
+            t.in_sync_and_flush();
         }
         other => anyhow::bail!(
             "unknown calc workload {other:?} (known: {})",
             WORKLOADS.join(", ")
         ),
     }
-    let wall = start.elapsed();
-    let cpu = crate::cputime::thread_cpu_time().saturating_sub(cpu_start);
     Ok(CalcReport {
         workload: workload.to_string(),
-        wall,
-        cpu,
+        wall: t.wall,
+        cpu: t.cpu,
         peak_rss_mib: super::peak_rss_mib(),
-        messages: counts.messages,
-        ip_sets: counts.ip_sets,
-        policies: counts.policies,
+        messages: t.counts.messages,
+        ip_sets: t.counts.ip_sets,
+        policies: t.counts.policies,
         churn_updates_per_sec: churn,
     })
+}
+
+/// One churn update: a random endpoint of workload (a) gets fresh labels
+/// (its address and profile unchanged).
+fn churn_update(g: &mut Gen) -> Update {
+    let n = (g.rand() % 250_200) as usize;
+    let (host, idx) = if n < 250_000 {
+        ("remotehost", n)
+    } else {
+        ("localhost", n - 250_000)
+    };
+    let ep = WorkloadEndpoint {
+        labels: g.labels(),
+        ipv4_nets: vec![IpNet::V4(
+            Ipv4Net::new(Ipv4Addr::from(0x0a00_0001 + n as u32), 32).unwrap_or_default(),
+        )],
+        profile_ids: vec![format!("kns.namespace-{}", idx % NUM_NAMESPACES)],
+        ..Default::default()
+    };
+    Update::set(
+        Key::WorkloadEndpoint(wep_key(host, format!("wep-{idx}"))),
+        Value::WorkloadEndpoint(Arc::new(ep)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lazy customers generator gives the same local/remote split and
+    /// addresses as building the lists eagerly did (100 local pods, spread
+    /// evenly, addresses in customer order).
+    #[test]
+    fn customers_split_and_addresses() {
+        let mut g = Gen::new();
+        let c = Customers::new(&mut g, 1_000, 100);
+        let locals: Vec<usize> = (0..1_000).filter(|i| c.is_local(*i)).collect();
+        assert_eq!(locals.len(), 100);
+        assert_eq!(locals[..3], [0, 10, 20]);
+        assert_eq!(g.next_ip, 0x0a00_0001 + 1_000);
+        let remote: Vec<Update> = c.remote().collect();
+        let local: Vec<Update> = c.local().collect();
+        assert_eq!((remote.len(), local.len()), (900, 100));
+        let last_remote = &remote[899];
+        let first_local = &local[0];
+        match (&last_remote.key, &first_local.key) {
+            (Key::WorkloadEndpoint(r), Key::WorkloadEndpoint(l)) => {
+                assert_eq!(r.hostname, "remotehost");
+                assert_eq!(l.hostname, "localhost");
+                assert!(l.workload_id.starts_with("customer-0/"));
+            }
+            other => panic!("unexpected keys {other:?}"),
+        }
+        match &first_local.value {
+            Some(Value::WorkloadEndpoint(w)) => {
+                assert_eq!(w.ipv4_nets[0].to_string(), "10.0.0.1/32");
+            }
+            other => panic!("unexpected value {other:?}"),
+        }
+    }
 }

@@ -24,6 +24,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use super::compact::CompactPolicy;
 use super::labelindex::{InheritIndex, MatchEvent};
 use super::EndpointKey;
 use crate::hash::FastMap as HashMap;
@@ -33,10 +34,14 @@ use crate::selector;
 /// Performance hint that forces a policy to be programmed on every node.
 pub const HINT_ASSUME_NEEDED: &str = "AssumeNeededOnEveryNode";
 
+/// A policy's key, shared: one policy is named in several maps per
+/// matching endpoint, and a clone must not copy its strings.
+pub type PolicyRef = Arc<PolicyKey>;
+
 /// Selector IDs in the inherit index.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SelectorOwner {
-    Policy(PolicyKey),
+    Policy(PolicyRef),
     /// An extra computed selector (its source text) and who listens to it.
     Computed(String, ComputedListener),
 }
@@ -50,7 +55,7 @@ pub enum ComputedListener {
 }
 
 /// Profile rules as the dataplane sees them.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Default)]
 pub struct ProfileRules {
     pub inbound: Vec<Rule>,
     pub outbound: Vec<Rule>,
@@ -59,12 +64,12 @@ pub struct ProfileRules {
 /// What the calculator reports.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ArcEvent {
-    PolicyActive(PolicyKey, Arc<Policy>),
-    PolicyInactive(PolicyKey),
+    PolicyActive(PolicyRef, Arc<Policy>),
+    PolicyInactive(PolicyRef),
     ProfileActive(String, Arc<ProfileRules>),
     ProfileInactive(String),
-    MatchStarted(PolicyKey, EndpointKey),
-    MatchStopped(PolicyKey, EndpointKey),
+    MatchStarted(PolicyRef, EndpointKey),
+    MatchStopped(PolicyRef, EndpointKey),
     /// A computed selector (source text) started matching a local endpoint.
     ComputedMatchStarted(ComputedListener, String, EndpointKey),
     /// A computed selector stopped matching a local endpoint.
@@ -81,14 +86,18 @@ enum MatchTarget {
 /// See the module docs.
 #[derive(Default)]
 pub struct ActiveRulesCalculator {
-    policies: HashMap<PolicyKey, Arc<Policy>>,
+    /// Every policy, compact (`compact.rs`): most are never active.
+    policies: HashMap<PolicyRef, CompactPolicy>,
     profile_rules: HashMap<String, Arc<ProfileRules>>,
     index: InheritIndex<SelectorOwner, EndpointKey>,
-    policy_matches: HashMap<PolicyKey, BTreeSet<MatchTarget>>,
+    policy_matches: HashMap<PolicyRef, BTreeSet<MatchTarget>>,
     endpoint_profiles: HashMap<EndpointKey, Vec<String>>,
     profile_users: HashMap<String, BTreeSet<EndpointKey>>,
     num_tiers: usize,
     in_sync: bool,
+    /// Shared by every profile without rules (namespace and service-account
+    /// profiles, the common case), so each does not hold its own copy.
+    no_rules: Arc<ProfileRules>,
 }
 
 fn deny_all() -> Arc<ProfileRules> {
@@ -102,8 +111,8 @@ fn deny_all() -> Arc<ProfileRules> {
     })
 }
 
-fn forced(p: &Policy) -> bool {
-    p.performance_hints.iter().any(|h| h == HINT_ASSUME_NEEDED)
+fn forced(performance_hints: &[String]) -> bool {
+    performance_hints.iter().any(|h| h == HINT_ASSUME_NEEDED)
 }
 
 impl ActiveRulesCalculator {
@@ -164,17 +173,18 @@ impl ActiveRulesCalculator {
     pub fn on_profile(&mut self, name: &str, value: Option<&Profile>, out: &mut Vec<ArcEvent>) {
         // Labels feed inheritance.
         let mut matches = Vec::new();
-        self.index.update_parent_labels(
-            name,
-            value.map(|p| Arc::new(p.labels.clone())),
-            &mut matches,
-        );
+        self.index
+            .update_parent_labels(name, value.map(|p| &p.labels), &mut matches);
         // Rules.
         let new_rules = value.map(|p| {
-            Arc::new(ProfileRules {
-                inbound: p.inbound_rules.clone(),
-                outbound: p.outbound_rules.clone(),
-            })
+            if p.inbound_rules.is_empty() && p.outbound_rules.is_empty() {
+                self.no_rules.clone()
+            } else {
+                Arc::new(ProfileRules {
+                    inbound: p.inbound_rules.clone(),
+                    outbound: p.outbound_rules.clone(),
+                })
+            }
         });
         let old_rules = self.profile_rules.get(name).cloned();
         if old_rules.as_deref() != new_rules.as_deref() {
@@ -196,19 +206,21 @@ impl ActiveRulesCalculator {
     /// A policy was added, changed or removed.
     pub fn on_policy(
         &mut self,
-        key: &PolicyKey,
+        key: &PolicyRef,
         value: Option<Arc<Policy>>,
         out: &mut Vec<ArcEvent>,
     ) {
-        let old = self.policies.get(key).cloned();
-        let was_forced = old.as_deref().is_some_and(forced);
+        let old = self.policies.get(key);
+        let was_forced = old.is_some_and(|p| forced(p.performance_hints()));
+        let had_old = old.is_some();
         match value {
             Some(policy) => {
-                if old.as_deref() == Some(policy.as_ref()) {
+                let compact = CompactPolicy::new(&policy);
+                if old == Some(&compact) {
                     return;
                 }
-                self.policies.insert(key.clone(), policy.clone());
-                let now_forced = forced(&policy);
+                self.policies.insert(key.clone(), compact);
+                let now_forced = forced(&policy.performance_hints);
                 if !was_forced && now_forced {
                     self.match_started(key, MatchTarget::Forced, out);
                 }
@@ -228,7 +240,7 @@ impl ActiveRulesCalculator {
                 }
             }
             None => {
-                if old.is_none() {
+                if !had_old {
                     return;
                 }
                 self.policies.remove(key);
@@ -303,13 +315,13 @@ impl ActiveRulesCalculator {
         }
     }
 
-    fn match_started(&mut self, key: &PolicyKey, target: MatchTarget, out: &mut Vec<ArcEvent>) {
+    fn match_started(&mut self, key: &PolicyRef, target: MatchTarget, out: &mut Vec<ArcEvent>) {
         let set = self.policy_matches.entry(key.clone()).or_default();
         let was_active = !set.is_empty();
         set.insert(target.clone());
         if !was_active {
             if let Some(p) = self.policies.get(key) {
-                out.push(ArcEvent::PolicyActive(key.clone(), p.clone()));
+                out.push(ArcEvent::PolicyActive(key.clone(), Arc::new(p.expand())));
             }
         }
         if let MatchTarget::Endpoint(ek) = target {
@@ -317,7 +329,7 @@ impl ActiveRulesCalculator {
         }
     }
 
-    fn match_stopped(&mut self, key: &PolicyKey, target: MatchTarget, out: &mut Vec<ArcEvent>) {
+    fn match_stopped(&mut self, key: &PolicyRef, target: MatchTarget, out: &mut Vec<ArcEvent>) {
         let now_inactive = match self.policy_matches.get_mut(key) {
             Some(set) => {
                 set.remove(&target);

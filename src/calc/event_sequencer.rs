@@ -47,6 +47,9 @@ pub struct HostInfo {
     pub labels: BTreeMap<String, String>,
 }
 
+/// Labels as sorted `(key, value)` pairs.
+type LabelPairs = Box<[(String, String)]>;
+
 /// See the module docs.
 #[derive(Default)]
 pub struct EventSequencer {
@@ -69,9 +72,12 @@ pub struct EventSequencer {
     pending_host_deletes: BTreeSet<String>,
     pending_pool_updates: BTreeMap<String, pb::IpamPool>,
     pending_pool_deletes: BTreeSet<String>,
-    pending_ns_updates: BTreeMap<String, BTreeMap<String, String>>,
+    /// Labels as sorted pairs: a large cluster has one pending namespace
+    /// per `kns.` profile at the first flush, and a `BTreeMap` node is
+    /// several times the size of the few labels a namespace has.
+    pending_ns_updates: BTreeMap<String, LabelPairs>,
     pending_ns_deletes: BTreeSet<String>,
-    pending_sa_updates: BTreeMap<(String, String), BTreeMap<String, String>>,
+    pending_sa_updates: BTreeMap<(String, String), LabelPairs>,
     pending_sa_deletes: BTreeSet<(String, String)>,
     pending_route_updates: BTreeMap<String, pb::RouteUpdate>,
     pending_route_deletes: BTreeSet<String>,
@@ -269,7 +275,8 @@ impl EventSequencer {
         match labels {
             Some(l) => {
                 self.pending_ns_deletes.remove(name);
-                self.pending_ns_updates.insert(name.to_string(), l);
+                self.pending_ns_updates
+                    .insert(name.to_string(), l.into_iter().collect());
             }
             None => {
                 self.pending_ns_updates.remove(name);
@@ -290,7 +297,7 @@ impl EventSequencer {
         match labels {
             Some(l) => {
                 self.pending_sa_deletes.remove(&id);
-                self.pending_sa_updates.insert(id, l);
+                self.pending_sa_updates.insert(id, l.into_iter().collect());
             }
             None => {
                 self.pending_sa_updates.remove(&id);
@@ -334,26 +341,26 @@ impl EventSequencer {
     // ---------------------------------------------------------------- flush
 
     /// Emits everything pending, in the order given in the module docs.
-    pub fn flush(&mut self, out: &mut Vec<Payload>) {
+    pub fn flush(&mut self, out: &mut dyn FnMut(Payload)) {
         if let Some(c) = self.pending_config.take() {
-            out.push(Payload::ConfigUpdate(c));
+            out(Payload::ConfigUpdate(c));
         }
         self.flush_added_sets(out);
         self.flush_set_deltas(out);
         for (key, rules) in std::mem::take(&mut self.pending_policy_updates) {
-            out.push(Payload::ActivePolicyUpdate(policy_update(&key, rules)));
+            out(Payload::ActivePolicyUpdate(policy_update(&key, rules)));
             self.sent_policies.insert(key);
         }
         for (name, rules) in std::mem::take(&mut self.pending_profile_updates) {
-            out.push(Payload::ActiveProfileUpdate(profile_update(&name, rules)));
+            out(Payload::ActiveProfileUpdate(profile_update(&name, rules)));
             self.sent_profiles.insert(name);
         }
         for (key, (ep, tiers, computed)) in std::mem::take(&mut self.pending_endpoint_updates) {
-            out.push(endpoint_update(&key, &ep, &tiers, &computed));
+            out(endpoint_update(&key, &ep, &tiers, &computed));
             self.sent_endpoints.insert(key);
         }
         for key in std::mem::take(&mut self.pending_endpoint_deletes) {
-            out.push(match &key {
+            out(match &key {
                 EndpointKey::Workload(k) => {
                     Payload::WorkloadEndpointRemove(pb::WorkloadEndpointRemove {
                         id: Some(wep_id(k)),
@@ -368,23 +375,23 @@ impl EventSequencer {
             self.sent_endpoints.remove(&key);
         }
         for name in std::mem::take(&mut self.pending_profile_deletes) {
-            out.push(Payload::ActiveProfileRemove(pb::ActiveProfileRemove {
+            out(Payload::ActiveProfileRemove(pb::ActiveProfileRemove {
                 id: Some(pb::ProfileId { name: name.clone() }),
             }));
             self.sent_profiles.remove(&name);
         }
         for key in std::mem::take(&mut self.pending_policy_deletes) {
-            out.push(Payload::ActivePolicyRemove(pb::ActivePolicyRemove {
+            out(Payload::ActivePolicyRemove(pb::ActivePolicyRemove {
                 id: Some(policy_id(&key)),
             }));
             self.sent_policies.remove(&key);
         }
         for id in std::mem::take(&mut self.pending_removed_sets) {
-            out.push(Payload::IpsetRemove(pb::IpSetRemove { id: id.clone() }));
+            out(Payload::IpsetRemove(pb::IpSetRemove { id: id.clone() }));
             self.sent_sets.remove(&id);
         }
         for id in std::mem::take(&mut self.pending_sa_deletes) {
-            out.push(Payload::ServiceAccountRemove(pb::ServiceAccountRemove {
+            out(Payload::ServiceAccountRemove(pb::ServiceAccountRemove {
                 id: Some(pb::ServiceAccountId {
                     namespace: id.0.clone(),
                     name: id.1.clone(),
@@ -393,55 +400,55 @@ impl EventSequencer {
             self.sent_sas.remove(&id);
         }
         for (id, labels) in std::mem::take(&mut self.pending_sa_updates) {
-            out.push(Payload::ServiceAccountUpdate(pb::ServiceAccountUpdate {
+            out(Payload::ServiceAccountUpdate(pb::ServiceAccountUpdate {
                 id: Some(pb::ServiceAccountId {
                     namespace: id.0.clone(),
                     name: id.1.clone(),
                 }),
-                labels: labels.into_iter().collect(),
+                labels: labels.into_vec().into_iter().collect(),
             }));
             self.sent_sas.insert(id);
         }
         for name in std::mem::take(&mut self.pending_ns_deletes) {
-            out.push(Payload::NamespaceRemove(pb::NamespaceRemove {
+            out(Payload::NamespaceRemove(pb::NamespaceRemove {
                 id: Some(pb::NamespaceId { name: name.clone() }),
             }));
             self.sent_namespaces.remove(&name);
         }
         for (name, labels) in std::mem::take(&mut self.pending_ns_updates) {
-            out.push(Payload::NamespaceUpdate(pb::NamespaceUpdate {
+            out(Payload::NamespaceUpdate(pb::NamespaceUpdate {
                 id: Some(pb::NamespaceId { name: name.clone() }),
-                labels: labels.into_iter().collect(),
+                labels: labels.into_vec().into_iter().collect(),
             }));
             self.sent_namespaces.insert(name);
         }
         for dst in std::mem::take(&mut self.pending_route_deletes) {
-            out.push(Payload::RouteRemove(pb::RouteRemove { dst: dst.clone() }));
+            out(Payload::RouteRemove(pb::RouteRemove { dst: dst.clone() }));
             self.sent_routes.remove(&dst);
         }
         for node in std::mem::take(&mut self.pending_vtep_deletes) {
-            out.push(Payload::VtepRemove(pb::VxlanTunnelEndpointRemove {
+            out(Payload::VtepRemove(pb::VxlanTunnelEndpointRemove {
                 node: node.clone(),
             }));
             self.sent_vteps.remove(&node);
         }
         for (node, u) in std::mem::take(&mut self.pending_vtep_updates) {
-            out.push(Payload::VtepUpdate(u));
+            out(Payload::VtepUpdate(u));
             self.sent_vteps.insert(node);
         }
         for (dst, u) in std::mem::take(&mut self.pending_route_updates) {
-            out.push(Payload::RouteUpdate(u));
+            out(Payload::RouteUpdate(u));
             self.sent_routes.insert(dst);
         }
         for host in std::mem::take(&mut self.pending_host_deletes) {
-            out.push(Payload::HostMetadataRemove(pb::HostMetadataRemove {
+            out(Payload::HostMetadataRemove(pb::HostMetadataRemove {
                 hostname: host.clone(),
                 ..Default::default()
             }));
             self.sent_hosts.remove(&host);
         }
         for (host, info) in std::mem::take(&mut self.pending_host_updates) {
-            out.push(Payload::HostMetadataUpdate(pb::HostMetadataUpdate {
+            out(Payload::HostMetadataUpdate(pb::HostMetadataUpdate {
                 hostname: host.clone(),
                 ipv4_addr: info.ipv4_addr,
                 ipv6_addr: info.ipv6_addr,
@@ -451,24 +458,24 @@ impl EventSequencer {
             self.sent_hosts.insert(host);
         }
         for id in std::mem::take(&mut self.pending_pool_deletes) {
-            out.push(Payload::IpamPoolRemove(pb::IpamPoolRemove {
+            out(Payload::IpamPoolRemove(pb::IpamPoolRemove {
                 id: id.clone(),
             }));
             self.sent_pools.remove(&id);
         }
         for (id, pool) in std::mem::take(&mut self.pending_pool_updates) {
-            out.push(Payload::IpamPoolUpdate(pb::IpamPoolUpdate {
+            out(Payload::IpamPoolUpdate(pb::IpamPoolUpdate {
                 id: id.clone(),
                 pool: Some(pool),
             }));
             self.sent_pools.insert(id);
         }
         if let Some(e) = self.pending_encap.take() {
-            out.push(Payload::Encapsulation(e));
+            out(Payload::Encapsulation(e));
         }
     }
 
-    fn flush_added_sets(&mut self, out: &mut Vec<Payload>) {
+    fn flush_added_sets(&mut self, out: &mut dyn FnMut(Payload)) {
         for (id, t) in std::mem::take(&mut self.pending_added_sets) {
             let members: Vec<String> = self
                 .pending_added_members
@@ -476,7 +483,7 @@ impl EventSequencer {
                 .map(|m| m.iter().map(|m| m.to_string()).collect())
                 .unwrap_or_default();
             self.pending_removed_members.remove(&id);
-            out.push(Payload::IpsetUpdate(pb::IpSetUpdate {
+            out(Payload::IpsetUpdate(pb::IpSetUpdate {
                 id: id.clone(),
                 members,
                 r#type: set_type_proto(t) as i32,
@@ -485,7 +492,7 @@ impl EventSequencer {
         }
     }
 
-    fn flush_set_deltas(&mut self, out: &mut Vec<Payload>) {
+    fn flush_set_deltas(&mut self, out: &mut dyn FnMut(Payload)) {
         let mut added = std::mem::take(&mut self.pending_added_members);
         let mut removed = std::mem::take(&mut self.pending_removed_members);
         let ids: BTreeSet<String> = added.keys().chain(removed.keys()).cloned().collect();
@@ -497,7 +504,7 @@ impl EventSequencer {
                 // by a removal): nothing to say.
                 continue;
             }
-            out.push(Payload::IpsetDeltaUpdate(pb::IpSetDeltaUpdate {
+            out(Payload::IpsetDeltaUpdate(pb::IpSetDeltaUpdate {
                 id,
                 added_members: a.iter().map(|m| m.to_string()).collect(),
                 removed_members: r.iter().map(|m| m.to_string()).collect(),

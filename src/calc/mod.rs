@@ -41,6 +41,7 @@
 //!   follows the datastore's in-sync), never fabricated or withheld.
 
 pub mod active_rules;
+pub mod compact;
 pub mod computed;
 pub mod config_batcher;
 pub mod event_sequencer;
@@ -75,11 +76,14 @@ use passthru::Passthru;
 use policy_resolver::PolicyResolver;
 use rule_scanner::{RuleScanner, ScanEvent};
 
-/// A local endpoint's identity.
+/// A local endpoint's identity.  Shared (`Arc`): the graph's nodes keep
+/// one entry per (policy, endpoint) match in several maps, and a clone must
+/// not copy the key's four strings each time (comparison, hashing and
+/// ordering are by value).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EndpointKey {
-    Workload(WorkloadEndpointKey),
-    Host(HostEndpointKey),
+    Workload(Arc<WorkloadEndpointKey>),
+    Host(Arc<HostEndpointKey>),
 }
 
 /// A local endpoint's value.
@@ -261,7 +265,7 @@ impl CalcGraph {
                     let mut la = Vec::new();
                     self.lmc.on_endpoint(&k, v.is_some(), &mut la);
                     self.route_lm(la);
-                    let ek = EndpointKey::Workload(k.clone());
+                    let ek = EndpointKey::Workload(Arc::new(k.clone()));
                     let mut ev = Vec::new();
                     self.arc.on_endpoint(
                         &ek,
@@ -287,7 +291,7 @@ impl CalcGraph {
                     _ => None,
                 };
                 if k.hostname == self.hostname {
-                    let ek = EndpointKey::Host(k.clone());
+                    let ek = EndpointKey::Host(Arc::new(k.clone()));
                     let mut ev = Vec::new();
                     self.arc.on_endpoint(
                         &ek,
@@ -329,7 +333,7 @@ impl CalcGraph {
                     .on_profile(&name, p.as_deref().map(|p| &p.labels), &mut self.seq);
                 self.ipsets.update_parent_labels(
                     &name,
-                    p.map(|p| Arc::new(p.labels.clone())),
+                    p.as_deref().map(|p| &p.labels),
                     &mut self.seq,
                 );
             }
@@ -339,6 +343,7 @@ impl CalcGraph {
                     _ => None,
                 };
                 let mut ev = Vec::new();
+                let k = Arc::new(k);
                 self.arc.on_policy(&k, p.clone(), &mut ev);
                 self.route_arc(ev);
                 self.resolver.on_policy(&k, p.as_deref());
@@ -435,6 +440,15 @@ impl CalcGraph {
     /// Flushes pending output, in dependency order, followed by `InSync`
     /// after the first flush that follows the datastore's in-sync.
     pub fn flush(&mut self) -> Vec<Payload> {
+        let mut out = Vec::new();
+        self.flush_with(|p| out.push(p));
+        out
+    }
+
+    /// [`CalcGraph::flush`], handing each message to `emit` as it is built
+    /// instead of collecting them (upstream's event-sequencer callback):
+    /// the pending state is freed as the messages go out.
+    pub fn flush_with(&mut self, mut emit: impl FnMut(Payload)) {
         for ep in self.resolver.flush() {
             self.seq.on_endpoint_tiers(ep);
         }
@@ -442,14 +456,17 @@ impl CalcGraph {
             self.seq.on_config_update(c);
         }
         self.routes.flush(self.passthru.encap(), &mut self.seq);
-        let mut out = Vec::new();
-        self.seq.flush(&mut out);
+        let mut n = 0u64;
+        let mut counted = |p: Payload| {
+            n += 1;
+            emit(p);
+        };
+        self.seq.flush(&mut counted);
         if self.need_in_sync_msg {
             self.need_in_sync_msg = false;
-            out.push(Payload::InSync(pb::InSync {}));
+            counted(Payload::InSync(pb::InSync {}));
         }
-        self.stats.output_events += out.len() as u64;
-        out
+        self.stats.output_events += n;
     }
 
     /// Number of objects buffered for the next flush.

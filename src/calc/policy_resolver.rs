@@ -15,7 +15,9 @@
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
+use super::active_rules::PolicyRef;
 use super::computed::{ComputedUpdate, EndpointComputed};
 use super::EndpointKey;
 use super::EndpointValue;
@@ -74,7 +76,7 @@ pub struct ResolvedTier {
     pub name: String,
     /// `"Deny"` / `"Pass"`; empty when the tier has no `Tier` resource.
     pub default_action: String,
-    pub policies: Vec<(PolicyKey, PolicyMeta)>,
+    pub policies: Vec<(PolicyRef, Arc<PolicyMeta>)>,
 }
 
 /// One endpoint's resolution, emitted at flush.
@@ -99,10 +101,10 @@ struct TierMeta {
 #[derive(Default)]
 pub struct PolicyResolver {
     endpoints: HashMap<EndpointKey, EndpointValue>,
-    policies: HashMap<PolicyKey, PolicyMeta>,
+    policies: HashMap<PolicyRef, Arc<PolicyMeta>>,
     tiers: HashMap<String, TierMeta>,
-    ep_policies: HashMap<EndpointKey, BTreeSet<PolicyKey>>,
-    policy_eps: HashMap<PolicyKey, HashSet<EndpointKey>>,
+    ep_policies: HashMap<EndpointKey, BTreeSet<PolicyRef>>,
+    policy_eps: HashMap<PolicyRef, HashSet<EndpointKey>>,
     computed: HashMap<WorkloadEndpointKey, EndpointComputed>,
     dirty: BTreeSet<EndpointKey>,
     in_sync: bool,
@@ -168,13 +170,14 @@ impl PolicyResolver {
             self.computed.remove(key);
         }
         if changed {
-            self.dirty.insert(EndpointKey::Workload(key.clone()));
+            self.dirty
+                .insert(EndpointKey::Workload(Arc::new(key.clone())));
         }
     }
 
     /// A policy changed: dirties its endpoints when its metadata changed.
-    pub fn on_policy(&mut self, key: &PolicyKey, value: Option<&Policy>) {
-        let new = value.map(PolicyMeta::from_policy);
+    pub fn on_policy(&mut self, key: &PolicyRef, value: Option<&Policy>) {
+        let new = value.map(|v| Arc::new(PolicyMeta::from_policy(v)));
         let old = match &new {
             Some(m) => self.policies.insert(key.clone(), m.clone()),
             None => self.policies.remove(key),
@@ -204,7 +207,7 @@ impl PolicyResolver {
         }
     }
 
-    pub fn on_match_started(&mut self, policy: &PolicyKey, ep: &EndpointKey) {
+    pub fn on_match_started(&mut self, policy: &PolicyRef, ep: &EndpointKey) {
         self.policy_eps
             .entry(policy.clone())
             .or_default()
@@ -216,7 +219,7 @@ impl PolicyResolver {
         self.dirty.insert(ep.clone());
     }
 
-    pub fn on_match_stopped(&mut self, policy: &PolicyKey, ep: &EndpointKey) {
+    pub fn on_match_stopped(&mut self, policy: &PolicyRef, ep: &EndpointKey) {
         if let Some(s) = self.policy_eps.get_mut(policy) {
             s.remove(ep);
             if s.is_empty() {
@@ -268,7 +271,7 @@ impl PolicyResolver {
         let Some(pols) = self.ep_policies.get(key) else {
             return Vec::new();
         };
-        let mut by_tier: BTreeMap<&str, Vec<(&PolicyKey, &PolicyMeta)>> = BTreeMap::new();
+        let mut by_tier: BTreeMap<&str, Vec<(&PolicyRef, &Arc<PolicyMeta>)>> = BTreeMap::new();
         for pk in pols {
             // A match can precede the policy's metadata only transiently
             // within one update; such a policy is left out until known.

@@ -50,7 +50,7 @@ fn check(key: &Key, value: &Value) -> Result<(), &'static str> {
         Value::Policy(p) => check_policy(p),
         Value::Profile(p) => check_rules(p.inbound_rules.iter().chain(&p.outbound_rules)),
         Value::LiveMigration(lm) => match lm.target.as_ref().and_then(|t| t.selector.as_deref()) {
-            Some(sel) if !sel.is_empty() && selector::parse(sel).is_err() => {
+            Some(sel) if !sel.is_empty() && selector::validate(sel).is_err() => {
                 Err("live-migration target selector does not parse")
             }
             _ => Ok(()),
@@ -60,7 +60,7 @@ fn check(key: &Key, value: &Value) -> Result<(), &'static str> {
 }
 
 fn check_policy(p: &Policy) -> Result<(), &'static str> {
-    if selector::parse(&p.selector).is_err() {
+    if selector::validate(&p.selector).is_err() {
         return Err("policy selector does not parse");
     }
     check_rules(p.inbound_rules.iter().chain(&p.outbound_rules))
@@ -74,7 +74,7 @@ fn check_rules<'a>(rules: impl Iterator<Item = &'a Rule>) -> Result<(), &'static
             &r.not_src_selector,
             &r.not_dst_selector,
         ] {
-            if !s.is_empty() && selector::parse(s).is_err() {
+            if !s.is_empty() && selector::validate(s).is_err() {
                 return Err("rule selector does not parse");
             }
         }

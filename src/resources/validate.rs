@@ -408,7 +408,7 @@ pub(crate) fn check_selector(field: impl fmt::Display + Copy, s: &str) -> VResul
     if VALID_SELECTORS.with(|v| v.borrow().contains(s)) {
         return Ok(());
     }
-    crate::selector::parse(s)
+    crate::selector::validate(s)
         .map(|_| remember_valid_selector(s))
         .or_else(|e| err(field, format!("invalid selector {s:?}: {e}")))
 }
@@ -417,9 +417,9 @@ pub(crate) fn check_selector(field: impl fmt::Display + Copy, s: &str) -> VResul
 const VALID_SELECTOR_CACHE: usize = 4096;
 
 thread_local! {
-    /// Selector texts this thread has already parsed successfully.
+    /// Selector texts this thread has already validated successfully.
     ///
-    /// Invariant: only texts for which `selector::parse` returned `Ok` are
+    /// Invariant: only texts for which `selector::validate` returned `Ok` are
     /// ever inserted, and parsing is a pure function of the text, so a hit
     /// gives exactly the answer a parse would.  Real datastores repeat
     /// selector texts heavily (every rule naming the same namespace or app),

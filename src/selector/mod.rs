@@ -138,7 +138,9 @@ const _: () = {
 struct Inner {
     root: ast::Node,
     canonical: String,
-    unique_id: String,
+    /// Computed on first use: most parsed selectors (policy selectors held
+    /// by the calculation graph) never need it, and it costs a SHA-224.
+    unique_id: OnceLock<String>,
 }
 
 impl PartialEq for Inner {
@@ -171,6 +173,13 @@ pub fn parse(s: &str) -> Result<Selector, SelectorError> {
     Ok(Selector::from_root(root))
 }
 
+/// Checks that `s` parses, without building the selector (no canonical
+/// form, no ID): the same acceptance as [`parse`], for validation.
+pub fn validate(s: &str) -> Result<(), SelectorError> {
+    let tokens = tokenizer::tokenize(s)?;
+    parser::parse_tokens(&tokens).map(|_| ())
+}
+
 /// The canonical form of `s` (see [`Selector::canonical`]).
 ///
 /// Like upstream's `Normalise`, surrounding whitespace (including newlines)
@@ -199,12 +208,11 @@ impl Selector {
     fn from_root(root: ast::Node) -> Self {
         let mut canonical = String::new();
         root.write_canonical(&mut canonical);
-        let unique_id = make_unique_id("s", &canonical);
         Selector {
             inner: Arc::new(Inner {
                 root,
                 canonical,
-                unique_id,
+                unique_id: OnceLock::new(),
             }),
         }
     }
@@ -223,7 +231,9 @@ impl Selector {
 
     /// Upstream's unique ID: `"s:"` + base64url(SHA-224(`"s:"` + canonical)).
     pub fn unique_id(&self) -> &str {
-        &self.inner.unique_id
+        self.inner
+            .unique_id
+            .get_or_init(|| make_unique_id("s", &self.inner.canonical))
     }
 
     /// True if `labels` match. Does not allocate.

@@ -14,14 +14,12 @@
 //! * Output depends only on the current selectors, endpoints and profile
 //!   labels (no history).
 
-use std::collections::BTreeSet;
-use std::hash::Hash;
-use std::sync::Arc;
-
 use super::restriction::{Choice, RestrictionIndex};
 use crate::hash::{FastMap as HashMap, FastSet as HashSet};
 use crate::model::Labels;
-use crate::selector::{Selector, WithParents};
+use crate::selector::{LabelSource, Selector};
+use std::collections::BTreeSet;
+use std::hash::Hash;
 
 /// A match transition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,12 +33,39 @@ struct LocalEp {
     parents: Vec<String>,
 }
 
+/// A profile's labels, sorted by key.  Every profile in the cluster is
+/// held (a local endpoint may name any of them), and a `BTreeMap` node is
+/// several times the size of the few labels a profile has.
+type ParentLabels = Box<[(Box<str>, Box<str>)]>;
+
+fn parent_get<'a>(labels: &'a [(Box<str>, Box<str>)], key: &str) -> Option<&'a str> {
+    labels
+        .binary_search_by(|(k, _)| (**k).cmp(key))
+        .ok()
+        .map(|i| &*labels[i].1)
+}
+
+/// Own labels over inherited ones, parents in priority order.
+struct View<'a> {
+    own: &'a Labels,
+    parents: &'a [&'a [(Box<str>, Box<str>)]],
+}
+
+impl LabelSource for View<'_> {
+    fn get_label(&self, key: &str) -> Option<&str> {
+        if let Some(v) = self.own.get(key) {
+            return Some(v);
+        }
+        self.parents.iter().find_map(|p| parent_get(p, key))
+    }
+}
+
 /// See the module docs.  `S` identifies selectors, `E` endpoints.
 pub struct InheritIndex<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> {
     selectors: HashMap<S, Selector>,
     restrictions: RestrictionIndex<S>,
     endpoints: HashMap<E, LocalEp>,
-    parent_labels: HashMap<String, Arc<Labels>>,
+    parent_labels: HashMap<String, ParentLabels>,
     parent_to_eps: HashMap<String, HashSet<E>>,
     sel_to_eps: HashMap<S, BTreeSet<E>>,
     ep_to_sels: HashMap<E, BTreeSet<S>>,
@@ -162,9 +187,15 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
     pub fn update_parent_labels(
         &mut self,
         name: &str,
-        labels: Option<Arc<Labels>>,
+        labels: Option<&Labels>,
         out: &mut Vec<MatchEvent<S, E>>,
     ) {
+        // A BTreeMap iterates in key order, so the pairs come out sorted.
+        let labels: Option<ParentLabels> = labels.map(|l| {
+            l.iter()
+                .map(|(k, v)| (k.as_str().into(), v.as_str().into()))
+                .collect()
+        });
         let changed = match &labels {
             Some(l) => self.parent_labels.get(name) != Some(l),
             None => self.parent_labels.contains_key(name),
@@ -197,12 +228,12 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
     }
 
     fn eval(&self, sel: &Selector, ep: &LocalEp) -> bool {
-        let parents: Vec<&Labels> = ep
+        let parents: Vec<&[(Box<str>, Box<str>)]> = ep
             .parents
             .iter()
             .filter_map(|p| self.parent_labels.get(p).map(|l| l.as_ref()))
             .collect();
-        sel.evaluate(&WithParents {
+        sel.evaluate(&View {
             own: &ep.labels,
             parents: &parents,
         })
@@ -212,7 +243,7 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         let Some(ep) = self.endpoints.get(id) else {
             return;
         };
-        let parents: Vec<&Labels> = ep
+        let parents: Vec<&[(Box<str>, Box<str>)]> = ep
             .parents
             .iter()
             .filter_map(|p| self.parent_labels.get(p).map(|l| l.as_ref()))
@@ -224,13 +255,15 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
             .collect();
         for (i, p) in parents.iter().enumerate() {
             for (k, v) in p.iter() {
-                if ep.labels.contains_key(k) || parents[..i].iter().any(|q| q.contains_key(k)) {
+                if ep.labels.contains_key(&**k)
+                    || parents[..i].iter().any(|q| parent_get(q, k).is_some())
+                {
                     continue;
                 }
-                pairs.push((k.as_str(), v.as_str()));
+                pairs.push((&**k, &**v));
             }
         }
-        let lookup = WithParents {
+        let lookup = View {
             own: &ep.labels,
             parents: &parents,
         };

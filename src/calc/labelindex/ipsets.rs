@@ -7,7 +7,11 @@
 //! selector, optionally combined with a named port and protocol.
 //!
 //! Memory: objects are stored in compact form (interned label ids, CIDRs,
-//! ports, parent ids); the model values they came from are not kept.
+//! ports, parent ids); the model values they came from are not kept.  Keys
+//! are stored compactly too ([`ObjKey`]: the host, orchestrator and
+//! endpoint names interned, one string for the rest), and the one-element
+//! lists every endpoint has (its address, its profile, the sets it matches)
+//! are kept inline.
 //!
 //! Invariants:
 //! * Membership is reference counted: several objects may contribute the
@@ -27,6 +31,7 @@
 use std::sync::Arc;
 
 use ipnet::IpNet;
+use smallvec::SmallVec;
 
 use super::interner::{lookup, IdLabels, Interner};
 use super::member::{host_net, Member, NpProtocol};
@@ -42,6 +47,30 @@ pub enum LabelledKey {
     Host(crate::model::HostEndpointKey),
     NetworkSet(crate::model::NetworkSetKey),
 }
+
+/// A [`LabelledKey`] as the index stores it: the parts many keys share
+/// are interned (one reference each, released with the key).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum ObjKey {
+    Workload {
+        host: u32,
+        orchestrator: u32,
+        endpoint: u32,
+        workload: Box<str>,
+    },
+    Host {
+        host: u32,
+        endpoint: Box<str>,
+    },
+    NetworkSet(Box<str>),
+}
+
+/// Small id lists (parents, matching sets): usually one or two entries,
+/// kept inline.
+type Ids = SmallVec<[u32; 2]>;
+
+/// An object's CIDRs: usually one address, kept inline.
+type Cidrs = SmallVec<[IpNet; 1]>;
 
 /// The value of a labelled object, as it arrives.
 #[derive(Clone, Debug)]
@@ -80,8 +109,8 @@ impl LabelledValue {
     /// CIDRs (any prefix length is ignored), a host endpoint's expected IPs,
     /// a network set's nets with host bits cleared and a /0 split into two
     /// halves (the Linux dataplane cannot hold a zero-length prefix).
-    fn cidrs(&self) -> Box<[IpNet]> {
-        let mut out = Vec::new();
+    fn cidrs(&self) -> Cidrs {
+        let mut out = Cidrs::new();
         match self {
             LabelledValue::Workload(w) => {
                 for n in w.ipv4_nets.iter().chain(w.ipv6_nets.iter()) {
@@ -112,7 +141,7 @@ impl LabelledValue {
                 }
             }
         }
-        out.into_boxed_slice()
+        out
     }
 }
 
@@ -151,11 +180,11 @@ struct SetData {
 #[derive(PartialEq)]
 struct EpData {
     labels: IdLabels,
-    cidrs: Box<[IpNet]>,
+    cidrs: Cidrs,
     ports: Box<[EndpointPort]>,
-    parents: Box<[u32]>,
+    parents: Ids,
     /// Indices of the active sets this object matches (sorted).
-    matching: Vec<u32>,
+    matching: Ids,
 }
 
 impl EpData {
@@ -312,7 +341,7 @@ impl LabelSource for IdView<'_> {
 pub struct IpSetIndex {
     interner: Interner,
 
-    ep_ids: HashMap<LabelledKey, u32>,
+    ep_ids: HashMap<ObjKey, u32>,
     eps: Vec<Option<EpData>>,
     free_eps: Vec<u32>,
     ep_values: IdValueIndex,
@@ -373,7 +402,7 @@ impl IpSetIndex {
 
     /// Keys of all held objects (for tests: a teardown must empty it).
     pub fn endpoint_keys(&self) -> Vec<LabelledKey> {
-        let mut v: Vec<LabelledKey> = self.ep_ids.keys().cloned().collect();
+        let mut v: Vec<LabelledKey> = self.ep_ids.keys().map(|k| self.expand_key(k)).collect();
         v.sort();
         v
     }
@@ -389,15 +418,19 @@ impl IpSetIndex {
         value: LabelledValue,
         sink: &mut dyn MemberSink,
     ) {
-        let id = match self.ep_ids.get(&key) {
-            Some(id) => *id,
+        let known = self
+            .find_key(&key)
+            .and_then(|k| self.ep_ids.get(&k).copied());
+        let id = match known {
+            Some(id) => id,
             None => {
                 let id = alloc(&mut self.eps, &mut self.free_eps);
-                self.ep_ids.insert(key, id);
+                let k = self.intern_key(&key);
+                self.ep_ids.insert(k, id);
                 id
             }
         };
-        let parents: Box<[u32]> = value
+        let parents: Ids = value
             .profile_ids()
             .iter()
             .map(|name| self.intern_parent(name))
@@ -408,7 +441,7 @@ impl IpSetIndex {
             cidrs: value.cidrs(),
             ports: value.ports().into(),
             parents,
-            matching: Vec::new(),
+            matching: Ids::new(),
         };
         let old = self.eps[id as usize].take();
         if let Some(o) = &old {
@@ -454,9 +487,13 @@ impl IpSetIndex {
 
     /// Removes a labelled object (no-op if unknown).
     pub fn delete_endpoint(&mut self, key: &LabelledKey, sink: &mut dyn MemberSink) {
-        let Some(id) = self.ep_ids.remove(key) else {
+        let Some((k, id)) = self
+            .find_key(key)
+            .and_then(|k| self.ep_ids.remove_entry(&k))
+        else {
             return;
         };
+        self.release_key(&k);
         let Some(old) = self.eps[id as usize].take() else {
             return;
         };
@@ -471,6 +508,86 @@ impl IpSetIndex {
         self.free_eps.push(id);
     }
 
+    /// The stored form of `key` if every interned part of it is known (no
+    /// references taken); `None` means the key is not held.
+    fn find_key(&self, key: &LabelledKey) -> Option<ObjKey> {
+        let i = &self.interner;
+        Some(match key {
+            LabelledKey::Workload(k) => ObjKey::Workload {
+                host: i.get(&k.hostname)?,
+                orchestrator: i.get(&k.orchestrator_id)?,
+                endpoint: i.get(&k.endpoint_id)?,
+                workload: k.workload_id.as_str().into(),
+            },
+            LabelledKey::Host(k) => ObjKey::Host {
+                host: i.get(&k.hostname)?,
+                endpoint: k.endpoint_id.as_str().into(),
+            },
+            LabelledKey::NetworkSet(k) => ObjKey::NetworkSet(k.name.as_str().into()),
+        })
+    }
+
+    /// The stored form of `key`, taking a reference on each interned part.
+    fn intern_key(&mut self, key: &LabelledKey) -> ObjKey {
+        let i = &mut self.interner;
+        match key {
+            LabelledKey::Workload(k) => ObjKey::Workload {
+                host: i.intern(&k.hostname),
+                orchestrator: i.intern(&k.orchestrator_id),
+                endpoint: i.intern(&k.endpoint_id),
+                workload: k.workload_id.as_str().into(),
+            },
+            LabelledKey::Host(k) => ObjKey::Host {
+                host: i.intern(&k.hostname),
+                endpoint: k.endpoint_id.as_str().into(),
+            },
+            LabelledKey::NetworkSet(k) => ObjKey::NetworkSet(k.name.as_str().into()),
+        }
+    }
+
+    /// Releases what [`IpSetIndex::intern_key`] took.
+    fn release_key(&mut self, key: &ObjKey) {
+        match key {
+            ObjKey::Workload {
+                host,
+                orchestrator,
+                endpoint,
+                ..
+            } => {
+                self.interner.release(*host);
+                self.interner.release(*orchestrator);
+                self.interner.release(*endpoint);
+            }
+            ObjKey::Host { host, .. } => self.interner.release(*host),
+            ObjKey::NetworkSet(_) => {}
+        }
+    }
+
+    /// The model key of a stored key.
+    fn expand_key(&self, key: &ObjKey) -> LabelledKey {
+        let s = |id: u32| self.interner.resolve(id).to_string();
+        match key {
+            ObjKey::Workload {
+                host,
+                orchestrator,
+                endpoint,
+                workload,
+            } => LabelledKey::Workload(crate::model::WorkloadEndpointKey {
+                hostname: s(*host),
+                orchestrator_id: s(*orchestrator),
+                workload_id: workload.to_string(),
+                endpoint_id: s(*endpoint),
+            }),
+            ObjKey::Host { host, endpoint } => LabelledKey::Host(crate::model::HostEndpointKey {
+                hostname: s(*host),
+                endpoint_id: endpoint.to_string(),
+            }),
+            ObjKey::NetworkSet(name) => LabelledKey::NetworkSet(crate::model::NetworkSetKey {
+                name: name.to_string(),
+            }),
+        }
+    }
+
     // ------------------------------------------------------------------
     // Parents (profiles)
     // ------------------------------------------------------------------
@@ -479,7 +596,7 @@ impl IpSetIndex {
     pub fn update_parent_labels(
         &mut self,
         name: &str,
-        labels: Option<Arc<Labels>>,
+        labels: Option<&Labels>,
         sink: &mut dyn MemberSink,
     ) {
         let pid = match self.parent_ids.get(name) {
@@ -496,7 +613,7 @@ impl IpSetIndex {
                 id
             }
         };
-        let new_ids = labels.map(|l| self.interner.intern_labels(&l));
+        let new_ids = labels.map(|l| self.interner.intern_labels(l));
         let Some(Some(pd)) = self.parents.get_mut(pid as usize) else {
             return;
         };
@@ -580,14 +697,14 @@ impl IpSetIndex {
         self.eps[ep as usize] = Some(data);
     }
 
-    fn compute_matching(&self, own: &[(u32, u32)], parent_ids: &[u32]) -> Vec<u32> {
+    fn compute_matching(&self, own: &[(u32, u32)], parent_ids: &[u32]) -> Ids {
         let parents = parent_labels(&self.parents, parent_ids);
         let view = IdView {
             interner: &self.interner,
             own,
             parents: &parents,
         };
-        let mut out = Vec::new();
+        let mut out = Ids::new();
         let mut consider = |s: u32| {
             if let Some(Some(set)) = self.sets.get(s as usize) {
                 if set.def.selector.evaluate(&view) {
@@ -899,7 +1016,7 @@ mod tests {
         assert!(rec.0.is_empty());
         let mut l = Labels::new();
         l.insert("team".into(), "x".into());
-        idx.update_parent_labels("kns.ns1", Some(Arc::new(l)), &mut rec);
+        idx.update_parent_labels("kns.ns1", Some(&l), &mut rec);
         assert_eq!(rec.0, vec![(true, "s".into(), "10.0.0.2/32".into())]);
         // Asymmetric teardown: the profile goes while the endpoint stays.
         idx.update_parent_labels("kns.ns1", None, &mut rec);
@@ -912,6 +1029,55 @@ mod tests {
         assert_eq!(idx.num_endpoints(), 0);
         assert_eq!(idx.num_parents(), 0);
         assert_eq!(idx.num_interned(), 0, "every interned id released");
+    }
+
+    #[test]
+    fn compact_keys_round_trip_and_release() {
+        use crate::model::HostEndpointKey;
+        let mut idx = IpSetIndex::new();
+        let mut rec = Rec::default();
+        idx.update_ipset("s", def("all()"), &mut rec);
+        let (w, wv) = wep("ns/pod", "10.0.0.7/32", &[("a", "b")], &["kns.ns"]);
+        let h = LabelledKey::Host(HostEndpointKey {
+            hostname: "h".into(),
+            endpoint_id: "eth1".into(),
+        });
+        let hv = LabelledValue::Host(Arc::new(HostEndpoint {
+            expected_ipv4_addrs: vec!["10.0.0.8".parse().expect("ip")],
+            ..Default::default()
+        }));
+        let n = LabelledKey::NetworkSet(NetworkSetKey { name: "n".into() });
+        let nv = LabelledValue::NetworkSet(Arc::new(NetworkSet {
+            nets: vec!["10.9.0.0/16".parse().expect("net")],
+            ..Default::default()
+        }));
+        idx.update_endpoint(w.clone(), wv.clone(), &mut rec);
+        idx.update_endpoint(h.clone(), hv, &mut rec);
+        idx.update_endpoint(n.clone(), nv, &mut rec);
+        // Same key again: an update of the held object, not a new one.
+        idx.update_endpoint(w.clone(), wv, &mut rec);
+        let mut want = vec![w.clone(), h.clone(), n.clone()];
+        want.sort();
+        assert_eq!(idx.endpoint_keys(), want);
+        assert_eq!(idx.num_endpoints(), 3);
+        // A key whose host was never seen is simply not held.
+        let mut other = w.clone();
+        if let LabelledKey::Workload(k) = &mut other {
+            k.hostname = "never-seen".into();
+        }
+        idx.delete_endpoint(&other, &mut rec);
+        assert_eq!(idx.num_endpoints(), 3);
+        for k in [&w, &h, &n] {
+            idx.delete_endpoint(k, &mut rec);
+        }
+        idx.delete_ipset("s");
+        assert_eq!(idx.num_endpoints(), 0);
+        assert_eq!(idx.num_interned(), 0, "key parts released with the keys");
+        assert_eq!(
+            rec.0.iter().filter(|(added, _, _)| !added).count(),
+            3,
+            "each member removed once"
+        );
     }
 
     #[test]

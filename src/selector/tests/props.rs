@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
-use super::super::parse;
+use super::super::{parse, validate};
 
 const KEYS: &[&str] = &["a", "b", "c", "k8s.io/x-y_z"];
 const VALUES: &[&str] = &["", "x", "y", "xy", "it's", "say \"hi\"", "caf\u{e9}"];
@@ -164,5 +164,12 @@ proptest! {
         } else if let Err(e) = parse(&text) {
             prop_assert!(!e.to_string().contains('\n'));
         }
+    }
+
+    #[test]
+    fn validate_accepts_exactly_what_parse_accepts(
+        text in "[ab() !=&|'\"{},\t.\u{e9}\n]{0,40}|((has\\(|all\\(| in | not in |a|b|\\(|\\)|!|==|&&|\\|\\||'x'|\\{|\\}|,| ){0,16})"
+    ) {
+        prop_assert_eq!(validate(&text), parse(&text).map(|_| ()));
     }
 }
