@@ -355,3 +355,32 @@ pub fn register_with_interfaces(
     }
     Ok(builder)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use felix_config::Source;
+    use std::collections::BTreeMap;
+
+    fn cfg_with(pairs: &[(&str, &str)]) -> Config {
+        let env: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (cfg, errs) = Config::build(&[(Source::Environment, env)]);
+        assert!(errs.is_empty(), "{errs:?}");
+        cfg
+    }
+
+    #[test]
+    fn chain_insert_mode_reaches_the_iptables_options() {
+        assert_eq!(
+            configured_insert_mode(&cfg_with(&[])),
+            ChainInsertMode::Insert
+        );
+        assert_eq!(
+            configured_insert_mode(&cfg_with(&[("ChainInsertMode", "Append")])),
+            ChainInsertMode::Append
+        );
+    }
+}

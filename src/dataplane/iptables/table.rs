@@ -449,9 +449,7 @@ impl IptablesTable {
                     .into_iter()
                     .chain(foreign)
                     .collect(),
-                ChainInsertMode::Append => foreign
-                    .chain(Self::ours_as_saved(&d.hashes))
-                    .collect(),
+                ChainInsertMode::Append => foreign.chain(Self::ours_as_saved(&d.hashes)).collect(),
             };
             updates.push((k.clone(), Some(rules)));
         }

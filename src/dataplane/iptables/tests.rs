@@ -245,7 +245,9 @@ fn save_with_hooks(ours_on_top: bool) -> String {
     } else {
         format!("{foreign}{ours}")
     };
-    format!("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n{body}COMMIT\n")
+    format!(
+        "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n{body}COMMIT\n"
+    )
 }
 
 fn fake_with_owned_save(save: String) -> Arc<ScriptedCommands> {
@@ -641,5 +643,117 @@ mod kernel {
             let mut c = table(&ns, to, IptablesMode::CleanupOnly);
             c.apply().unwrap();
         }
+    }
+    /// Rule lines of `chain` in `iptables-save -t filter` order.
+    fn chain_lines(ns: &TestNetns, b: ResolvedBackend, chain: &str) -> Vec<String> {
+        let prefix = format!("-A {chain} ");
+        ns.sh(save_cmd(b), &["-t", "filter"])
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn mode_table(ns: &TestNetns, b: ResolvedBackend, mode: ChainInsertMode) -> IptablesTable {
+        IptablesTable::new(
+            "filter",
+            IpVersion::V4,
+            b,
+            IptablesMode::Program,
+            ns.commands("iptables"),
+            IptablesOptions {
+                insert_mode: mode,
+                ..IptablesOptions::default()
+            },
+        )
+    }
+
+    fn cim_append_then_insert(b: ResolvedBackend) {
+        let Some(ns) = TestNetns::create_tagged("cim", &tools(b)) else {
+            return;
+        };
+        ns.sh(
+            "sh",
+            &[
+                "-c",
+                &format!(
+                    "printf '*filter\\n-A INPUT -s 1.2.3.4/32 -j ACCEPT\\n-A FORWARD -s 5.6.7.8/32 -j DROP\\nCOMMIT\\n' | {} --noflush",
+                    save_cmd(b).replace("save", "restore")
+                ),
+            ],
+        );
+        let foreign_in = "-A INPUT -s 1.2.3.4/32 -j ACCEPT";
+        let foreign_fwd = "-A FORWARD -s 5.6.7.8/32 -j DROP";
+        let program = |t: &mut IptablesTable| {
+            t.set_chain(Chain::new("cali-x", vec![rule("tcp", Action::Accept)]));
+            for k in ["INPUT", "FORWARD"] {
+                t.set_insert_rules(
+                    k,
+                    vec![Rule::new(
+                        MatchCriteria::new(),
+                        Action::Jump("cali-x".into()),
+                    )],
+                );
+            }
+            t.apply().unwrap()
+        };
+        let is_hook = |l: &str| l.contains("--comment \"cali:") && l.ends_with("-j cali-x");
+
+        // Append: our hook after the foreign rule, which is untouched.
+        let mut t = mode_table(&ns, b, ChainInsertMode::Append);
+        program(&mut t);
+        for (k, foreign) in [("INPUT", foreign_in), ("FORWARD", foreign_fwd)] {
+            let lines = chain_lines(&ns, b, k);
+            assert_eq!(lines.len(), 2, "{k}: {lines:?}");
+            assert_eq!(lines[0], foreign, "{k}: {lines:?}");
+            assert!(is_hook(&lines[1]), "{k}: {lines:?}");
+        }
+        // A fresh read-back finds everything in place.
+        t.queue_resync();
+        assert!(t.apply().unwrap().no_writes());
+
+        // Restart in insert mode: the hook moves to the top, one copy.
+        let mut t = mode_table(&ns, b, ChainInsertMode::Insert);
+        let s = program(&mut t);
+        assert_eq!((s.rules_deleted, s.rules_written), (2, 2), "{s:?}");
+        for (k, foreign) in [("INPUT", foreign_in), ("FORWARD", foreign_fwd)] {
+            let lines = chain_lines(&ns, b, k);
+            assert_eq!(lines.len(), 2, "{k}: {lines:?}");
+            assert!(is_hook(&lines[0]), "{k}: {lines:?}");
+            assert_eq!(lines[1], foreign, "{k}: {lines:?}");
+        }
+        t.queue_resync();
+        assert!(t.apply().unwrap().no_writes());
+
+        // Someone inserts a rule above our hook: the next refresh puts ours
+        // back on top, still one copy, the newcomer kept.
+        ns.sh(
+            "sh",
+            &[
+                "-c",
+                &format!(
+                    "printf '*filter\\n-I INPUT 1 -s 9.9.9.9/32 -j ACCEPT\\nCOMMIT\\n' | {} --noflush",
+                    save_cmd(b).replace("save", "restore")
+                ),
+            ],
+        );
+        t.queue_resync();
+        let s = t.apply().unwrap();
+        assert_eq!((s.rules_deleted, s.rules_written), (1, 1), "{s:?}");
+        let lines = chain_lines(&ns, b, "INPUT");
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(is_hook(&lines[0]), "{lines:?}");
+        assert_eq!(lines[1], "-A INPUT -s 9.9.9.9/32 -j ACCEPT");
+        assert_eq!(lines[2], foreign_in);
+    }
+
+    #[test]
+    fn kernel_iptables_nft_cim_append_then_insert() {
+        cim_append_then_insert(ResolvedBackend::Nft);
+    }
+
+    #[test]
+    fn kernel_iptables_legacy_cim_append_then_insert() {
+        cim_append_then_insert(ResolvedBackend::Legacy);
     }
 }
