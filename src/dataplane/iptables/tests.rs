@@ -200,7 +200,7 @@ fn hooks_in_place_checks_the_mode_end() {
         }
         assert!(!m.hooks_in_place(&extra, &h), "{m:?}");
         // Nothing desired: in place only without rules of ours.
-        assert!(m.hooks_in_place(&[foreign.clone()], &[]));
+        assert!(m.hooks_in_place(std::slice::from_ref(&foreign), &[]));
         assert!(!m.hooks_in_place(&top, &[]));
         assert!(!m.hooks_in_place(&[], &h));
     }
