@@ -178,10 +178,7 @@ fn chain_insert_mode_from_env_is_typed_and_validated() {
     assert_eq!(c.chain_insert_mode(), felix_config::ChainInsertMode::Append);
 
     // An unknown value is refused and the default stays.
-    let (c, errs) = Config::build(&[layer(
-        Source::ConfigFile,
-        &[("ChainInsertMode", "middle")],
-    )]);
+    let (c, errs) = Config::build(&[layer(Source::ConfigFile, &[("ChainInsertMode", "middle")])]);
     assert_eq!(errs.len(), 1);
     assert_eq!(errs[0].param(), "ChainInsertMode");
     assert_eq!(c.chain_insert_mode(), felix_config::ChainInsertMode::Insert);
