@@ -204,7 +204,7 @@ accessors! {
     iptables_backend_str: IptablesBackend => Str.as_str -> &str;
     ipv6_support: Ipv6Support => Bool.as_bool -> bool;
     ip_forwarding: IPForwarding => Str.as_str -> &str;
-    chain_insert_mode: ChainInsertMode => Str.as_str -> &str;
+    chain_insert_mode_str: ChainInsertMode => Str.as_str -> &str;
     service_loop_prevention: ServiceLoopPrevention => Str.as_str -> &str;
     disable_conntrack_invalid_check: DisableConntrackInvalidCheck => Bool.as_bool -> bool;
     feature_detect_override: FeatureDetectOverride => KeyValues.as_key_values -> &BTreeMap<String, String>;

@@ -59,6 +59,14 @@ pub enum IptablesBackend {
     Auto,
 }
 
+/// `ChainInsertMode`: where the iptables dataplane puts its hooks in the
+/// kernel's base chains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChainInsertMode {
+    Insert,
+    Append,
+}
+
 /// `BPFAttachType`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BpfAttachType {
@@ -121,6 +129,13 @@ impl Config {
             "legacy" => IptablesBackend::Legacy,
             "nft" => IptablesBackend::Nft,
             _ => IptablesBackend::Auto,
+        }
+    }
+
+    pub fn chain_insert_mode(&self) -> ChainInsertMode {
+        match self.chain_insert_mode_str() {
+            "append" => ChainInsertMode::Append,
+            _ => ChainInsertMode::Insert,
         }
     }
 

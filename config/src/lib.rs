@@ -33,7 +33,8 @@ pub mod value;
 
 pub use config::{Config, Layer};
 pub use derived::{
-    BpfAttachType, DataplaneMode, EndpointToHostAction, IptablesBackend, LogLevel, NftablesMode,
+    BpfAttachType, ChainInsertMode, DataplaneMode, EndpointToHostAction, IptablesBackend, LogLevel,
+    NftablesMode,
 };
 pub use docs::render_markdown;
 pub use env::{env_overrides, process_env_overrides};

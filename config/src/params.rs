@@ -156,7 +156,7 @@ param_table! {
     IPForwarding { v3_field: Some("ipForwarding"), kind: ENABLED_DISABLED, default: "Enabled", group: G::Dataplane,
         doc: "Turn on IP forwarding in the kernel at start-up." }
     ChainInsertMode { v3_field: Some("chainInsertMode"), kind: K::OneOf(&["insert", "append"]), default: "insert", group: G::Dataplane, non_zero: true,
-        doc: "Whether Felix's hooks go at the top (`insert`) or the bottom (`append`) of the kernel's base chains." }
+        doc: "Whether Felix's hook rules go at the top (`insert`) or the bottom (`append`) of the kernel's base chains (INPUT, FORWARD, OUTPUT, PREROUTING, POSTROUTING); hooks found elsewhere are moved on the next refresh. iptables mode only: nftables mode programs its own tables and ignores it." }
     ServiceLoopPrevention { v3_field: Some("serviceLoopPrevention"), kind: K::OneOf(&["Drop", "Reject", "Disabled"]), default: "Drop", group: G::Dataplane,
         doc: "What to do with traffic to an unused service IP that would otherwise loop between host and network." }
     DisableConntrackInvalidCheck { v3_field: Some("disableConntrackInvalidCheck"), kind: K::Bool, group: G::Dataplane,

@@ -57,7 +57,7 @@ fn defaults_match_upstream() {
     assert_eq!(c.reporting_interval(), Duration::from_secs(30));
     assert_eq!(c.status_reporting_interval(), Duration::from_secs(30));
     assert_eq!(c.service_loop_prevention(), "Drop");
-    assert_eq!(c.chain_insert_mode(), "insert");
+    assert_eq!(c.chain_insert_mode(), felix_config::ChainInsertMode::Insert);
     assert_eq!(c.nat_outgoing_address(), None);
     assert_eq!(
         c.etcd_endpoint_urls(),
@@ -167,6 +167,21 @@ fn enum_values_are_case_insensitive_and_canonicalised() {
     );
     assert_eq!(c.bpf_attach_type(), felix_config::BpfAttachType::Tcx);
     assert_eq!(c.dataplane_mode(), felix_config::DataplaneMode::Nftables);
+}
+
+#[test]
+fn chain_insert_mode_from_env_is_typed_and_validated() {
+    let env = env_overrides([("FELIX_CHAININSERTMODE", "Append")]);
+    let (c, errs) = Config::build(&[(Source::Environment, env)]);
+    assert!(errs.is_empty(), "{errs:?}");
+    assert_eq!(c.chain_insert_mode_str(), "append");
+    assert_eq!(c.chain_insert_mode(), felix_config::ChainInsertMode::Append);
+
+    // An unknown value is refused and the default stays.
+    let (c, errs) = Config::build(&[layer(Source::ConfigFile, &[("ChainInsertMode", "middle")])]);
+    assert_eq!(errs.len(), 1);
+    assert_eq!(errs[0].param(), "ChainInsertMode");
+    assert_eq!(c.chain_insert_mode(), felix_config::ChainInsertMode::Insert);
 }
 
 #[test]

@@ -31,7 +31,7 @@ use felix_config::{Config, DataplaneMode};
 use crate::dataplane::generictables::IpVersion;
 use crate::dataplane::ifacemon::InterfaceState;
 use crate::dataplane::ipsets::IpSetsOptions;
-use crate::dataplane::iptables::{IptablesBackend, IptablesOptions};
+use crate::dataplane::iptables::{ChainInsertMode, IptablesBackend, IptablesOptions};
 use crate::dataplane::kernel::CommandSeam;
 use crate::dataplane::managers::drivers::{
     BackendChoice, CleanupDriver, CleanupMode, IfacesDriver, IpSetCleanupDriver, IpSetsDriver,
@@ -131,6 +131,13 @@ fn configured_backend(cfg: &Config) -> IptablesBackend {
     }
 }
 
+fn configured_insert_mode(cfg: &Config) -> ChainInsertMode {
+    match cfg.chain_insert_mode() {
+        felix_config::ChainInsertMode::Insert => ChainInsertMode::Insert,
+        felix_config::ChainInsertMode::Append => ChainInsertMode::Append,
+    }
+}
+
 /// Registers the managers and drivers for `cfg`'s `*tables` mode; every
 /// kernel command runs on `commands` (the real `SystemCommands`, one bound
 /// to a network namespace in tests). No interface monitor feeds the route
@@ -173,6 +180,7 @@ pub fn register_with_interfaces(
         lock_timeout: cfg.iptables_lock_timeout(),
         lock_probe_interval: cfg.iptables_lock_probe_interval(),
         refresh_interval: refresh,
+        insert_mode: configured_insert_mode(cfg),
         ..IptablesOptions::default()
     };
     let nft_opts = NftablesOptions {
@@ -346,4 +354,33 @@ pub fn register_with_interfaces(
         }));
     }
     Ok(builder)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use felix_config::Source;
+    use std::collections::BTreeMap;
+
+    fn cfg_with(pairs: &[(&str, &str)]) -> Config {
+        let env: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (cfg, errs) = Config::build(&[(Source::Environment, env)]);
+        assert!(errs.is_empty(), "{errs:?}");
+        cfg
+    }
+
+    #[test]
+    fn chain_insert_mode_reaches_the_iptables_options() {
+        assert_eq!(
+            configured_insert_mode(&cfg_with(&[])),
+            ChainInsertMode::Insert
+        );
+        assert_eq!(
+            configured_insert_mode(&cfg_with(&[("ChainInsertMode", "Append")])),
+            ChainInsertMode::Append
+        );
+    }
 }

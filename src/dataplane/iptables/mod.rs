@@ -15,4 +15,4 @@ pub use backend::{
 };
 pub use render::{render_action, render_match_criteria, render_rule, IptablesRenderer};
 pub use save_parse::{parse_save, SavedRule, SavedTable};
-pub use table::{IptablesMode, IptablesOptions, IptablesTable};
+pub use table::{ChainInsertMode, IptablesMode, IptablesOptions, IptablesTable};

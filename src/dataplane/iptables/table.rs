@@ -6,7 +6,11 @@
 //!   outright; any such chain that is not desired is swept when kernel state
 //!   is read back (the first apply always reads back).
 //! - In kernel chains we touch only rules carrying our hash comment (or
-//!   jumping to one of our chains); ours sit at the top, in desired order.
+//!   jumping to one of our chains); ours sit together, in desired order, at
+//!   the top ([`ChainInsertMode::Insert`]) or the bottom
+//!   ([`ChainInsertMode::Append`]) of the chain. Hooks found anywhere else
+//!   (e.g. after a mode change, or a foreign rule inserted above/appended
+//!   below them) are deleted and rewritten at the right end.
 //! - A rule whose hash matches the kernel's is never rewritten, so its
 //!   counters survive; all writes of one apply are one `iptables-restore
 //!   --noflush` transaction.
@@ -38,6 +42,45 @@ pub enum IptablesMode {
     CleanupOnly,
 }
 
+/// Where our hook rules go in the kernel's own chains (`ChainInsertMode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ChainInsertMode {
+    /// At the top, before any foreign rule (`-I <chain> <n>`).
+    #[default]
+    Insert,
+    /// At the bottom, after every foreign rule (`-A <chain>`).
+    Append,
+}
+
+impl ChainInsertMode {
+    /// True if `current` (a kernel chain as read back) holds exactly our
+    /// `hashes`, in order, at the end this mode requires, and no other rule
+    /// of ours anywhere else.
+    pub fn hooks_in_place(self, current: &[SavedRule], hashes: &[String]) -> bool {
+        let ours = current.iter().filter(|r| r.is_ours()).count();
+        if ours != hashes.len() || hashes.len() > current.len() {
+            return false;
+        }
+        let window = match self {
+            ChainInsertMode::Insert => &current[..hashes.len()],
+            ChainInsertMode::Append => &current[current.len() - hashes.len()..],
+        };
+        window
+            .iter()
+            .zip(hashes)
+            .all(|(r, h)| r.hash.as_deref() == Some(h.as_str()))
+    }
+
+    /// The iptables-restore operation that writes the `index`-th (0-based)
+    /// of our hooks into `chain`.
+    pub fn hook_op(self, chain: &str, index: usize) -> String {
+        match self {
+            ChainInsertMode::Insert => format!("-I {chain} {}", index + 1),
+            ChainInsertMode::Append => format!("-A {chain}"),
+        }
+    }
+}
+
 /// Tunables; `Default` gives upstream's values.
 #[derive(Clone)]
 pub struct IptablesOptions {
@@ -57,6 +100,8 @@ pub struct IptablesOptions {
     pub lock_probe_interval: Duration,
     /// Pacing of sweeps in [`IptablesMode::CleanupOnly`].
     pub refresh_interval: Duration,
+    /// Top or bottom of the kernel chains for our hooks.
+    pub insert_mode: ChainInsertMode,
     /// Sleeps between retries (injectable for tests).
     pub sleep: Arc<dyn Fn(Duration) + Send + Sync>,
     /// Clock (injectable for tests).
@@ -70,6 +115,7 @@ impl std::fmt::Debug for IptablesOptions {
             .field("max_retries", &self.max_retries)
             .field("lock_timeout", &self.lock_timeout)
             .field("refresh_interval", &self.refresh_interval)
+            .field("insert_mode", &self.insert_mode)
             .finish_non_exhaustive()
     }
 }
@@ -85,6 +131,7 @@ impl Default for IptablesOptions {
             lock_timeout: Duration::from_secs(10),
             lock_probe_interval: Duration::from_millis(50),
             refresh_interval: Duration::from_secs(90),
+            insert_mode: ChainInsertMode::Insert,
             sleep: Arc::new(std::thread::sleep),
             now: Arc::new(Instant::now),
         }
@@ -376,29 +423,34 @@ impl IptablesTable {
                     continue;
                 }
             };
+            let mode = self.opts.insert_mode;
+            if mode.hooks_in_place(&current, &d.hashes) {
+                continue;
+            }
+            // Delete every rule of ours (bottom up, so positions stay
+            // valid), then write the desired hooks at the mode's end.
             let ours: Vec<usize> = current
                 .iter()
                 .enumerate()
                 .filter(|(_, r)| r.is_ours())
                 .map(|(i, _)| i)
                 .collect();
-            let in_place = ours.len() == d.hashes.len()
-                && ours.iter().enumerate().all(|(i, &pos)| {
-                    pos == i && current[pos].hash.as_deref() == Some(d.hashes[i].as_str())
-                });
-            if in_place {
-                continue;
-            }
             for &pos in ours.iter().rev() {
                 body.push(format!("-D {k} {}", pos + 1));
                 stats.rules_deleted += 1;
             }
             for (i, (rule, hash)) in d.rules.iter().zip(&d.hashes).enumerate() {
-                body.push(self.renderer.line(&format!("-I {k} {}", i + 1), hash, rule));
+                body.push(self.renderer.line(&mode.hook_op(k, i), hash, rule));
                 stats.rules_written += 1;
             }
-            let mut rules = Self::ours_as_saved(&d.hashes);
-            rules.extend(current.into_iter().filter(|r| !r.is_ours()));
+            let foreign = current.into_iter().filter(|r| !r.is_ours());
+            let rules: Vec<SavedRule> = match mode {
+                ChainInsertMode::Insert => Self::ours_as_saved(&d.hashes)
+                    .into_iter()
+                    .chain(foreign)
+                    .collect(),
+                ChainInsertMode::Append => foreign.chain(Self::ours_as_saved(&d.hashes)).collect(),
+            };
             updates.push((k.clone(), Some(rules)));
         }
 

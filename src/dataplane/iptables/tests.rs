@@ -160,6 +160,185 @@ fn read_back_sweeps_orphans_and_keeps_foreign_rules() {
     assert!(pos("-D INPUT 2") < pos("-F cali-old") && pos("-F cali-old") < pos("-X cali-old"));
 }
 
+// ---- ChainInsertMode ----------------------------------------------------
+
+fn saved(hash: Option<&str>) -> SavedRule {
+    SavedRule {
+        hash: hash.map(str::to_string),
+        jumps_to_ours: false,
+    }
+}
+
+#[test]
+fn hooks_in_place_checks_the_mode_end() {
+    let h = vec!["h1".to_string(), "h2".to_string()];
+    let foreign = saved(None);
+    let top = vec![saved(Some("h1")), saved(Some("h2")), foreign.clone()];
+    let bottom = vec![foreign.clone(), saved(Some("h1")), saved(Some("h2"))];
+    let split = vec![saved(Some("h1")), foreign.clone(), saved(Some("h2"))];
+    let swapped = vec![saved(Some("h2")), saved(Some("h1")), foreign.clone()];
+    use ChainInsertMode::{Append, Insert};
+    assert!(Insert.hooks_in_place(&top, &h));
+    assert!(!Insert.hooks_in_place(&bottom, &h));
+    assert!(Append.hooks_in_place(&bottom, &h));
+    assert!(!Append.hooks_in_place(&top, &h));
+    for m in [Insert, Append] {
+        assert!(!m.hooks_in_place(&split, &h), "{m:?}");
+        assert!(!m.hooks_in_place(&swapped, &h), "{m:?}");
+        // A stray extra rule of ours (hash-less jump to a cali- chain).
+        let mut extra = if m == Insert {
+            top.clone()
+        } else {
+            bottom.clone()
+        };
+        extra.push(SavedRule {
+            hash: None,
+            jumps_to_ours: true,
+        });
+        if m == Append {
+            extra.rotate_right(1);
+        }
+        assert!(!m.hooks_in_place(&extra, &h), "{m:?}");
+        // Nothing desired: in place only without rules of ours.
+        assert!(m.hooks_in_place(std::slice::from_ref(&foreign), &[]));
+        assert!(!m.hooks_in_place(&top, &[]));
+        assert!(!m.hooks_in_place(&[], &h));
+    }
+    assert_eq!(Insert.hook_op("INPUT", 2), "-I INPUT 3");
+    assert_eq!(Append.hook_op("INPUT", 2), "-A INPUT");
+}
+
+fn hook_rules() -> Vec<Rule> {
+    vec![
+        Rule::new(MatchCriteria::new(), Action::Jump("cali-a".into())),
+        rule("udp", Action::Jump("cali-b".into())),
+    ]
+}
+
+fn mode_table(fake: &Arc<ScriptedCommands>, mode: ChainInsertMode) -> IptablesTable {
+    IptablesTable::new(
+        "filter",
+        IpVersion::V4,
+        ResolvedBackend::Nft,
+        IptablesMode::Program,
+        Commands::unhooked(fake.clone(), "iptables-filter-v4"),
+        IptablesOptions {
+            insert_mode: mode,
+            sleep: Arc::new(|_| {}),
+            ..IptablesOptions::default()
+        },
+    )
+}
+
+/// Save output with INPUT holding a foreign rule and our two hooks, ours
+/// above (`ours_on_top`) or below the foreign rule.
+fn save_with_hooks(ours_on_top: bool) -> String {
+    let h = IptablesRenderer::default().hashes("INPUT", &hook_rules());
+    let ours = format!(
+        "-A INPUT -m comment --comment \"cali:{}\" -j cali-a\n\
+         -A INPUT -p udp -m comment --comment \"cali:{}\" -j cali-b\n",
+        h[0], h[1]
+    );
+    let foreign = "-A INPUT -s 1.2.3.4/32 -j ACCEPT\n";
+    let body = if ours_on_top {
+        format!("{ours}{foreign}")
+    } else {
+        format!("{foreign}{ours}")
+    };
+    format!(
+        "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n{body}COMMIT\n"
+    )
+}
+
+fn fake_with_owned_save(save: String) -> Arc<ScriptedCommands> {
+    ScriptedCommands::new(move |req: &CommandRequest| {
+        if req.program.contains("save") {
+            FakeResponse::Ok(save.clone())
+        } else {
+            FakeResponse::Ok(String::new())
+        }
+    })
+}
+
+fn body_lines(script: &str) -> Vec<&str> {
+    script.lines().filter(|l| l.starts_with('-')).collect()
+}
+
+#[test]
+fn append_mode_renders_hooks_with_append() {
+    let fake = fake_with_save(EMPTY_FILTER);
+    let mut t = mode_table(&fake, ChainInsertMode::Append);
+    t.set_insert_rules("INPUT", hook_rules());
+    let s = t.apply().unwrap();
+    assert_eq!((s.rules_written, s.rules_deleted), (2, 0));
+    let scripts = restores(&fake);
+    let body = body_lines(&scripts[0]);
+    assert_eq!(body.len(), 2, "{body:?}");
+    assert!(body[0].starts_with("-A INPUT -m comment --comment \"cali:"));
+    assert!(body[0].ends_with("--jump cali-a"), "{body:?}");
+    assert!(body[1].starts_with("-A INPUT -m comment --comment \"cali:"));
+    assert!(body[1].ends_with("--jump cali-b"), "{body:?}");
+}
+
+#[test]
+fn hooks_at_the_mode_end_are_left_alone() {
+    for (mode, on_top) in [
+        (ChainInsertMode::Insert, true),
+        (ChainInsertMode::Append, false),
+    ] {
+        let fake = fake_with_owned_save(save_with_hooks(on_top));
+        let mut t = mode_table(&fake, mode);
+        t.set_insert_rules("INPUT", hook_rules());
+        let s = t.apply().unwrap();
+        assert_eq!(s.read_backs, 1);
+        assert!(s.no_writes(), "{mode:?}: {s:?}");
+        assert!(restores(&fake).is_empty(), "{mode:?}");
+    }
+}
+
+#[test]
+fn hooks_at_the_wrong_end_are_moved_and_foreign_rules_kept() {
+    // Top -> bottom (switch to append): delete ours bottom-up, then append.
+    let fake = fake_with_owned_save(save_with_hooks(true));
+    let mut t = mode_table(&fake, ChainInsertMode::Append);
+    t.set_insert_rules("INPUT", hook_rules());
+    let s = t.apply().unwrap();
+    assert_eq!((s.rules_written, s.rules_deleted), (2, 2));
+    let scripts = restores(&fake);
+    let body = body_lines(&scripts[0]);
+    assert_eq!(body[..2], ["-D INPUT 2", "-D INPUT 1"], "{body:?}");
+    assert!(body[2].starts_with("-A INPUT ") && body[2].ends_with("cali-a"));
+    assert!(body[3].starts_with("-A INPUT ") && body[3].ends_with("cali-b"));
+    assert!(!scripts[0].contains("1.2.3.4"), "foreign rule touched");
+    // Our picture now has ours at the bottom: nothing more to do.
+    assert_eq!(
+        t.actual_hashes("INPUT").unwrap(),
+        std::iter::once(None)
+            .chain(
+                IptablesRenderer::default()
+                    .hashes("INPUT", &hook_rules())
+                    .into_iter()
+                    .map(Some)
+            )
+            .collect::<Vec<_>>()
+    );
+    fake.clear_calls();
+    assert!(t.apply().unwrap().no_writes());
+
+    // Bottom -> top (switch to insert).
+    let fake = fake_with_owned_save(save_with_hooks(false));
+    let mut t = mode_table(&fake, ChainInsertMode::Insert);
+    t.set_insert_rules("INPUT", hook_rules());
+    let s = t.apply().unwrap();
+    assert_eq!((s.rules_written, s.rules_deleted), (2, 2));
+    let scripts = restores(&fake);
+    let body = body_lines(&scripts[0]);
+    assert_eq!(body[..2], ["-D INPUT 3", "-D INPUT 2"], "{body:?}");
+    assert!(body[2].starts_with("-I INPUT 1 ") && body[2].ends_with("cali-a"));
+    assert!(body[3].starts_with("-I INPUT 2 ") && body[3].ends_with("cali-b"));
+    assert!(!scripts[0].contains("1.2.3.4"), "foreign rule touched");
+}
+
 #[test]
 fn retries_with_doubling_backoff_and_rereads_after_failure() {
     let fake = fake_with_save(EMPTY_FILTER);
@@ -464,5 +643,117 @@ mod kernel {
             let mut c = table(&ns, to, IptablesMode::CleanupOnly);
             c.apply().unwrap();
         }
+    }
+    /// Rule lines of `chain` in `iptables-save -t filter` order.
+    fn chain_lines(ns: &TestNetns, b: ResolvedBackend, chain: &str) -> Vec<String> {
+        let prefix = format!("-A {chain} ");
+        ns.sh(save_cmd(b), &["-t", "filter"])
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn mode_table(ns: &TestNetns, b: ResolvedBackend, mode: ChainInsertMode) -> IptablesTable {
+        IptablesTable::new(
+            "filter",
+            IpVersion::V4,
+            b,
+            IptablesMode::Program,
+            ns.commands("iptables"),
+            IptablesOptions {
+                insert_mode: mode,
+                ..IptablesOptions::default()
+            },
+        )
+    }
+
+    fn cim_append_then_insert(b: ResolvedBackend) {
+        let Some(ns) = TestNetns::create_tagged("cim", &tools(b)) else {
+            return;
+        };
+        ns.sh(
+            "sh",
+            &[
+                "-c",
+                &format!(
+                    "printf '*filter\\n-A INPUT -s 1.2.3.4/32 -j ACCEPT\\n-A FORWARD -s 5.6.7.8/32 -j DROP\\nCOMMIT\\n' | {} --noflush",
+                    save_cmd(b).replace("save", "restore")
+                ),
+            ],
+        );
+        let foreign_in = "-A INPUT -s 1.2.3.4/32 -j ACCEPT";
+        let foreign_fwd = "-A FORWARD -s 5.6.7.8/32 -j DROP";
+        let program = |t: &mut IptablesTable| {
+            t.set_chain(Chain::new("cali-x", vec![rule("tcp", Action::Accept)]));
+            for k in ["INPUT", "FORWARD"] {
+                t.set_insert_rules(
+                    k,
+                    vec![Rule::new(
+                        MatchCriteria::new(),
+                        Action::Jump("cali-x".into()),
+                    )],
+                );
+            }
+            t.apply().unwrap()
+        };
+        let is_hook = |l: &str| l.contains("--comment \"cali:") && l.ends_with("-j cali-x");
+
+        // Append: our hook after the foreign rule, which is untouched.
+        let mut t = mode_table(&ns, b, ChainInsertMode::Append);
+        program(&mut t);
+        for (k, foreign) in [("INPUT", foreign_in), ("FORWARD", foreign_fwd)] {
+            let lines = chain_lines(&ns, b, k);
+            assert_eq!(lines.len(), 2, "{k}: {lines:?}");
+            assert_eq!(lines[0], foreign, "{k}: {lines:?}");
+            assert!(is_hook(&lines[1]), "{k}: {lines:?}");
+        }
+        // A fresh read-back finds everything in place.
+        t.queue_resync();
+        assert!(t.apply().unwrap().no_writes());
+
+        // Restart in insert mode: the hook moves to the top, one copy.
+        let mut t = mode_table(&ns, b, ChainInsertMode::Insert);
+        let s = program(&mut t);
+        assert_eq!((s.rules_deleted, s.rules_written), (2, 2), "{s:?}");
+        for (k, foreign) in [("INPUT", foreign_in), ("FORWARD", foreign_fwd)] {
+            let lines = chain_lines(&ns, b, k);
+            assert_eq!(lines.len(), 2, "{k}: {lines:?}");
+            assert!(is_hook(&lines[0]), "{k}: {lines:?}");
+            assert_eq!(lines[1], foreign, "{k}: {lines:?}");
+        }
+        t.queue_resync();
+        assert!(t.apply().unwrap().no_writes());
+
+        // Someone inserts a rule above our hook: the next refresh puts ours
+        // back on top, still one copy, the newcomer kept.
+        ns.sh(
+            "sh",
+            &[
+                "-c",
+                &format!(
+                    "printf '*filter\\n-I INPUT 1 -s 9.9.9.9/32 -j ACCEPT\\nCOMMIT\\n' | {} --noflush",
+                    save_cmd(b).replace("save", "restore")
+                ),
+            ],
+        );
+        t.queue_resync();
+        let s = t.apply().unwrap();
+        assert_eq!((s.rules_deleted, s.rules_written), (1, 1), "{s:?}");
+        let lines = chain_lines(&ns, b, "INPUT");
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(is_hook(&lines[0]), "{lines:?}");
+        assert_eq!(lines[1], "-A INPUT -s 9.9.9.9/32 -j ACCEPT");
+        assert_eq!(lines[2], foreign_in);
+    }
+
+    #[test]
+    fn kernel_iptables_nft_cim_append_then_insert() {
+        cim_append_then_insert(ResolvedBackend::Nft);
+    }
+
+    #[test]
+    fn kernel_iptables_legacy_cim_append_then_insert() {
+        cim_append_then_insert(ResolvedBackend::Legacy);
     }
 }

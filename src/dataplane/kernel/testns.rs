@@ -15,6 +15,21 @@ impl TestNetns {
     /// Creates the namespace, or returns `None` (with a printed reason) if
     /// `ip` or any of `tools` is missing.
     pub fn create(tools: &[&str]) -> Option<TestNetns> {
+        Self::create_named(&format!("felix-t-{:016x}", rand_u64()), tools)
+    }
+
+    /// [`TestNetns::create`] with a name `felix-t-<tag>-<pid>-<random>`, so
+    /// concurrent test runs of different branches can tell theirs apart.
+    pub fn create_tagged(tag: &str, tools: &[&str]) -> Option<TestNetns> {
+        let name = format!(
+            "felix-t-{tag}-{}-{:08x}",
+            std::process::id(),
+            rand_u64() as u32
+        );
+        Self::create_named(&name, tools)
+    }
+
+    fn create_named(name: &str, tools: &[&str]) -> Option<TestNetns> {
         let sys = SystemCommands::new();
         use super::CommandSeam;
         for t in std::iter::once(&"ip").chain(tools.iter()) {
@@ -23,7 +38,7 @@ impl TestNetns {
                 return None;
             }
         }
-        let name = format!("felix-t-{:016x}", rand_u64());
+        let name = name.to_string();
         let st = Command::new("ip").args(["netns", "add", &name]).status();
         assert!(
             matches!(st, Ok(s) if s.success()),
