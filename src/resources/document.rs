@@ -94,6 +94,40 @@ const SA_FIELDS: &[&str] = &[
     "automountServiceAccountToken",
 ];
 
+/// A top-level key: the common ones are recognised without allocating.
+enum TopKey {
+    Known(&'static str),
+    Other(String),
+}
+
+impl TopKey {
+    fn as_str(&self) -> &str {
+        match self {
+            TopKey::Known(k) => k,
+            TopKey::Other(k) => k,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TopKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = TopKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<TopKey, E> {
+                Ok(match TOP_FIELDS.iter().find(|k| **k == v) {
+                    Some(k) => TopKey::Known(k),
+                    None => TopKey::Other(v.to_owned()),
+                })
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 impl<'de> Deserialize<'de> for RawDoc {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -104,7 +138,7 @@ impl<'de> Deserialize<'de> for RawDoc {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawDoc, A::Error> {
                 let mut doc = RawDoc::default();
-                while let Some(key) = map.next_key::<String>()? {
+                while let Some(key) = map.next_key::<TopKey>()? {
                     match key.as_str() {
                         "apiVersion" => doc.api_version = Some(map.next_value()?),
                         "kind" => doc.kind = Some(map.next_value()?),
@@ -193,12 +227,14 @@ pub fn decode_documents(
         Format::Yaml => {
             let chunks = split_yaml(text);
             out.reserve(chunks.len());
+            // One scan of the whole text instead of one per document.
+            let clean = !super::fastyaml::has_special_chars(text);
             for chunk in chunks {
                 let ctx = Ctx {
                     origin,
                     line: chunk.content_line,
                 };
-                decode_yaml_chunk(&chunk, &ctx, &mut out)?;
+                decode_yaml_chunk(&chunk, &ctx, clean, &mut out)?;
             }
         }
         Format::Json => decode_json(text, origin, &mut out)?,
@@ -245,18 +281,16 @@ fn split_yaml(text: &str) -> Vec<Chunk<'_>> {
             start = pos;
             start_line = idx;
         }
-        let after_marker = if is_marker(body, "---") {
-            &body[3..]
-        } else {
-            body
-        };
-        let trimmed = after_marker.trim_start();
-        if content_line.is_none()
-            && !trimmed.is_empty()
-            && !trimmed.starts_with('#')
-            && !is_marker(body, "...")
-        {
-            content_line = Some(idx + 1);
+        if content_line.is_none() {
+            let after_marker = if is_marker(body, "---") {
+                &body[3..]
+            } else {
+                body
+            };
+            let trimmed = after_marker.trim_start();
+            if !trimmed.is_empty() && !trimmed.starts_with('#') && !is_marker(body, "...") {
+                content_line = Some(idx + 1);
+            }
         }
         pos += line.len();
     }
@@ -302,15 +336,24 @@ fn split_path(msg: &str) -> (String, String) {
     (String::new(), msg.to_owned())
 }
 
+/// `clean`: the whole text is known to hold no character the fast reader
+/// must decline (see `fastyaml::has_special_chars`), so it need not check
+/// this chunk again.
 fn decode_yaml_chunk(
     chunk: &Chunk<'_>,
     ctx: &Ctx<'_>,
+    clean: bool,
     out: &mut Vec<Decoded>,
 ) -> Result<(), DecodeError> {
     // The fast reader handles the common subset; anything it declines, and
     // any document that fails to decode, goes through `serde_yaml_ng`, whose
     // errors name the line and field.
-    if let Some(node) = super::fastyaml::parse(chunk.text) {
+    let node = if clean {
+        super::fastyaml::parse_clean(chunk.text)
+    } else {
+        super::fastyaml::parse(chunk.text)
+    };
+    if let Some(node) = node {
         if let Ok(doc) = RawDoc::deserialize(&node) {
             return finish(doc, ctx, out);
         }

@@ -59,6 +59,12 @@ pub(crate) fn parse(text: &str) -> Option<Node<'_>> {
     if has_special_chars(text) {
         return None;
     }
+    parse_clean(text)
+}
+
+/// [`parse`] for a text the caller has already checked with
+/// [`has_special_chars`] (for example as part of a larger text).
+pub(crate) fn parse_clean(text: &str) -> Option<Node<'_>> {
     let mut lines = Vec::with_capacity(text.len() / 16);
     for (i, raw) in super::lines::exclusive(text).enumerate() {
         let raw = raw.strip_suffix('\r').unwrap_or(raw);
@@ -112,7 +118,7 @@ fn rest_is_blank(s: &str) -> bool {
 /// Characters the full parser rejects or treats as line breaks (C0/C1
 /// controls other than tab and newlines, DEL, U+2028/U+2029) and a byte
 /// order mark: texts containing them go to the full parser.
-fn has_special_chars(text: &str) -> bool {
+pub(crate) fn has_special_chars(text: &str) -> bool {
     let b = text.as_bytes();
     // Fast path (vectorised): printable ASCII, tabs and line ends only.
     if b.iter()
