@@ -94,19 +94,16 @@ const SA_FIELDS: &[&str] = &[
     "automountServiceAccountToken",
 ];
 
-/// A top-level key: the common ones are recognised without allocating.
+/// A top-level key, read without allocating unless it is not one of
+/// [`TOP_FIELDS`].
 enum TopKey {
-    Known(&'static str),
+    ApiVersion,
+    Kind,
+    Metadata,
+    Spec,
+    Status,
+    Items,
     Other(String),
-}
-
-impl TopKey {
-    fn as_str(&self) -> &str {
-        match self {
-            TopKey::Known(k) => k,
-            TopKey::Other(k) => k,
-        }
-    }
 }
 
 impl<'de> Deserialize<'de> for TopKey {
@@ -118,9 +115,14 @@ impl<'de> Deserialize<'de> for TopKey {
                 f.write_str("a field name")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<TopKey, E> {
-                Ok(match TOP_FIELDS.iter().find(|k| **k == v) {
-                    Some(k) => TopKey::Known(k),
-                    None => TopKey::Other(v.to_owned()),
+                Ok(match v {
+                    "apiVersion" => TopKey::ApiVersion,
+                    "kind" => TopKey::Kind,
+                    "metadata" => TopKey::Metadata,
+                    "spec" => TopKey::Spec,
+                    "status" => TopKey::Status,
+                    "items" => TopKey::Items,
+                    other => TopKey::Other(other.to_owned()),
                 })
             }
         }
@@ -139,27 +141,28 @@ impl<'de> Deserialize<'de> for RawDoc {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawDoc, A::Error> {
                 let mut doc = RawDoc::default();
                 while let Some(key) = map.next_key::<TopKey>()? {
-                    match key.as_str() {
-                        "apiVersion" => doc.api_version = Some(map.next_value()?),
-                        "kind" => doc.kind = Some(map.next_value()?),
-                        "metadata" => doc.metadata = Some(types::nullable_value(&mut map)?),
-                        "spec" => {
+                    match key {
+                        TopKey::ApiVersion => doc.api_version = Some(map.next_value()?),
+                        TopKey::Kind => doc.kind = Some(map.next_value()?),
+                        TopKey::Metadata => doc.metadata = Some(types::nullable_value(&mut map)?),
+                        TopKey::Spec => {
                             let kind = doc.kind.as_deref().and_then(|k| k.parse::<Kind>().ok());
                             doc.body = Some(match kind {
                                 Some(k) => Body::Typed(Box::new(map.next_value_seed(SpecSeed(k))?)),
                                 None => Body::Buffered(map.next_value()?),
                             });
                         }
-                        "items" => doc.items = Some(types::nullable_value(&mut map)?),
-                        "status" => {
+                        TopKey::Items => doc.items = Some(types::nullable_value(&mut map)?),
+                        TopKey::Status => {
                             map.next_value::<IgnoredAny>()?;
                         }
-                        k if SA_FIELDS.contains(&k)
-                            && doc.kind.as_deref() == Some("ServiceAccount") =>
+                        TopKey::Other(k)
+                            if SA_FIELDS.contains(&k.as_str())
+                                && doc.kind.as_deref() == Some("ServiceAccount") =>
                         {
                             map.next_value::<IgnoredAny>()?;
                         }
-                        other => return Err(de::Error::unknown_field(other, TOP_FIELDS)),
+                        TopKey::Other(k) => return Err(de::Error::unknown_field(&k, TOP_FIELDS)),
                     }
                 }
                 Ok(doc)
