@@ -22,14 +22,33 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use crate::hash::FastMap as HashMap;
 use crate::model::{Key, Update, UpdateType, Value};
 use crate::resources::ResourceId;
 
-/// A file's path relative to the datastore root.  Ordered byte-wise (not
-/// component-wise), as the duplicate rule requires.
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// A file's path relative to the datastore root.  Compared, ordered and
+/// hashed byte-wise (not component-wise, as `Path` does): the duplicate
+/// rule orders by bytes, and equality must agree with that order.  The
+/// byte-wise forms are also much cheaper than `Path`'s, which parse
+/// components on every call.
+#[derive(Clone)]
 pub(crate) struct RelPath(Arc<Path>);
+
+impl PartialEq for RelPath {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.bytes() == other.bytes()
+    }
+}
+
+impl Eq for RelPath {}
+
+impl std::hash::Hash for RelPath {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.bytes().hash(state);
+    }
+}
 
 impl RelPath {
     pub(crate) fn new(path: &Path) -> Self {
@@ -85,7 +104,8 @@ pub(crate) struct Doc {
 /// what was last handed out.
 #[derive(Default)]
 struct KeyEntry {
-    claims: Vec<(Origin, Value)>,
+    /// Inline for the usual single owner (no allocation per key).
+    claims: SmallVec<[(Origin, Value); 1]>,
     emitted: Option<Value>,
     /// Listed in [`Merger::dirty`] (each key at most once).
     dirty: bool,
@@ -96,7 +116,7 @@ pub(crate) struct Merger {
     root: PathBuf,
     files: HashMap<RelPath, Vec<Doc>>,
     /// Every claimant of an identity, sorted; the first is the owner.
-    ids: HashMap<ResourceId, Vec<Origin>>,
+    ids: HashMap<ResourceId, SmallVec<[Origin; 1]>>,
     keys: HashMap<Key, KeyEntry>,
     /// Keys whose effective value may differ from `emitted`; each key at
     /// most once (guarded by [`KeyEntry::dirty`]), and every listed key has
@@ -157,6 +177,9 @@ impl Merger {
                 .map(|d| d.result.as_ref().map_or(0, Vec::len))
                 .sum(),
         );
+        // Whether any identity of this file has another claimant: if not,
+        // there is no duplicate to report below.
+        let mut shared_ids = false;
         for (index, doc) in new.iter().enumerate() {
             let origin = Origin {
                 path: path.clone(),
@@ -166,6 +189,7 @@ impl Merger {
             if let Err(pos) = claims.binary_search(&origin) {
                 claims.insert(pos, origin);
             }
+            shared_ids |= claims.len() > 1;
         }
 
         // Withdraw the contributions of owners that lost ownership or whose
@@ -201,13 +225,18 @@ impl Merger {
             }
         }
 
-        if !new.is_empty() {
-            self.files.insert(path.clone(), new);
-        }
-
-        let mut messages = Vec::new();
+        // Contribute the incoming owners' keys.  Documents of this file are
+        // read from `new` directly (it is stored afterwards); duplicate keys
+        // are reported once the file is stored, so that messages can name
+        // its lines.
+        let mut shared_keys: Vec<(Origin, Origin, Key)> = Vec::new();
         for owner in incoming {
-            let Some(doc) = self.files.get(&owner.path).and_then(|d| d.get(owner.index)) else {
+            let doc = if owner.path == *path {
+                new.get(owner.index)
+            } else {
+                self.files.get(&owner.path).and_then(|d| d.get(owner.index))
+            };
+            let Some(doc) = doc else {
                 continue;
             };
             if owner.path != *path {
@@ -223,15 +252,29 @@ impl Merger {
                         } else {
                             (owner.clone(), other)
                         };
-                        messages.push(format!(
-                            "{}: key {key} is also produced by {}; the copy in {} is in force",
-                            self.locate(&second),
-                            self.locate(&first),
-                            self.name(&first.path)
-                        ));
+                        shared_keys.push((first, second, key.clone()));
                     }
                 }
             }
+        }
+
+        if !new.is_empty() {
+            self.files.insert(path.clone(), new);
+        }
+
+        let mut messages: Vec<String> = shared_keys
+            .into_iter()
+            .map(|(first, second, key)| {
+                format!(
+                    "{}: key {key} is also produced by {}; the copy in {} is in force",
+                    self.locate(&second),
+                    self.locate(&first),
+                    self.name(&first.path)
+                )
+            })
+            .collect();
+        if !shared_ids {
+            return messages;
         }
 
         // Duplicate identities involving this file.

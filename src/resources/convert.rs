@@ -489,6 +489,18 @@ fn endpoint_port(
     })
 }
 
+/// Sets label `key` to `value`, allocating only what changes (resources
+/// written by Calico's tooling usually carry these labels already).
+fn set_label(labels: &mut Labels, key: &str, value: &str) {
+    match labels.get_mut(key) {
+        Some(v) if v == value => {}
+        Some(v) => value.clone_into(v),
+        None => {
+            labels.insert(key.to_owned(), value.to_owned());
+        }
+    }
+}
+
 fn workload_endpoint(ns: &str, meta: Metadata, s: types::WorkloadEndpointSpec) -> VResult<Entries> {
     opt_name("spec.orchestrator", &s.orchestrator)?;
     opt_name("spec.workload", &s.workload)?;
@@ -608,17 +620,20 @@ fn workload_endpoint(ns: &str, meta: Metadata, s: types::WorkloadEndpointSpec) -
     labels.retain(|k, _| {
         !k.starts_with(NAMESPACE_LABEL_PREFIX) && !k.starts_with(SERVICE_ACCOUNT_LABEL_PREFIX)
     });
-    labels.insert(LABEL_NAMESPACE.to_owned(), ns.to_owned());
-    labels.insert(LABEL_ORCHESTRATOR.to_owned(), s.orchestrator.clone());
+    set_label(&mut labels, LABEL_NAMESPACE, ns);
+    set_label(&mut labels, LABEL_ORCHESTRATOR, &s.orchestrator);
     if !s.service_account_name.is_empty() {
-        labels.insert(
-            LABEL_SERVICE_ACCOUNT.to_owned(),
-            s.service_account_name.clone(),
-        );
+        set_label(&mut labels, LABEL_SERVICE_ACCOUNT, &s.service_account_name);
     }
 
     let workload_id = if s.orchestrator == "k8s" {
-        format!("{ns}/{}", s.pod)
+        // `format!` costs more than the rest of this conversion's string
+        // handling together.
+        let mut id = String::with_capacity(ns.len() + 1 + s.pod.len());
+        id.push_str(ns);
+        id.push('/');
+        id.push_str(&s.pod);
+        id
     } else {
         s.workload.clone()
     };
@@ -722,7 +737,7 @@ fn network_set(
         .collect::<VResult<Vec<_>>>()?;
     let mut labels = meta.labels;
     let (name, profile_ids) = if id.kind == Kind::NetworkSet {
-        labels.insert(LABEL_NAMESPACE.to_owned(), ns.to_owned());
+        set_label(&mut labels, LABEL_NAMESPACE, ns);
         (format!("{ns}/{}", id.name), vec![format!("kns.{ns}")])
     } else {
         (id.name.clone(), Vec::new())

@@ -13,10 +13,13 @@
 //! [`ValidationError`].
 
 use std::fmt;
+use std::ops::Range;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 
+use super::fastyaml::Reader;
+use super::lines::LineIndex;
 use super::types::{self, Dyn, Metadata};
 use super::{convert, DecodeError, Decoded, Format, Kind, ResourceId, ValidationError};
 
@@ -228,16 +231,20 @@ pub fn decode_documents(
     let mut out = Vec::new();
     match format {
         Format::Yaml => {
-            let chunks = split_yaml(text);
+            // One scan of the whole text finds every line and tells whether
+            // any document can hold a character the fast reader declines.
+            let index = LineIndex::new(text);
+            let chunks = split_yaml(&index);
             out.reserve(chunks.len());
-            // One scan of the whole text instead of one per document.
-            let clean = !super::fastyaml::has_special_chars(text);
+            let clean = !index.maybe_special() || !super::fastyaml::has_special_chars(text);
+            let mut reader = Reader::default();
             for chunk in chunks {
                 let ctx = Ctx {
                     origin,
                     line: chunk.content_line,
                 };
-                decode_yaml_chunk(&chunk, &ctx, clean, &mut out)?;
+                let reader = clean.then_some(&mut reader);
+                decode_yaml_chunk(&chunk, &index, &ctx, reader, &mut out)?;
             }
         }
         Format::Json => decode_json(text, origin, &mut out)?,
@@ -248,11 +255,19 @@ pub fn decode_documents(
 /// One YAML document of a multi-document text.
 struct Chunk<'a> {
     text: &'a str,
-    /// Number of lines before `text` in the file.
-    offset: usize,
+    /// The document's lines in the file's [`LineIndex`]; the first one is
+    /// the number of lines before `text` in the file.
+    lines: Range<usize>,
     /// 1-based line of the first line that is not blank, a comment or a
     /// document marker.
     content_line: usize,
+}
+
+impl Chunk<'_> {
+    /// Number of lines before the document in the file.
+    fn offset(&self) -> usize {
+        self.lines.start
+    }
 }
 
 fn is_marker(line: &str, marker: &str) -> bool {
@@ -262,45 +277,37 @@ fn is_marker(line: &str, marker: &str) -> bool {
 
 /// Splits on `---` lines (each chunk starts with its marker line, which the
 /// YAML parser accepts) and drops chunks without content.
-fn split_yaml(text: &str) -> Vec<Chunk<'_>> {
-    // Sized up front: growing a large vector of chunks (and of the decoded
-    // documents, sized from it) showed up in load profiles.
-    let markers = memchr::memmem::find_iter(text.as_bytes(), b"\n---").count();
-    let mut chunks = Vec::with_capacity(markers + 1);
-    let mut start = 0usize;
+fn split_yaml<'a>(index: &LineIndex<'a>) -> Vec<Chunk<'a>> {
+    let mut chunks = Vec::new();
     let mut start_line = 0usize;
     let mut content_line: Option<usize> = None;
-    let mut pos = 0usize;
-    for (idx, line) in super::lines::inclusive(text).enumerate() {
-        let body = line.trim_end_matches(['\n', '\r']);
-        if is_marker(body, "---") && idx > 0 {
+    let lines = index.len();
+    for idx in 0..lines {
+        let line = index.line(idx);
+        let body = line.strip_suffix('\r').unwrap_or(line);
+        let marker = body.starts_with('-') && is_marker(body, "---");
+        if marker && idx > 0 {
             if let Some(cl) = content_line.take() {
                 chunks.push(Chunk {
-                    text: &text[start..pos],
-                    offset: start_line,
+                    text: index.span(start_line..idx),
+                    lines: start_line..idx,
                     content_line: cl,
                 });
             }
-            start = pos;
             start_line = idx;
         }
         if content_line.is_none() {
-            let after_marker = if is_marker(body, "---") {
-                &body[3..]
-            } else {
-                body
-            };
+            let after_marker = if marker { &body[3..] } else { body };
             let trimmed = after_marker.trim_start();
             if !trimmed.is_empty() && !trimmed.starts_with('#') && !is_marker(body, "...") {
                 content_line = Some(idx + 1);
             }
         }
-        pos += line.len();
     }
     if let Some(cl) = content_line {
         chunks.push(Chunk {
-            text: &text[start..],
-            offset: start_line,
+            text: index.span(start_line..lines),
+            lines: start_line..lines,
             content_line: cl,
         });
     }
@@ -339,27 +346,29 @@ fn split_path(msg: &str) -> (String, String) {
     (String::new(), msg.to_owned())
 }
 
-/// `clean`: the whole text is known to hold no character the fast reader
-/// must decline (see `fastyaml::has_special_chars`), so it need not check
-/// this chunk again.
-fn decode_yaml_chunk(
-    chunk: &Chunk<'_>,
+/// `reader`: given when the whole text is known to hold no character the
+/// fast reader must decline (see `fastyaml::has_special_chars`), so it need
+/// not check this chunk again; it reads the chunk from the file's line
+/// index with buffers reused across the file's documents.
+fn decode_yaml_chunk<'a>(
+    chunk: &Chunk<'a>,
+    index: &LineIndex<'a>,
     ctx: &Ctx<'_>,
-    clean: bool,
+    reader: Option<&mut Reader<'a>>,
     out: &mut Vec<Decoded>,
 ) -> Result<(), DecodeError> {
     // The fast reader handles the common subset; anything it declines, and
     // any document that fails to decode, goes through `serde_yaml_ng`, whose
     // errors name the line and field.
-    let node = if clean {
-        super::fastyaml::parse_clean(chunk.text)
-    } else {
-        super::fastyaml::parse(chunk.text)
+    let fast = match reader {
+        Some(reader) => reader
+            .parse_lines(index.lines(chunk.lines.clone()))
+            .and_then(|tree| RawDoc::deserialize(tree.root()).ok()),
+        None => super::fastyaml::parse(chunk.text)
+            .and_then(|tree| RawDoc::deserialize(tree.root()).ok()),
     };
-    if let Some(node) = node {
-        if let Ok(doc) = RawDoc::deserialize(&node) {
-            return finish(doc, ctx, out);
-        }
+    if let Some(doc) = fast {
+        return finish(doc, ctx, out);
     }
     match RawDoc::deserialize(serde_yaml_ng::Deserializer::from_str(chunk.text)) {
         Ok(doc) => finish(doc, ctx, out),
@@ -368,12 +377,12 @@ fn decode_yaml_chunk(
                 Err(syntax) => {
                     let line = syntax
                         .location()
-                        .map_or(ctx.line, |l| l.line() + chunk.offset);
-                    Err(ctx.err(line, shift_lines(&syntax.to_string(), chunk.offset)))
+                        .map_or(ctx.line, |l| l.line() + chunk.offset());
+                    Err(ctx.err(line, shift_lines(&syntax.to_string(), chunk.offset())))
                 }
                 Ok(header) => {
                     let (field, reason) =
-                        split_path(&shift_lines(&typed_err.to_string(), chunk.offset));
+                        split_path(&shift_lines(&typed_err.to_string(), chunk.offset()));
                     finish_invalid(header, ctx, ValidationError::new(field, reason), out)
                 }
             }
@@ -447,12 +456,13 @@ fn decode_items(
     Ok(())
 }
 
-/// Checks the identity fields and builds the resource id.
+/// Checks the identity fields and builds the resource id (taking the
+/// name and namespace strings rather than copying them).
 fn identify(
     api_version: Option<&str>,
     kind: Option<&str>,
-    name: Option<&str>,
-    namespace: Option<&str>,
+    name: Option<String>,
+    namespace: Option<String>,
     ctx: &Ctx<'_>,
 ) -> Result<ResourceId, DecodeError> {
     let api_version = api_version
@@ -480,8 +490,7 @@ fn identify(
         Some(
             namespace
                 .filter(|s| !s.is_empty())
-                .unwrap_or("default")
-                .to_owned(),
+                .unwrap_or_else(|| "default".to_owned()),
         )
     } else {
         None
@@ -489,7 +498,7 @@ fn identify(
     Ok(ResourceId {
         kind,
         namespace,
-        name: name.to_owned(),
+        name,
     })
 }
 
@@ -502,12 +511,13 @@ fn finish(doc: RawDoc, ctx: &Ctx<'_>, out: &mut Vec<Decoded>) -> Result<(), Deco
         let items = doc.items.unwrap_or_default();
         return decode_items(&items, ctx, out);
     }
-    let meta = doc.metadata.unwrap_or_default();
+    let mut meta = doc.metadata.unwrap_or_default();
+    // The conversion reads the name and namespace from the id only.
     let id = identify(
         doc.api_version.as_deref(),
         doc.kind.as_deref(),
-        Some(meta.name.as_str()),
-        Some(meta.namespace.as_str()),
+        Some(std::mem::take(&mut meta.name)),
+        Some(std::mem::take(&mut meta.namespace)),
         ctx,
     )?;
     let spec = match doc.body {
@@ -546,8 +556,8 @@ fn finish_invalid(
     let id = identify(
         api_version.as_deref(),
         kind.as_deref(),
-        name.as_deref(),
-        namespace.as_deref(),
+        name,
+        namespace,
         ctx,
     )?;
     out.push(Decoded {

@@ -5,7 +5,7 @@
 //! 100,000 endpoints is 60 MB of YAML.  Nearly all of it uses a small subset:
 //! block mappings and sequences indented with spaces, one-line plain or
 //! quoted scalars, one-line flow collections and comments.  This module
-//! parses exactly that subset into a borrowed tree ([`Node`]) and offers a
+//! parses exactly that subset into a flat, borrowed tree ([`Tree`]) and offers a
 //! serde [`Deserializer`] over it.
 //!
 //! Invariants (the reason this is safe to put in front of the real parser):
@@ -16,7 +16,7 @@
 //!   then decodes the text with `serde_yaml_ng`, so the subset only has to be
 //!   *correct*, not complete.
 //! * **Same values as `serde_yaml_ng`.**  For every text it accepts, a
-//!   successful deserialization through [`Node`] yields the value
+//!   successful deserialization through [`NodeRef`] yields the value
 //!   `serde_yaml_ng` would: plain scalars resolve as its YAML 1.2 core schema
 //!   does (null, bool, decimal integer as `u64`/`i64`, decimal float), a
 //!   requested string gets the raw scalar text, and a plain null or empty
@@ -34,18 +34,146 @@ use serde::de::{
     VariantAccess, Visitor,
 };
 
-/// One YAML node of the supported subset.  Strings borrow from the text
-/// unless an escape had to be resolved.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Node<'a> {
-    /// A scalar; `plain` is false for single- and double-quoted scalars
-    /// (which are always strings).
+/// One node of a parsed document, stored flat in preorder in a [`Tree`]: a
+/// collection's children follow it, and `end` is the index just past its
+/// last descendant.  A mapping's children alternate key, value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Flat<'a> {
+    /// A scalar borrowed from the text; `plain` is false for single- and
+    /// double-quoted scalars (which are always strings).
     Scalar {
-        text: Cow<'a, str>,
+        text: &'a str,
         plain: bool,
     },
-    Seq(Vec<Node<'a>>),
-    Map(Vec<(Node<'a>, Node<'a>)>),
+    /// A quoted scalar whose escapes had to be resolved: `Tree::owned[index]`.
+    Escaped {
+        index: usize,
+    },
+    Seq {
+        end: usize,
+        len: usize,
+    },
+    Map {
+        end: usize,
+        len: usize,
+    },
+}
+
+/// A parsed document of the supported subset.
+///
+/// Invariants: `nodes[0]` is the root; every `Seq`/`Map` at `i` has
+/// `i < end <= nodes.len()` and exactly `len` children (entries for a
+/// mapping), each child subtree lying inside `i + 1..end`; every
+/// `Escaped::index` is an index of `owned`.  The buffers are reused from
+/// one document to the next by [`Reader`], so reading a document allocates
+/// nothing once they have grown.
+#[derive(Debug, Default)]
+pub(crate) struct Tree<'a> {
+    nodes: Vec<Flat<'a>>,
+    owned: Vec<String>,
+}
+
+impl<'a> Tree<'a> {
+    fn clear(&mut self) {
+        self.nodes.clear();
+        self.owned.clear();
+    }
+
+    /// Index just past the subtree rooted at `i`.
+    fn end(&self, i: usize) -> usize {
+        match self.nodes[i] {
+            Flat::Seq { end, .. } | Flat::Map { end, .. } => end,
+            _ => i + 1,
+        }
+    }
+
+    fn push_scalar(&mut self, text: Cow<'a, str>, plain: bool) {
+        let node = match text {
+            Cow::Borrowed(text) => Flat::Scalar { text, plain },
+            Cow::Owned(s) => {
+                self.owned.push(s);
+                Flat::Escaped {
+                    index: self.owned.len() - 1,
+                }
+            }
+        };
+        self.nodes.push(node);
+    }
+
+    /// Starts a collection; children are pushed after it, then [`Tree::close`].
+    fn open(&mut self, map: bool) -> usize {
+        let (end, len) = (0, 0);
+        self.nodes.push(if map {
+            Flat::Map { end, len }
+        } else {
+            Flat::Seq { end, len }
+        });
+        self.nodes.len() - 1
+    }
+
+    fn close(&mut self, at: usize, children: usize) {
+        let end = self.nodes.len();
+        match &mut self.nodes[at] {
+            Flat::Seq { end: e, len } | Flat::Map { end: e, len } => {
+                *e = end;
+                *len = children;
+            }
+            _ => {}
+        }
+    }
+
+    /// The text of scalar `i`, if it is one.
+    fn scalar_text(&self, i: usize) -> Option<&str> {
+        match self.nodes[i] {
+            Flat::Scalar { text, .. } => Some(text),
+            Flat::Escaped { index } => Some(&self.owned[index]),
+            _ => None,
+        }
+    }
+
+    /// Is the key just pushed at `key` (the last node) equal to an earlier
+    /// key of the mapping opened at `map`?  Non-scalar keys count as
+    /// duplicates (they are declined either way).  `seen` is the mapping's
+    /// filter of key shapes (length and end bytes), empty when it opens:
+    /// a key whose shape is new cannot be a duplicate, so the earlier keys
+    /// are compared only on a filter hit.
+    fn duplicate_key(&self, map: usize, key: usize, seen: &mut u64) -> bool {
+        let Some(new) = self.scalar_text(key) else {
+            return true;
+        };
+        let (b, n) = (new.as_bytes(), new.len());
+        let shape = n
+            .wrapping_mul(31)
+            .wrapping_add(usize::from(b.first().copied().unwrap_or(0)))
+            .wrapping_add(usize::from(b.last().copied().unwrap_or(0)).wrapping_mul(7));
+        let bit = 1u64 << (shape % 64);
+        if *seen & bit == 0 {
+            *seen |= bit;
+            return false;
+        }
+        let mut k = map + 1;
+        while k < key {
+            // Length and end bytes first: most keys differ there, and the
+            // full comparison is a library call.
+            match self.scalar_text(k) {
+                Some(t) => {
+                    let tb = t.as_bytes();
+                    if tb.len() == n && tb.first() == b.first() && tb.last() == b.last() && tb == b
+                    {
+                        return true;
+                    }
+                }
+                None => return true,
+            }
+            k = self.end(k + 1);
+        }
+        false
+    }
+
+    /// The root node, for deserializing.
+    pub(crate) fn root(&self) -> NodeRef<'_, 'a> {
+        NodeRef { tree: self, idx: 0 }
+    }
 }
 
 /// Maximum nesting of block and flow collections accepted (deeper texts go
@@ -55,7 +183,7 @@ const MAX_DEPTH: usize = 64;
 /// Parses one YAML document (optionally starting with a `---` line) of the
 /// supported subset.  `None` means "not in the subset": decode with the full
 /// parser instead.
-pub(crate) fn parse(text: &str) -> Option<Node<'_>> {
+pub(crate) fn parse(text: &str) -> Option<Tree<'_>> {
     if has_special_chars(text) {
         return None;
     }
@@ -64,42 +192,85 @@ pub(crate) fn parse(text: &str) -> Option<Node<'_>> {
 
 /// [`parse`] for a text the caller has already checked with
 /// [`has_special_chars`] (for example as part of a larger text).
-pub(crate) fn parse_clean(text: &str) -> Option<Node<'_>> {
-    let mut lines = Vec::with_capacity(text.len() / 16);
-    for (i, raw) in super::lines::exclusive(text).enumerate() {
-        let raw = raw.strip_suffix('\r').unwrap_or(raw);
-        let content = raw.trim_start_matches(' ');
-        let indent = raw.len() - content.len();
-        if content.is_empty() || content.starts_with('#') {
-            continue;
-        }
-        if content.starts_with('\t') {
-            // A tab in the indentation (or a tab-indented comment): decline.
-            return None;
-        }
-        if indent == 0 {
-            if content.starts_with('%') || is_marker(content, "...") {
-                return None;
-            }
-            if is_marker(content, "---") {
-                if i > 0 || !rest_is_blank(&content[3..]) {
-                    return None;
-                }
+pub(crate) fn parse_clean(text: &str) -> Option<Tree<'_>> {
+    let mut reader = Reader::default();
+    reader.parse_lines(super::lines::exclusive(text))?;
+    Some(reader.tree)
+}
+
+/// Reads documents one after another, reusing its buffers (see [`Tree`]).
+#[derive(Default)]
+pub(crate) struct Reader<'a> {
+    lines: Vec<Line<'a>>,
+    tree: Tree<'a>,
+}
+
+impl<'a> Reader<'a> {
+    /// [`parse_clean`] for a document given as its lines (without their
+    /// `\n`; the pieces `text.split('\n')` would yield, or those pieces
+    /// without trailing blank lines), e.g. from a
+    /// [`super::lines::LineIndex`] of the whole file.  The tree returned is
+    /// valid until the next call.
+    pub(crate) fn parse_lines(
+        &mut self,
+        raw_lines: impl Iterator<Item = &'a str>,
+    ) -> Option<&Tree<'a>> {
+        self.lines.clear();
+        self.tree.clear();
+        for (i, raw) in raw_lines.enumerate() {
+            let raw = raw.strip_suffix('\r').unwrap_or(raw);
+            let indent = raw.bytes().take_while(|&b| b == b' ').count();
+            let content = &raw[indent..];
+            if content.is_empty() || content.starts_with('#') {
                 continue;
             }
+            if content.starts_with('\t') {
+                // A tab in the indentation (or a tab-indented comment): decline.
+                return None;
+            }
+            if indent == 0 {
+                if content.starts_with('%') || is_marker(content, "...") {
+                    return None;
+                }
+                if is_marker(content, "---") {
+                    if i > 0 || !rest_is_blank(&content[3..]) {
+                        return None;
+                    }
+                    continue;
+                }
+            }
+            self.lines.push(Line {
+                indent,
+                text: content,
+            });
         }
-        lines.push(Line {
-            indent,
-            text: content,
-        });
+        let indent = self.lines.first()?.indent;
+        let mut p = BlockParser {
+            lines: &mut self.lines,
+            pos: 0,
+            tree: &mut self.tree,
+        };
+        p.block(indent, 0)?;
+        (p.pos == p.lines.len()).then_some(&self.tree)
     }
-    if lines.is_empty() {
-        return None;
-    }
-    let mut p = BlockParser { lines, pos: 0 };
-    let indent = p.lines[0].indent;
-    let node = p.block(indent, 0)?;
-    (p.pos == p.lines.len()).then_some(node)
+}
+
+/// `s` without leading spaces and tabs (a byte loop: the standard
+/// library's pattern-based trimming is several times slower on the short
+/// pieces this reader handles).
+fn trim_blank_start(s: &str) -> &str {
+    let n = s.bytes().take_while(|&b| b == b' ' || b == b'\t').count();
+    &s[n..]
+}
+
+/// `s` without trailing spaces and tabs.
+fn trim_blank_end(s: &str) -> &str {
+    let n = s
+        .bytes()
+        .rev()
+        .take_while(|&b| b == b' ' || b == b'\t')
+        .count();
+    &s[..s.len() - n]
 }
 
 fn is_marker(content: &str, marker: &str) -> bool {
@@ -111,7 +282,7 @@ fn is_marker(content: &str, marker: &str) -> bool {
 /// True if `s` is only whitespace, optionally followed by a comment (which
 /// YAML only recognises after whitespace).
 fn rest_is_blank(s: &str) -> bool {
-    let t = s.trim_start_matches([' ', '\t']);
+    let t = trim_blank_start(s);
     t.is_empty() || (t.starts_with('#') && t.len() < s.len())
 }
 
@@ -136,22 +307,31 @@ pub(crate) fn has_special_chars(text: &str) -> bool {
     })
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 struct Line<'a> {
     indent: usize,
     /// The line without its indentation (never empty, never a comment).
     text: &'a str,
 }
 
-struct BlockParser<'a> {
-    lines: Vec<Line<'a>>,
-    pos: usize,
+/// A scalar as read from the text, before it goes into the [`Tree`].
+struct Scalar<'a> {
+    text: Cow<'a, str>,
+    plain: bool,
 }
 
-impl<'a> BlockParser<'a> {
+/// Reads the block structure of one document into a [`Tree`].  Each method
+/// pushes exactly one node subtree, or returns `None` (decline).
+struct BlockParser<'p, 'a> {
+    lines: &'p mut Vec<Line<'a>>,
+    pos: usize,
+    tree: &'p mut Tree<'a>,
+}
+
+impl<'a> BlockParser<'_, 'a> {
     /// Parses the block collection whose first line is `self.pos`, indented
     /// by exactly `indent`.
-    fn block(&mut self, indent: usize, depth: usize) -> Option<Node<'a>> {
+    fn block(&mut self, indent: usize, depth: usize) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;
         }
@@ -166,9 +346,10 @@ impl<'a> BlockParser<'a> {
         }
     }
 
-    fn sequence(&mut self, indent: usize, depth: usize) -> Option<Node<'a>> {
-        let mut items = Vec::new();
-        while let Some(line) = self.lines.get(self.pos) {
+    fn sequence(&mut self, indent: usize, depth: usize) -> Option<()> {
+        let at = self.tree.open(false);
+        let mut count = 0;
+        while let Some(&line) = self.lines.get(self.pos) {
             if line.indent < indent {
                 break;
             }
@@ -180,6 +361,7 @@ impl<'a> BlockParser<'a> {
                 // the line belongs to it.
                 break;
             }
+            count += 1;
             let after = &line.text[1..];
             let rest = after.trim_start_matches(' ');
             if rest.is_empty() || rest.starts_with('#') {
@@ -187,7 +369,7 @@ impl<'a> BlockParser<'a> {
                     return None;
                 }
                 self.pos += 1;
-                items.push(self.nested_or_null(indent, depth)?);
+                self.nested_or_null(indent, depth)?;
                 continue;
             }
             if rest.starts_with('\t') {
@@ -201,21 +383,22 @@ impl<'a> BlockParser<'a> {
                     indent: col,
                     text: rest,
                 };
-                items.push(self.block(col, depth + 1)?);
+                self.block(col, depth + 1)?;
             } else {
-                items.push(inline_value(rest, depth)?);
+                inline_value(rest, depth, self.tree)?;
                 self.pos += 1;
                 self.no_continuation(indent)?;
             }
         }
-        Some(Node::Seq(items))
+        self.tree.close(at, count);
+        Some(())
     }
 
-    fn mapping(&mut self, indent: usize, depth: usize) -> Option<Node<'a>> {
-        // Resource mappings rarely exceed 16 keys: one allocation instead of
-        // growing 4 -> 8 -> 16 (the tree is dropped right after decoding).
-        let mut entries: Vec<(Node<'a>, Node<'a>)> = Vec::with_capacity(16);
-        while let Some(line) = self.lines.get(self.pos) {
+    fn mapping(&mut self, indent: usize, depth: usize) -> Option<()> {
+        let at = self.tree.open(true);
+        let mut seen = 0u64;
+        let mut count = 0;
+        while let Some(&line) = self.lines.get(self.pos) {
             if line.indent < indent {
                 break;
             }
@@ -223,15 +406,21 @@ impl<'a> BlockParser<'a> {
                 return None;
             }
             let (key, rest) = split_key(line.text)?;
-            if let Node::Scalar { text, plain: true } = &key {
-                if text == "<<" {
-                    return None;
-                }
+            if key.plain && key.text == "<<" {
+                return None;
             }
-            let value_text = rest.trim_start_matches([' ', '\t']);
+            let key_at = self.tree.nodes.len();
+            self.tree.push_scalar(key.text, key.plain);
+            if self.tree.duplicate_key(at, key_at, &mut seen) {
+                // Duplicate keys are handled differently by different
+                // targets: decline.
+                return None;
+            }
+            count += 1;
+            let value_text = trim_blank_start(rest);
             // `split_key` guarantees whitespace (or nothing) after the colon,
             // so a `#` here starts a comment.
-            let value = if value_text.is_empty() || value_text.starts_with('#') {
+            if value_text.is_empty() || value_text.starts_with('#') {
                 self.pos += 1;
                 match self.lines.get(self.pos) {
                     // An indentless sequence as the value of this key.
@@ -241,25 +430,24 @@ impl<'a> BlockParser<'a> {
                     _ => self.nested_or_null(indent, depth)?,
                 }
             } else {
-                let v = inline_value(value_text, depth)?;
+                inline_value(value_text, depth, self.tree)?;
                 self.pos += 1;
                 self.no_continuation(indent)?;
-                v
-            };
-            push_unique(&mut entries, key, value)?;
+            }
         }
-        Some(Node::Map(entries))
+        self.tree.close(at, count);
+        Some(())
     }
 
     /// The value after `key:` or `-` with nothing on the line: the block
     /// indented deeper on the next line, or an empty (null) plain scalar.
-    fn nested_or_null(&mut self, indent: usize, depth: usize) -> Option<Node<'a>> {
+    fn nested_or_null(&mut self, indent: usize, depth: usize) -> Option<()> {
         match self.lines.get(self.pos) {
             Some(next) if next.indent > indent => self.block(next.indent, depth + 1),
-            _ => Some(Node::Scalar {
-                text: Cow::Borrowed(""),
-                plain: true,
-            }),
+            _ => {
+                self.tree.push_scalar(Cow::Borrowed(""), true);
+                Some(())
+            }
         }
     }
 
@@ -277,40 +465,34 @@ fn is_seq_entry(text: &str) -> bool {
     text == "-" || text.starts_with("- ") || text.starts_with("-\t")
 }
 
-/// Appends a mapping entry, declining duplicate scalar keys (whose handling
-/// differs between targets) and non-scalar keys.
-fn push_unique<'a>(
-    entries: &mut Vec<(Node<'a>, Node<'a>)>,
-    key: Node<'a>,
-    value: Node<'a>,
-) -> Option<()> {
-    let Node::Scalar { text, .. } = &key else {
-        return None;
-    };
-    // Length and end bytes first: most keys differ there, and the full
-    // comparison is a library call.
-    let (b, n) = (text.as_bytes(), text.len());
-    let duplicate = entries.iter().any(|(k, _)| match k {
-        Node::Scalar { text: t, .. } => {
-            let tb = t.as_bytes();
-            tb.len() == n && tb.first() == b.first() && tb.last() == b.last() && tb == b
-        }
-        _ => false,
-    });
-    if duplicate {
-        return None;
-    }
-    entries.push((key, value));
-    Some(())
+/// Characters that may not start a plain scalar (all ASCII, so testing the
+/// first byte of a text is the same as testing its first character).
+fn is_indicator(c: char) -> bool {
+    matches!(
+        c,
+        '-' | '?'
+            | ':'
+            | ','
+            | '['
+            | ']'
+            | '{'
+            | '}'
+            | '#'
+            | '&'
+            | '*'
+            | '!'
+            | '|'
+            | '>'
+            | '\''
+            | '"'
+            | '%'
+            | '@'
+            | '`'
+    )
 }
 
-/// Characters that may not start a plain scalar.
-const INDICATORS: &[char] = &[
-    '-', '?', ':', ',', '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`',
-];
-
 /// Splits a block mapping line into its key and the text after the colon.
-fn split_key(text: &str) -> Option<(Node<'_>, &str)> {
+fn split_key(text: &str) -> Option<(Scalar<'_>, &str)> {
     let first = text.chars().next()?;
     if first == '"' || first == '\'' {
         let (key, rest) = quoted(text)?;
@@ -321,19 +503,19 @@ fn split_key(text: &str) -> Option<(Node<'_>, &str)> {
         }
         return Some((key, after));
     }
-    if INDICATORS.contains(&first) {
+    if is_indicator(first) {
         // `-x: 1` is a valid plain key, but keep the subset simple.
         return None;
     }
     match colon_or_comment(text.as_bytes()) {
         Some((i, b':')) => {
-            let key = text[..i].trim_end_matches([' ', '\t']);
-            if key.len() != text[..i].len() {
+            let key = &text[..i];
+            if key.ends_with([' ', '\t']) {
                 // `key : value`: legal, but rare; decline.
                 return None;
             }
             Some((
-                Node::Scalar {
+                Scalar {
                     text: Cow::Borrowed(key),
                     plain: true,
                 },
@@ -348,37 +530,73 @@ fn split_key(text: &str) -> Option<(Node<'_>, &str)> {
 /// the text) or comment start (a `#` after a space or tab), whichever comes
 /// first, with the byte found.
 fn colon_or_comment(bytes: &[u8]) -> Option<(usize, u8)> {
-    // A plain loop: these lines are short, and a vectorised search costs
-    // more in set-up than it saves.
-    for (i, &c) in bytes.iter().enumerate() {
+    let mut from = 0;
+    while let Some(i) = next_colon_or_hash(bytes, from) {
+        let c = bytes[i];
         let hit = match c {
             b':' => matches!(bytes.get(i + 1), None | Some(b' ' | b'\t')),
-            b'#' => i > 0 && matches!(bytes[i - 1], b' ' | b'\t'),
-            _ => false,
+            _ => i > 0 && matches!(bytes[i - 1], b' ' | b'\t'),
         };
         if hit {
             return Some((i, c));
         }
+        from = i + 1;
     }
     None
 }
 
-/// A value written on the same line as its key or dash.
-fn inline_value(text: &str, depth: usize) -> Option<Node<'_>> {
+/// Position of the first `:` or `#` in `bytes[from..]`.  Eight bytes at a
+/// time (these texts are too short for a vector search to pay off, and a
+/// byte loop costs several instructions per byte).
+fn next_colon_or_hash(bytes: &[u8], from: usize) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // Flags the bytes of `x` that are zero; the lowest flag is exact.
+    let zero_bytes = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let mut i = from;
+    while let Some(chunk) = bytes.get(i..i + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        let found =
+            zero_bytes(w ^ (ONES * u64::from(b':'))) | zero_bytes(w ^ (ONES * u64::from(b'#')));
+        if found != 0 {
+            return Some(i + (found.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    bytes
+        .get(i..)?
+        .iter()
+        .position(|&c| c == b':' || c == b'#')
+        .map(|p| i + p)
+}
+
+/// A value written on the same line as its key or dash; pushes it.
+fn inline_value<'a>(text: &'a str, depth: usize, tree: &mut Tree<'a>) -> Option<()> {
     let first = text.chars().next()?;
     match first {
         '"' | '\'' => {
-            let (node, rest) = quoted(text)?;
-            rest_is_blank(rest).then_some(node)
+            let (s, rest) = quoted(text)?;
+            if !rest_is_blank(rest) {
+                return None;
+            }
+            tree.push_scalar(s.text, s.plain);
         }
         '[' | '{' => {
-            let mut fp = FlowParser { text, pos: 0 };
-            let node = fp.value(depth + 1)?;
-            rest_is_blank(&text[fp.pos..]).then_some(node)
+            let mut fp = FlowParser { text, pos: 0, tree };
+            fp.value(depth + 1)?;
+            if !rest_is_blank(&text[fp.pos..]) {
+                return None;
+            }
         }
-        c if INDICATORS.contains(&c) && !(c == '-' && plain_dash_ok(text)) => None,
-        _ => plain_block(text),
+        c if is_indicator(c) && !(c == '-' && plain_dash_ok(text)) => return None,
+        _ => {
+            let s = plain_block(text)?;
+            tree.push_scalar(s.text, s.plain);
+        }
     }
+    Some(())
 }
 
 /// `-` may start a plain scalar when it is not followed by a space (e.g. a
@@ -390,17 +608,17 @@ fn plain_dash_ok(text: &str) -> bool {
 /// A plain scalar in block context: runs to the end of the line or to a
 /// comment.  A `: ` inside would start a nested mapping (an error in YAML);
 /// decline it.
-fn plain_block(text: &str) -> Option<Node<'_>> {
+fn plain_block(text: &str) -> Option<Scalar<'_>> {
     let end = match colon_or_comment(text.as_bytes()) {
         Some((_, b':')) => return None,
         Some((i, _)) => i,
         None => text.len(),
     };
-    let value = text[..end].trim_end_matches([' ', '\t']);
+    let value = trim_blank_end(&text[..end]);
     if value.is_empty() {
         return None;
     }
-    Some(Node::Scalar {
+    Some(Scalar {
         text: Cow::Borrowed(value),
         plain: true,
     })
@@ -408,7 +626,7 @@ fn plain_block(text: &str) -> Option<Node<'_>> {
 
 /// Reads a single- or double-quoted scalar that closes on the same line;
 /// returns it and the text after the closing quote.
-fn quoted(text: &str) -> Option<(Node<'_>, &str)> {
+fn quoted(text: &str) -> Option<(Scalar<'_>, &str)> {
     let quote = text.as_bytes()[0];
     let body = &text[1..];
     let bytes = body.as_bytes();
@@ -432,7 +650,7 @@ fn quoted(text: &str) -> Option<(Node<'_>, &str)> {
                     }
                     None => Cow::Borrowed(&body[..i]),
                 };
-                return Some((Node::Scalar { text, plain: false }, &body[i + 1..]));
+                return Some((Scalar { text, plain: false }, &body[i + 1..]));
             }
             i += 1;
         }
@@ -451,7 +669,7 @@ fn quoted(text: &str) -> Option<(Node<'_>, &str)> {
                     }
                     None => Cow::Borrowed(&body[..i]),
                 };
-                return Some((Node::Scalar { text, plain: false }, &body[i + 1..]));
+                return Some((Scalar { text, plain: false }, &body[i + 1..]));
             }
             b'\\' => {
                 let s = owned.get_or_insert_with(String::new);
@@ -509,22 +727,24 @@ fn escape(s: &str) -> Option<(char, usize)> {
 }
 
 /// A one-line flow collection (`[a, 'b']`, `{k: v}`), possibly nested.
-struct FlowParser<'a> {
+struct FlowParser<'t, 'a> {
     text: &'a str,
     pos: usize,
+    tree: &'t mut Tree<'a>,
 }
 
-impl<'a> FlowParser<'a> {
+impl<'a> FlowParser<'_, 'a> {
     fn skip_spaces(&mut self) {
         let rest = &self.text[self.pos..];
-        self.pos += rest.len() - rest.trim_start_matches([' ', '\t']).len();
+        self.pos += rest.len() - trim_blank_start(rest).len();
     }
 
     fn peek(&self) -> Option<u8> {
         self.text.as_bytes().get(self.pos).copied()
     }
 
-    fn value(&mut self, depth: usize) -> Option<Node<'a>> {
+    /// Reads one value and pushes it.
+    fn value(&mut self, depth: usize) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;
         }
@@ -533,24 +753,37 @@ impl<'a> FlowParser<'a> {
             b'[' => self.seq(depth),
             b'{' => self.map(depth),
             b'"' | b'\'' => {
-                let (node, rest) = quoted(&self.text[self.pos..])?;
-                self.pos = self.text.len() - rest.len();
-                Some(node)
+                let s = self.quoted()?;
+                self.tree.push_scalar(s.text, s.plain);
+                Some(())
             }
-            _ => self.plain(),
+            _ => {
+                let s = self.plain()?;
+                self.tree.push_scalar(s.text, s.plain);
+                Some(())
+            }
         }
     }
 
-    fn seq(&mut self, depth: usize) -> Option<Node<'a>> {
+    fn quoted(&mut self) -> Option<Scalar<'a>> {
+        let (s, rest) = quoted(&self.text[self.pos..])?;
+        self.pos = self.text.len() - rest.len();
+        Some(s)
+    }
+
+    fn seq(&mut self, depth: usize) -> Option<()> {
         self.pos += 1;
-        let mut items = Vec::new();
+        let at = self.tree.open(false);
+        let mut count = 0;
         loop {
             self.skip_spaces();
             if self.peek()? == b']' {
                 self.pos += 1;
-                return Some(Node::Seq(items));
+                self.tree.close(at, count);
+                return Some(());
             }
-            items.push(self.value(depth + 1)?);
+            self.value(depth + 1)?;
+            count += 1;
             self.skip_spaces();
             match self.peek()? {
                 b',' => self.pos += 1,
@@ -560,24 +793,28 @@ impl<'a> FlowParser<'a> {
         }
     }
 
-    fn map(&mut self, depth: usize) -> Option<Node<'a>> {
+    fn map(&mut self, depth: usize) -> Option<()> {
         self.pos += 1;
-        let mut entries = Vec::new();
+        let at = self.tree.open(true);
+        let mut seen = 0u64;
+        let mut count = 0;
         loop {
             self.skip_spaces();
             if self.peek()? == b'}' {
                 self.pos += 1;
-                return Some(Node::Map(entries));
+                self.tree.close(at, count);
+                return Some(());
             }
             let key = match self.peek()? {
-                b'"' | b'\'' => {
-                    let (node, rest) = quoted(&self.text[self.pos..])?;
-                    self.pos = self.text.len() - rest.len();
-                    node
-                }
+                b'"' | b'\'' => self.quoted()?,
                 b'[' | b'{' => return None,
                 _ => self.plain()?,
             };
+            let key_at = self.tree.nodes.len();
+            self.tree.push_scalar(key.text, key.plain);
+            if self.tree.duplicate_key(at, key_at, &mut seen) {
+                return None;
+            }
             self.skip_spaces();
             if self.peek()? != b':' {
                 return None;
@@ -586,8 +823,8 @@ impl<'a> FlowParser<'a> {
             if !matches!(self.peek()?, b' ' | b'\t') {
                 return None;
             }
-            let value = self.value(depth + 1)?;
-            push_unique(&mut entries, key, value)?;
+            self.value(depth + 1)?;
+            count += 1;
             self.skip_spaces();
             match self.peek()? {
                 b',' => self.pos += 1,
@@ -598,10 +835,10 @@ impl<'a> FlowParser<'a> {
     }
 
     /// A plain scalar in flow context: ends at `,`, `]`, `}` or `: `.
-    fn plain(&mut self) -> Option<Node<'a>> {
+    fn plain(&mut self) -> Option<Scalar<'a>> {
         let rest = &self.text[self.pos..];
         let first = rest.chars().next()?;
-        if INDICATORS.contains(&first) && !(first == '-' && plain_dash_ok(rest)) {
+        if is_indicator(first) && !(first == '-' && plain_dash_ok(rest)) {
             return None;
         }
         let bytes = rest.as_bytes();
@@ -623,12 +860,12 @@ impl<'a> FlowParser<'a> {
         if matches!(bytes.get(end), Some(b'[' | b'{')) {
             return None;
         }
-        let value = rest[..end].trim_end_matches([' ', '\t']);
+        let value = trim_blank_end(&rest[..end]);
         if value.is_empty() {
             return None;
         }
         self.pos += end;
-        Some(Node::Scalar {
+        Some(Scalar {
             text: Cow::Borrowed(value),
             plain: true,
         })
@@ -653,9 +890,16 @@ enum Resolved {
     Unsure,
 }
 
+/// Does a plain scalar resolve to null?
+fn is_null_text(s: &str) -> bool {
+    matches!(s, "" | "~" | "null" | "Null" | "NULL")
+}
+
 fn resolve_plain(s: &str) -> Resolved {
+    if is_null_text(s) {
+        return Resolved::Null;
+    }
     match s {
-        "" | "~" | "null" | "Null" | "NULL" => return Resolved::Null,
         "true" | "True" | "TRUE" => return Resolved::Bool(true),
         "false" | "False" | "FALSE" => return Resolved::Bool(false),
         _ => {}
@@ -737,58 +981,98 @@ fn unsure() -> FastError {
     FastError("scalar resolution left to the full parser".to_owned())
 }
 
-impl<'a> Node<'a> {
-    fn unexpected(&self) -> de::Unexpected<'_> {
-        match self {
-            Node::Scalar { text, .. } => de::Unexpected::Str(text),
-            Node::Seq(_) => de::Unexpected::Seq,
-            Node::Map(_) => de::Unexpected::Map,
+/// One node of a [`Tree`], as a serde [`Deserializer`].
+#[derive(Clone, Copy)]
+pub(crate) struct NodeRef<'t, 'a> {
+    tree: &'t Tree<'a>,
+    idx: usize,
+}
+
+impl<'t, 'a> NodeRef<'t, 'a> {
+    fn node(&self) -> Flat<'a> {
+        self.tree.nodes[self.idx]
+    }
+
+    fn unexpected(&self) -> de::Unexpected<'t> {
+        match self.node() {
+            Flat::Scalar { text, .. } => de::Unexpected::Str(text),
+            Flat::Escaped { index } => de::Unexpected::Str(&self.tree.owned[index]),
+            Flat::Seq { .. } => de::Unexpected::Seq,
+            Flat::Map { .. } => de::Unexpected::Map,
         }
     }
 
-    fn plain_text(&self) -> Option<&str> {
-        match self {
-            Node::Scalar { text, plain: true } => Some(text),
+    fn plain_text(&self) -> Option<&'a str> {
+        match self.node() {
+            Flat::Scalar { text, plain: true } => Some(text),
             _ => None,
         }
     }
 
     fn is_null(&self) -> bool {
-        self.plain_text()
-            .is_some_and(|t| resolve_plain(t) == Resolved::Null)
+        self.plain_text().is_some_and(is_null_text)
+    }
+
+    /// Visits a scalar's text (borrowed from the document where possible);
+    /// `None` for a collection.
+    fn visit_text<V: Visitor<'a>>(&self, visitor: V) -> Option<Result<V::Value, FastError>> {
+        match self.node() {
+            Flat::Scalar { text, .. } => Some(visitor.visit_borrowed_str(text)),
+            Flat::Escaped { index } => Some(visitor.visit_str(&self.tree.owned[index])),
+            _ => None,
+        }
+    }
+
+    fn seq(&self) -> Option<SeqIter<'t, 'a>> {
+        match self.node() {
+            Flat::Seq { end, len } => Some(SeqIter {
+                tree: self.tree,
+                pos: self.idx + 1,
+                end,
+                left: len,
+            }),
+            _ => None,
+        }
+    }
+
+    fn map(&self) -> Option<MapIter<'t, 'a>> {
+        match self.node() {
+            Flat::Map { end, len } => Some(MapIter {
+                tree: self.tree,
+                pos: self.idx + 1,
+                end,
+                left: len,
+                value: None,
+            }),
+            _ => None,
+        }
     }
 }
 
-fn visit_text<'de, 'n, V: Visitor<'de>>(
-    text: &'n Cow<'de, str>,
-    visitor: V,
-) -> Result<V::Value, FastError> {
-    match text {
-        Cow::Borrowed(s) => visitor.visit_borrowed_str(s),
-        Cow::Owned(s) => visitor.visit_str(s),
-    }
-}
-
-impl<'de> Deserializer<'de> for &Node<'de> {
+impl<'de> Deserializer<'de> for NodeRef<'_, 'de> {
     type Error = FastError;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FastError> {
-        match self {
-            Node::Scalar { text, plain: false } => visit_text(text, visitor),
-            Node::Scalar { text, plain: true } => match resolve_plain(text) {
+        if let Some(text) = self.plain_text() {
+            return match resolve_plain(text) {
                 Resolved::Null => visitor.visit_unit(),
                 Resolved::Bool(b) => visitor.visit_bool(b),
                 Resolved::UInt(v) => visitor.visit_u64(v),
                 Resolved::Int(v) => visitor.visit_i64(v),
                 Resolved::Float(v) => visitor.visit_f64(v),
-                Resolved::Str => visit_text(text, visitor),
+                Resolved::Str => visitor.visit_borrowed_str(text),
                 Resolved::Unsure => Err(unsure()),
-            },
-            Node::Seq(items) => visitor.visit_seq(SeqIter(items.iter())),
-            Node::Map(entries) => visitor.visit_map(MapIter {
-                entries: entries.iter(),
-                value: None,
-            }),
+            };
+        }
+        if let Some(seq) = self.seq() {
+            return visitor.visit_seq(seq);
+        }
+        if let Some(map) = self.map() {
+            return visitor.visit_map(map);
+        }
+        match self.visit_text(visitor) {
+            Some(result) => result,
+            None => Err(unsure()),
         }
     }
 
@@ -827,9 +1111,12 @@ impl<'de> Deserializer<'de> for &Node<'de> {
     }
 
     fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FastError> {
-        match self {
-            Node::Scalar { text, .. } => visit_text(text, visitor),
-            _ => Err(de::Error::invalid_type(self.unexpected(), &visitor)),
+        let unexpected = self.unexpected();
+        match self.visit_text(visitor) {
+            Some(result) => result,
+            None => Err(FastError(format!(
+                "invalid type: {unexpected}, expected a string"
+            ))),
         }
     }
 
@@ -878,9 +1165,9 @@ impl<'de> Deserializer<'de> for &Node<'de> {
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FastError> {
-        match self {
-            Node::Seq(items) => visitor.visit_seq(SeqIter(items.iter())),
-            _ => Err(de::Error::invalid_type(self.unexpected(), &visitor)),
+        match self.seq() {
+            Some(seq) => visitor.visit_seq(seq),
+            None => Err(de::Error::invalid_type(self.unexpected(), &visitor)),
         }
     }
 
@@ -902,12 +1189,9 @@ impl<'de> Deserializer<'de> for &Node<'de> {
     }
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FastError> {
-        match self {
-            Node::Map(entries) => visitor.visit_map(MapIter {
-                entries: entries.iter(),
-                value: None,
-            }),
-            _ => Err(de::Error::invalid_type(self.unexpected(), &visitor)),
+        match self.map() {
+            Some(map) => visitor.visit_map(map),
+            None => Err(de::Error::invalid_type(self.unexpected(), &visitor)),
         }
     }
 
@@ -926,8 +1210,9 @@ impl<'de> Deserializer<'de> for &Node<'de> {
         _variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, FastError> {
-        match self {
-            Node::Scalar { text, .. } => visitor.visit_enum(UnitVariant(text)),
+        match self.node() {
+            Flat::Scalar { text, .. } => visitor.visit_enum(UnitVariant(text)),
+            Flat::Escaped { index } => visitor.visit_enum(UnitVariant(&self.tree.owned[index])),
             _ => Err(unsure()),
         }
     }
@@ -961,7 +1246,14 @@ impl<'de> Deserializer<'de> for &Node<'de> {
     }
 }
 
-struct SeqIter<'n, 'de>(std::slice::Iter<'n, Node<'de>>);
+/// The items of a sequence node.
+struct SeqIter<'t, 'a> {
+    tree: &'t Tree<'a>,
+    /// The next item's index.
+    pos: usize,
+    end: usize,
+    left: usize,
+}
 
 impl<'de> SeqAccess<'de> for SeqIter<'_, 'de> {
     type Error = FastError;
@@ -970,17 +1262,32 @@ impl<'de> SeqAccess<'de> for SeqIter<'_, 'de> {
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, FastError> {
-        self.0.next().map(|n| seed.deserialize(n)).transpose()
+        if self.pos >= self.end {
+            return Ok(None);
+        }
+        let item = NodeRef {
+            tree: self.tree,
+            idx: self.pos,
+        };
+        self.pos = self.tree.end(self.pos);
+        self.left = self.left.saturating_sub(1);
+        seed.deserialize(item).map(Some)
     }
 
     fn size_hint(&self) -> Option<usize> {
-        Some(self.0.len())
+        Some(self.left)
     }
 }
 
-struct MapIter<'n, 'de> {
-    entries: std::slice::Iter<'n, (Node<'de>, Node<'de>)>,
-    value: Option<&'n Node<'de>>,
+/// The entries of a mapping node.
+struct MapIter<'t, 'a> {
+    tree: &'t Tree<'a>,
+    /// The next key's index.
+    pos: usize,
+    end: usize,
+    left: usize,
+    /// The value of the key just read.
+    value: Option<usize>,
 }
 
 impl<'de> MapAccess<'de> for MapIter<'_, 'de> {
@@ -990,41 +1297,53 @@ impl<'de> MapAccess<'de> for MapIter<'_, 'de> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, FastError> {
-        match self.entries.next() {
-            Some((k, v)) => {
-                self.value = Some(v);
-                seed.deserialize(k).map(Some)
-            }
-            None => Ok(None),
+        if self.pos >= self.end {
+            return Ok(None);
         }
+        let key = self.pos;
+        let value = self.tree.end(key);
+        if value >= self.end {
+            return Err(de::Error::custom("mapping key without a value"));
+        }
+        self.value = Some(value);
+        self.pos = self.tree.end(value);
+        self.left = self.left.saturating_sub(1);
+        seed.deserialize(NodeRef {
+            tree: self.tree,
+            idx: key,
+        })
+        .map(Some)
     }
 
     fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value, FastError> {
         match self.value.take() {
-            Some(v) => seed.deserialize(v),
+            Some(idx) => seed.deserialize(NodeRef {
+                tree: self.tree,
+                idx,
+            }),
             None => Err(de::Error::custom("value requested before key")),
         }
     }
 
     fn size_hint(&self) -> Option<usize> {
-        Some(self.entries.len())
+        Some(self.left)
     }
 }
 
 /// A scalar read as a unit enum variant.
-struct UnitVariant<'n, 'de>(&'n Cow<'de, str>);
+struct UnitVariant<'n>(&'n str);
 
-impl<'de> EnumAccess<'de> for UnitVariant<'_, 'de> {
+impl<'de> EnumAccess<'de> for UnitVariant<'_> {
     type Error = FastError;
     type Variant = Self;
 
     fn variant_seed<V: DeserializeSeed<'de>>(self, seed: V) -> Result<(V::Value, Self), FastError> {
-        let de: de::value::StrDeserializer<'_, FastError> = self.0.as_ref().into_deserializer();
+        let de: de::value::StrDeserializer<'_, FastError> = self.0.into_deserializer();
         Ok((seed.deserialize(de)?, self))
     }
 }
 
-impl<'de> VariantAccess<'de> for UnitVariant<'_, 'de> {
+impl<'de> VariantAccess<'de> for UnitVariant<'_> {
     type Error = FastError;
 
     fn unit_variant(self) -> Result<(), FastError> {

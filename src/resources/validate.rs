@@ -110,14 +110,28 @@ fn is_k8s_name_part(s: &str) -> bool {
         && b.len() <= 63
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|&c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.')
+        && b.iter().all(|&c| NAME_PART_BYTE[usize::from(c)])
 }
+
+/// Bytes allowed inside a name part: `[-A-Za-z0-9_.]` (a table: label
+/// checks run for every label of every resource loaded).
+static NAME_PART_BYTE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        t[c] = b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.';
+        c += 1;
+    }
+    t
+};
 
 /// Kubernetes `IsQualifiedName`: `[prefix/]name`, prefix a DNS subdomain.
 pub(crate) fn is_qualified_name(s: &str) -> bool {
-    match s.split_once('/') {
-        Some((prefix, name)) => is_dns1123_subdomain(prefix) && is_k8s_name_part(name),
+    // A byte search: `split_once` sets up a substring searcher per call,
+    // which costs more than these short keys take to scan.
+    match s.bytes().position(|b| b == b'/') {
+        Some(i) => is_dns1123_subdomain(&s[..i]) && is_k8s_name_part(&s[i + 1..]),
         None => is_k8s_name_part(s),
     }
 }
@@ -153,7 +167,7 @@ pub(crate) fn check_labels(
     labels: &BTreeMap<String, String>,
 ) -> VResult<()> {
     for (k, v) in labels {
-        if !is_qualified_name(k) {
+        if !is_known_qualified_name(k) {
             return err(format!("{field}[{k}]"), "invalid label key: must be a qualified name ([prefix/]name, name at most 63 alphanumeric, '-', '_' or '.' characters)");
         }
         if !is_label_value(v) {
@@ -191,17 +205,57 @@ pub(crate) fn check_annotations(
 
 /// Go's `net.ParseCIDR`: address and network (host bits masked off).
 pub(crate) fn parse_cidr(s: &str) -> Option<(IpAddr, IpNet)> {
-    if !s.contains('/') {
+    if !has_slash(s) {
         return None;
     }
-    let net: IpNet = s.parse().ok()?;
+    let net: IpNet = match plain_v4_cidr(s) {
+        Some(net) => net,
+        None => s.parse().ok()?,
+    };
     Some((net.addr(), net.trunc()))
+}
+
+fn has_slash(s: &str) -> bool {
+    s.bytes().any(|b| b == b'/')
+}
+
+/// The common form `a.b.c.d/n` (decimal without leading zeros, `n <= 32`),
+/// read without the general parser; `None` for anything else, which the
+/// general parser then decides.  Every text accepted here means the same
+/// to the general parser.
+fn plain_v4_cidr(s: &str) -> Option<IpNet> {
+    // A decimal number without leading zeros, at most `max`.
+    fn number(part: &[u8], max: u32) -> Option<u32> {
+        if part.is_empty() || part.len() > 3 || (part.len() > 1 && part[0] == b'0') {
+            return None;
+        }
+        let mut v = 0u32;
+        for &c in part {
+            if !c.is_ascii_digit() {
+                return None;
+            }
+            v = v * 10 + u32::from(c - b'0');
+        }
+        (v <= max).then_some(v)
+    }
+    let slash = s.bytes().position(|b| b == b'/')?;
+    let (addr, len) = (&s[..slash], &s[slash + 1..]);
+    let mut octets = [0u8; 4];
+    let mut parts = addr.as_bytes().split(|&b| b == b'.');
+    for octet in &mut octets {
+        *octet = u8::try_from(number(parts.next()?, 255)?).ok()?;
+    }
+    if parts.next().is_some() {
+        return None;
+    }
+    let len = u8::try_from(number(len.as_bytes(), 32)?).ok()?;
+    ipnet::Ipv4Net::new(octets.into(), len).ok().map(IpNet::V4)
 }
 
 /// libcalico's `ParseCIDROrIP`: a CIDR, or a plain address taken as a
 /// full-length prefix.
 pub(crate) fn parse_cidr_or_ip(s: &str) -> Option<(IpAddr, IpNet)> {
-    if s.contains('/') {
+    if has_slash(s) {
         return parse_cidr(s);
     }
     let ip: IpAddr = s.parse().ok()?;
@@ -249,6 +303,19 @@ pub(crate) fn parse_ipv6(field: impl fmt::Display + Copy, s: &str) -> VResult<Ip
 
 /// Go's `net.ParseMAC` for the 6-byte forms (`:` or `-` separated pairs,
 /// or `.` separated quads); returns the lower-case, colon-separated form.
+/// `xx:xx:xx:xx:xx:xx` in lower-case hex: the form [`parse_mac`] returns.
+fn is_canonical_mac(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 17
+        && b.iter().enumerate().all(|(i, &c)| {
+            if i % 3 == 2 {
+                c == b':'
+            } else {
+                c.is_ascii_digit() || (b'a'..=b'f').contains(&c)
+            }
+        })
+}
+
 pub(crate) fn parse_mac(field: impl fmt::Display + Copy, s: &str) -> VResult<String> {
     let bad = || {
         ValidationError::new(
@@ -256,6 +323,10 @@ pub(crate) fn parse_mac(field: impl fmt::Display + Copy, s: &str) -> VResult<Str
             format!("{s:?} is not a valid MAC address"),
         )
     };
+    if is_canonical_mac(s) {
+        // Already in the output form (what Calico's tooling writes).
+        return Ok(s.to_owned());
+    }
     let mut bytes = [0u8; 6];
     let mut n = 0usize;
     let mut push = |b: u8| -> Option<()> {
@@ -413,6 +484,46 @@ pub(crate) fn check_selector(field: impl fmt::Display + Copy, s: &str) -> VResul
         .or_else(|e| err(field, format!("invalid selector {s:?}: {e}")))
 }
 
+/// Slots of [`QUALIFIED_NAMES`].
+const QUALIFIED_NAME_SLOTS: usize = 256;
+
+thread_local! {
+    /// Label keys this thread has recently found to be qualified names,
+    /// direct-mapped by a cheap hash of the key (a colliding key replaces
+    /// the slot's occupant).
+    ///
+    /// Invariant: a slot only ever holds a text for which
+    /// [`is_qualified_name`] returned true, and that check is a pure
+    /// function of the text, so a hit gives exactly its answer.  Label keys
+    /// repeat across nearly every resource of a datastore (`app`,
+    /// `projectcalico.org/namespace`, ...), and checking them was a tenth of
+    /// an endpoint's validation.
+    static QUALIFIED_NAMES: std::cell::RefCell<Vec<Option<Box<str>>>> =
+        std::cell::RefCell::new(vec![None; QUALIFIED_NAME_SLOTS]);
+}
+
+/// [`is_qualified_name`] with [`QUALIFIED_NAMES`] in front.
+fn is_known_qualified_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut h = b.len();
+    if let (Some(&first), Some(&last)) = (b.first(), b.last()) {
+        h = h.wrapping_mul(31) ^ usize::from(first).wrapping_mul(131) ^ usize::from(last);
+        h ^= b.get(b.len() / 2).map_or(0, |&m| usize::from(m) << 3);
+    }
+    let slot = h % QUALIFIED_NAME_SLOTS;
+    QUALIFIED_NAMES.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if cache[slot].as_deref() == Some(s) {
+            return true;
+        }
+        let ok = is_qualified_name(s);
+        if ok {
+            cache[slot] = Some(Box::from(s));
+        }
+        ok
+    })
+}
+
 /// Bound on [`VALID_SELECTORS`]; the set is emptied when it is reached.
 const VALID_SELECTOR_CACHE: usize = 4096;
 
@@ -488,11 +599,82 @@ mod tests {
             let by_labels = !s.is_empty() && s.split('.').all(matches_label_fmt);
             proptest::prop_assert_eq!(matches_subdomain_fmt(&s), by_labels);
         }
+
+        #[test]
+        fn qualified_names_split_at_the_first_slash(s in "[a-z0-9./_-]{0,10}") {
+            let expected = match s.split_once('/') {
+                Some((prefix, name)) => is_dns1123_subdomain(prefix) && is_k8s_name_part(name),
+                None => is_k8s_name_part(&s),
+            };
+            proptest::prop_assert_eq!(is_qualified_name(&s), expected);
+        }
+
+        #[test]
+        fn plain_v4_cidrs_read_as_the_general_parser_reads_them(
+            s in "[0-9]{1,4}\\.[0-9]{1,3}\\.[0-9]{1,3}\\.[0-9]{1,3}/[0-9]{1,3}|[0-9./]{0,20}"
+        ) {
+            if let Some(net) = plain_v4_cidr(&s) {
+                proptest::prop_assert_eq!(Some(net), s.parse::<IpNet>().ok());
+            }
+        }
+
+        #[test]
+        fn cached_qualified_name_checks_agree_with_the_check(
+            keys in proptest::collection::vec("[a-z./_-]{0,6}|x{300}", 1..20)
+        ) {
+            // Twice over: the second pass hits the cache for valid keys.
+            for _ in 0..2 {
+                for k in &keys {
+                    proptest::prop_assert_eq!(is_known_qualified_name(k), is_qualified_name(k), "{}", k);
+                }
+            }
+        }
+
+        #[test]
+        fn name_part_table_matches_its_definition(s in "[a-zA-Z0-9._/ :é-]{0,8}") {
+            let b = s.as_bytes();
+            let expected = !b.is_empty()
+                && b.len() <= 63
+                && b[0].is_ascii_alphanumeric()
+                && b[b.len() - 1].is_ascii_alphanumeric()
+                && b.iter().all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
+            proptest::prop_assert_eq!(is_k8s_name_part(&s), expected);
+        }
+    }
+
+    #[test]
+    fn plain_v4_cidrs_take_the_short_path() {
+        for s in [
+            "10.0.0.0/32",
+            "192.168.0.0/16",
+            "0.0.0.0/0",
+            "255.255.255.255/32",
+        ] {
+            assert_eq!(plain_v4_cidr(s), s.parse().ok(), "{s}");
+            assert!(plain_v4_cidr(s).is_some(), "{s}");
+        }
+        for s in [
+            "010.0.0.0/8",
+            "1.2.3.4/33",
+            "1.2.3/8",
+            "1.2.3.4.5/8",
+            "1.2.3.4/",
+            "::/0",
+            "1.2.3.256/32",
+        ] {
+            assert_eq!(plain_v4_cidr(s), None, "{s}");
+        }
     }
 
     #[test]
     fn mac_forms_normalise_to_lower_case_colon_pairs() {
-        for s in ["EE:ee:00:01:0a:FF", "ee-ee-00-01-0a-ff", "eeee.0001.0aff"] {
+        assert!(is_canonical_mac("ee:ee:00:01:0a:ff"));
+        for s in [
+            "EE:ee:00:01:0a:FF",
+            "ee-ee-00-01-0a-ff",
+            "eeee.0001.0aff",
+            "ee:ee:00:01:0a:ff",
+        ] {
             assert_eq!(
                 parse_mac("spec.mac", s).unwrap(),
                 "ee:ee:00:01:0a:ff",

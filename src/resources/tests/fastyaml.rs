@@ -4,19 +4,19 @@
 use proptest::prelude::*;
 use serde::Deserialize;
 
-use super::{parse, Node};
+use super::{parse, Flat};
 use crate::resources::types::Dyn;
 
 /// Decodes `text` both ways.  Returns the fast result (if the fast path
 /// accepted the text and decoded it) after checking it equals the full
 /// parser's.
 fn agree(text: &str) -> Option<Dyn> {
-    let node = parse(text)?;
-    let fast = Dyn::deserialize(&node).ok()?;
+    let tree = parse(text)?;
+    let fast = Dyn::deserialize(tree.root()).ok()?;
     let full: Dyn = serde_yaml_ng::from_str(text)
         .unwrap_or_else(|e| panic!("fast path accepted what serde_yaml_ng rejects ({e}):\n{text}"));
     assert_eq!(fast, full, "values differ for:\n{text}");
-    let fast_json = serde_json::Value::deserialize(&node).ok();
+    let fast_json = serde_json::Value::deserialize(tree.root()).ok();
     if let Some(fast_json) = fast_json {
         let full_json: serde_json::Value = serde_yaml_ng::from_str(text).unwrap();
         assert_eq!(fast_json, full_json, "JSON values differ for:\n{text}");
@@ -29,7 +29,7 @@ fn accepted(text: &str) -> Dyn {
 }
 
 fn declined(text: &str) {
-    let fast = parse(text).and_then(|n| Dyn::deserialize(&n).ok());
+    let fast = parse(text).and_then(|t| Dyn::deserialize(t.root()).ok());
     assert!(
         fast.is_none(),
         "fast path should decline:\n{text}\ngot {fast:?}"
@@ -153,8 +153,8 @@ fn typed_option_and_string_semantics_match() {
         g: bool,
     }
     let text = "a: null\nb: 'null'\nc: 123\nd: true\ne: 7\nf: 3\ng: True\n";
-    let node = parse(text).unwrap();
-    let fast = T::deserialize(&node).unwrap();
+    let tree = parse(text).unwrap();
+    let fast = T::deserialize(tree.root()).unwrap();
     let full: T = serde_yaml_ng::from_str(text).unwrap();
     assert_eq!(fast, full);
     assert_eq!(fast.c, "123");
@@ -195,21 +195,92 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn nodes_borrow_unescaped_text() {
-    let node = parse("a: plain\nb: 'single'\nc: \"esc\\n\"\n").unwrap();
-    let Node::Map(entries) = node else { panic!() };
-    let borrowed: Vec<bool> = entries
-        .iter()
-        .map(|(_, v)| {
-            matches!(
-                v,
-                Node::Scalar {
-                    text: std::borrow::Cow::Borrowed(_),
-                    ..
-                }
-            )
-        })
-        .collect();
-    assert_eq!(borrowed, [true, true, false]);
+    let tree = parse("a: plain\nb: 'single'\nc: \"esc\\n\"\n").unwrap();
+    assert_eq!(
+        tree.nodes,
+        [
+            Flat::Map { end: 7, len: 3 },
+            Flat::Scalar {
+                text: "a",
+                plain: true
+            },
+            Flat::Scalar {
+                text: "plain",
+                plain: true
+            },
+            Flat::Scalar {
+                text: "b",
+                plain: true
+            },
+            Flat::Scalar {
+                text: "single",
+                plain: false
+            },
+            Flat::Scalar {
+                text: "c",
+                plain: true
+            },
+            Flat::Escaped { index: 0 },
+        ]
+    );
+    assert_eq!(tree.owned, ["esc\n"]);
+}
+
+#[test]
+fn nested_collections_record_their_extent() {
+    let tree = parse("a:\n  - x\n  - {k: v}\nb: [1, [2]]\n").unwrap();
+    // Every collection's children lie inside it, and `len` counts them.
+    let n = &tree.nodes;
+    assert_eq!(
+        n[0],
+        Flat::Map {
+            end: n.len(),
+            len: 2
+        }
+    );
+    assert_eq!(n[2], Flat::Seq { end: 7, len: 2 });
+    assert_eq!(n[4], Flat::Map { end: 7, len: 1 });
+    assert_eq!(
+        n[8],
+        Flat::Seq {
+            end: n.len(),
+            len: 2
+        }
+    );
+    assert_eq!(
+        n[10],
+        Flat::Seq {
+            end: n.len(),
+            len: 1
+        }
+    );
+    assert_eq!(accepted("a:\n  - x\n  - {k: v}\nb: [1, [2]]\n"), {
+        let v: Dyn = serde_yaml_ng::from_str("a: [x, {k: v}]\nb: [1, [2]]").unwrap();
+        v
+    });
+}
+
+#[test]
+fn a_reader_reuses_its_buffers_without_mixing_documents() {
+    let docs = [
+        "kind: A\nspec:\n  x: [1, 2]\n",
+        "kind: B\nlabels: {a: \"\\t\"}\n",
+        "kind: C\n  bad: indentation\n",
+        "kind: D\n",
+    ];
+    let mut reader = super::Reader::default();
+    for text in docs {
+        let fast = reader
+            .parse_lines(text.split('\n'))
+            .map(|t| Dyn::deserialize(t.root()).unwrap());
+        let fresh = parse(text).map(|t| Dyn::deserialize(t.root()).unwrap());
+        assert_eq!(fast, fresh, "{text}");
+    }
+    // The third document is declined, and does not disturb the fourth.
+    assert!(reader.parse_lines(docs[2].split('\n')).is_none());
+    let d = reader.parse_lines(docs[3].split('\n')).unwrap();
+    assert_eq!(d.nodes.len(), 3);
+    assert!(d.owned.is_empty());
 }
 
 // ---------------------------------------------------------------------------
@@ -396,4 +467,26 @@ fn generated_texts_mostly_take_the_fast_path() {
         accepted_count * 10 >= total,
         "only {accepted_count} of {total} generated texts took the fast path"
     );
+}
+
+proptest! {
+    #[test]
+    fn blank_trimming_matches_the_standard_library(s in "[ \ta-é:]{0,12}") {
+        prop_assert_eq!(super::trim_blank_start(&s), s.trim_start_matches([' ', '\t']));
+        prop_assert_eq!(super::trim_blank_end(&s), s.trim_end_matches([' ', '\t']));
+    }
+}
+
+proptest! {
+    #[test]
+    fn colon_search_matches_a_byte_loop(s in "[a:# \t.-]{0,40}", from in 0usize..44) {
+        let b = s.as_bytes();
+        let expected = b
+            .iter()
+            .enumerate()
+            .skip(from)
+            .find(|(_, &c)| c == b':' || c == b'#')
+            .map(|(i, _)| i);
+        prop_assert_eq!(super::next_colon_or_hash(b, from), expected);
+    }
 }
