@@ -205,6 +205,9 @@ pub struct LoadReport {
     pub decode_time: Duration,
     /// This thread's CPU time in parse + validate + convert.
     pub decode_cpu: Duration,
+    /// The same phase's user/kernel split and minor page faults (the kernel
+    /// part is mostly zeroing newly touched memory).
+    pub decode_usage: crate::cputime::ThreadUsage,
     /// Duplicate rule and per-key diff.
     pub merge_time: Duration,
     pub wall: Duration,
@@ -282,6 +285,13 @@ impl fmt::Display for LoadReport {
             ms(self.decode_cpu),
             self.decode_per_cpu_sec()
         )?;
+        writeln!(
+            f,
+            "    of which user {:.1} ms, kernel {:.1} ms ({} minor page faults: zeroing fresh memory)",
+            ms(self.decode_usage.user),
+            ms(self.decode_usage.system),
+            self.decode_usage.minor_faults
+        )?;
         match self.peak_rss_kib {
             Some(kib) => write!(f, "  peak RSS {:.1} MiB", kib as f64 / 1024.0),
             None => write!(f, "  peak RSS unknown"),
@@ -305,6 +315,7 @@ pub fn run_load_bench(dir: &Path) -> anyhow::Result<LoadReport> {
         read_time: Duration::ZERO,
         decode_time: Duration::ZERO,
         decode_cpu: Duration::ZERO,
+        decode_usage: Default::default(),
         merge_time: Duration::ZERO,
         wall: Duration::ZERO,
         cpu: Duration::ZERO,
@@ -320,8 +331,12 @@ pub fn run_load_bench(dir: &Path) -> anyhow::Result<LoadReport> {
 
         let t = Instant::now();
         let c = crate::cputime::thread_cpu_time();
+        let u = crate::cputime::thread_usage();
         let decoded = source::decode(&bytes, &abs.display().to_string(), walk::format_for(rel));
         report.decode_cpu += crate::cputime::thread_cpu_time().saturating_sub(c);
+        report
+            .decode_usage
+            .add(&crate::cputime::thread_usage().since(&u));
         report.decode_time += t.elapsed();
         let decoded = match decoded {
             Ok(d) => d,
