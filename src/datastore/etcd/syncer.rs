@@ -788,40 +788,50 @@ struct DecodedPage {
 /// The fetcher of a pipelined listing: reads every key under
 /// [`keys::SYNC_PREFIXES`] page by page at the revision of the first page,
 /// decodes the values (logging those that fail) and sends the pages to
-/// `tx`.  Ends after the last page, at the first error (which is sent),
-/// or when the receiver is gone.
+/// `tx`.  The read of the next page is started before the current one is
+/// decoded, so etcd serves it meanwhile.  Ends after the last page, at the
+/// first error (which is sent), or when the receiver is gone.
 fn fetch_decoded(
     client: &EtcdClient,
     page_size: i64,
     tx: &SyncSender<Result<DecodedPage, EtcdError>>,
 ) {
     let mut revision = 0i64;
-    for prefix in keys::SYNC_PREFIXES {
-        let end = prefix_end(prefix.as_bytes());
-        let mut start = prefix.as_bytes().to_vec();
-        loop {
-            let page = match client.range(&start, &end, revision, page_size) {
-                Ok(p) => p,
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                    return;
-                }
-            };
-            if revision == 0 {
-                revision = page.revision;
-            }
-            let more = page.more;
-            if let Some(last) = page.kvs.last() {
-                start.clone_from(&last.key);
-                start.push(0);
-            }
-            let kvs = page.kvs.into_iter().filter_map(decode_kv).collect();
-            if tx.send(Ok(DecodedPage { revision, kvs })).is_err() {
+    let mut prefixes = keys::SYNC_PREFIXES.iter();
+    // The range being read: its end and the pending read.
+    let mut next = prefixes.next().map(|p| {
+        let end = prefix_end(p.as_bytes());
+        let pending = client.start_range(p.as_bytes(), &end, revision, page_size);
+        (end, pending)
+    });
+    while let Some((end, pending)) = next.take() {
+        let page = match pending.and_then(|p| client.finish_range(p)) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = tx.send(Err(e));
                 return;
             }
-            if !more {
-                break;
+        };
+        if revision == 0 {
+            revision = page.revision;
+        }
+        // Start the following read (same prefix, or the next one).
+        next = match page.kvs.last() {
+            Some(last) if page.more => {
+                let mut start = last.key.clone();
+                start.push(0);
+                let pending = client.start_range(&start, &end, revision, page_size);
+                Some((end, pending))
             }
+            _ => prefixes.next().map(|p| {
+                let end = prefix_end(p.as_bytes());
+                let pending = client.start_range(p.as_bytes(), &end, revision, page_size);
+                (end, pending)
+            }),
+        };
+        let kvs = page.kvs.into_iter().filter_map(decode_kv).collect();
+        if tx.send(Ok(DecodedPage { revision, kvs })).is_err() {
+            return;
         }
     }
 }
