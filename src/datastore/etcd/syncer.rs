@@ -71,7 +71,6 @@
 //! network reads, backoff sleeps and sends all check within 200 ms; the
 //! thread also ends when the receiver is dropped (noticed on its next send).
 
-use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -201,7 +200,7 @@ impl EtcdSyncer {
             stop: stop.clone(),
             counters: counters.clone(),
             merger: Merger::new(Path::new("")),
-            known: HashMap::new(),
+            known: foldhash::HashMap::default(),
             generation: 0,
             resume: None,
         };
@@ -283,7 +282,9 @@ struct Worker {
     stop: Arc<AtomicBool>,
     counters: Arc<Counters>,
     merger: Merger,
-    known: HashMap<String, Known>,
+    /// Per etcd key (foldhash: the keys come from our own etcd, and
+    /// SipHash showed in the listing profile).
+    known: foldhash::HashMap<String, Known>,
     generation: u64,
     /// Last revision whose changes are all applied, once a listing has
     /// completed (cleared when a listing starts or history was compacted):
@@ -449,9 +450,7 @@ impl Worker {
                     }
                 }
                 for kv in page.kvs {
-                    if self.note(&kv.key, kv.mod_revision, generation) {
-                        self.apply(&kv.key, kv.id, kv.result);
-                    }
+                    self.note_and_apply(kv, generation);
                 }
                 if self.merger.dirty_len() >= self.batch_size {
                     self.flush()?;
@@ -711,6 +710,28 @@ impl Worker {
             );
         }
         true
+    }
+
+    /// [`Worker::note`] then [`Worker::apply`] for a key decoded by the
+    /// fetcher, moving the key into the known map instead of copying it.
+    fn note_and_apply(&mut self, kv: DecodedKv, generation: u64) {
+        if let Some(known) = self.known.get_mut(kv.key.as_str()) {
+            known.generation = generation;
+            if known.mod_revision == kv.mod_revision {
+                return;
+            }
+            known.mod_revision = kv.mod_revision;
+            self.apply(&kv.key, kv.id, kv.result);
+            return;
+        }
+        self.apply(&kv.key, kv.id, kv.result);
+        self.known.insert(
+            kv.key,
+            Known {
+                mod_revision: kv.mod_revision,
+                generation,
+            },
+        );
     }
 
     /// Hands the decoded value of `key` to the merger.
