@@ -4,7 +4,8 @@
 //!
 //! `cargo test --release -p felix --test etcd_bench -- --ignored --nocapture`
 //! (sizes can be overridden with FELIX_BENCH_WEPS / FELIX_BENCH_POLICIES,
-//! the listing page size with FELIX_BENCH_PAGE_SIZE).
+//! the listing page size with FELIX_BENCH_PAGE_SIZE; FELIX_BENCH_PREFETCH=0
+//! reads each page only after the previous one was decoded).
 //!
 //! The process uses mimalloc with the daemon's purge delay, as `felix`
 //! itself does (`src/main.rs`), so the figures are the daemon's.
@@ -52,6 +53,7 @@ fn etcd_initial_sync_and_recovery() {
             workloads: weps,
             policies,
             page_size,
+            prefetch: std::env::var("FELIX_BENCH_PREFETCH").map_or(true, |v| v != "0"),
         },
     )
     .unwrap();

@@ -21,8 +21,8 @@
 //!   bench's own receiving), from `/proc/<pid>/stat`: on two cores the sum
 //!   bounds the throughput even when wall time is noisy.
 //!
-//! The listing page size is the syncer's default unless
-//! [`BenchOptions::page_size`] says otherwise.
+//! The listing page size and prefetching are the syncer's defaults unless
+//! [`BenchOptions`] says otherwise.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -63,6 +63,8 @@ pub struct EtcdBenchReport {
     pub felix_cpu: Duration,
     /// Keys per listing page.
     pub page_size: i64,
+    /// Whether the next page was read while the current one decoded.
+    pub prefetch: bool,
 }
 
 /// Settings of [`run_with`].
@@ -72,6 +74,8 @@ pub struct BenchOptions {
     pub policies: usize,
     /// Keys per listing page (the syncer's default when `None`).
     pub page_size: Option<i64>,
+    /// Read the next page while decoding the current one (the default).
+    pub prefetch: bool,
 }
 
 impl std::fmt::Display for EtcdBenchReport {
@@ -99,12 +103,13 @@ impl std::fmt::Display for EtcdBenchReport {
         let per_key = |d: Duration| d.as_secs_f64() * 1e6 / self.keys.max(1) as f64;
         writeln!(
             f,
-            "CPU during the sync:     etcd {:.2?} ({:.1} us/key), felix {:.2?} ({:.1} us/key), pages of {}",
+            "CPU during the sync:     etcd {:.2?} ({:.1} us/key), felix {:.2?} ({:.1} us/key), pages of {}{}",
             self.etcd_cpu,
             per_key(self.etcd_cpu),
             self.felix_cpu,
             per_key(self.felix_cpu),
-            self.page_size
+            self.page_size,
+            if self.prefetch { "" } else { ", no prefetch" }
         )?;
         writeln!(
             f,
@@ -223,6 +228,7 @@ pub fn run(
             workloads,
             policies,
             page_size: None,
+            prefetch: true,
         },
     )
 }
@@ -258,6 +264,7 @@ pub fn run_with(
         workloads,
         policies,
         page_size,
+        prefetch,
     } = options;
     let client = server.client();
     let t = Instant::now();
@@ -277,6 +284,7 @@ pub fn run_with(
     if let Some(p) = page_size {
         config.page_size = p;
     }
+    config.prefetch = prefetch;
     let page_size = config.page_size;
     let etcd_pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
     let etcd_cpu_before = process_cpu(&etcd_pid);
@@ -336,7 +344,7 @@ pub fn run_with(
     drop(rx);
     drop(wep_keys);
 
-    let (graph_time, graph_messages) = sync_into_graph(server, "node0", page_size)?;
+    let (graph_time, graph_messages) = sync_into_graph(server, "node0", page_size, prefetch)?;
     let (graph_rss_after, _) = rss_kib();
     Ok(EtcdBenchReport {
         keys,
@@ -355,23 +363,27 @@ pub fn run_with(
         etcd_cpu,
         felix_cpu,
         page_size,
+        prefetch,
     })
 }
 
 /// Starts a syncer on `server` and feeds a calculation graph for `node`
 /// with its events until `InSync` and the first flush (as the daemon's
 /// calc loop does while loading); returns the time taken and the number
-/// of messages flushed.  Listing pages have `page_size` keys.
+/// of messages flushed.  Listing pages have `page_size` keys; `prefetch`
+/// as [`EtcdSyncerConfig::prefetch`].
 pub fn sync_into_graph(
     server: &EtcdTestServer,
     node: &str,
     page_size: i64,
+    prefetch: bool,
 ) -> Result<(Duration, usize), String> {
     let (tx, rx) = mpsc::sync_channel(64);
     let mut config = EtcdSyncerConfig::new(
         EtcdConfig::with_endpoints(&server.url()).map_err(|e| e.to_string())?,
     );
     config.page_size = page_size;
+    config.prefetch = prefetch;
     let start = Instant::now();
     let syncer = EtcdSyncer::start(config, tx).map_err(|e| e.to_string())?;
     let mut graph = CalcGraph::new(node);
