@@ -160,6 +160,14 @@ pub struct EtcdClient {
     grpc: GrpcTransport,
 }
 
+/// A page of a range read whose keys and values share the answer's
+/// buffer; see [`EtcdClient::finish_range_shared`].
+pub(crate) struct SharedPage {
+    pub revision: i64,
+    pub kvs: Vec<pb::KeyValue>,
+    pub more: bool,
+}
+
 /// A range read started by [`EtcdClient::start_range`].
 pub struct PendingRange {
     pending: Pending,
@@ -383,6 +391,31 @@ impl EtcdClient {
 
     /// Waits for a range read started by [`EtcdClient::start_range`].
     pub fn finish_range(&self, pending: PendingRange) -> Result<RangePage, EtcdError> {
+        let page = self.finish_range_shared(pending)?;
+        let kvs = page
+            .kvs
+            .into_iter()
+            .map(|kv| KeyValue {
+                key: kv.key.to_vec(),
+                value: kv.value.to_vec(),
+                mod_revision: kv.mod_revision,
+                create_revision: kv.create_revision,
+            })
+            .collect();
+        Ok(RangePage {
+            revision: page.revision,
+            kvs,
+            more: page.more,
+        })
+    }
+
+    /// As [`EtcdClient::finish_range`], with keys and values left as
+    /// slices of the answer (no copy; the answer stays allocated while any
+    /// of them is alive).
+    pub(crate) fn finish_range_shared(
+        &self,
+        pending: PendingRange,
+    ) -> Result<SharedPage, EtcdError> {
         let revision = pending.revision;
         let bytes = self
             .grpc
@@ -390,19 +423,9 @@ impl EtcdClient {
             .map_err(|e| range_error(e, revision))?;
         let resp = pb::RangeResponse::decode(bytes)
             .map_err(|e| EtcdError::Protocol(format!("RangeResponse: {e}")))?;
-        let kvs = resp
-            .kvs
-            .into_iter()
-            .map(|kv| KeyValue {
-                key: kv.key,
-                value: kv.value,
-                mod_revision: kv.mod_revision,
-                create_revision: kv.create_revision,
-            })
-            .collect();
-        Ok(RangePage {
+        Ok(SharedPage {
             revision: resp.header.map_or(0, |h| h.revision),
-            kvs,
+            kvs: resp.kvs,
             more: resp.more,
         })
     }

@@ -553,6 +553,7 @@ async fn unary(
         status?;
     }
     let mut buf = BytesMut::new();
+    let mut sized = false;
     while let Some(chunk) = stream.data().await {
         let chunk = chunk.map_err(io)?;
         let _ = stream.flow_control().release_capacity(chunk.len());
@@ -560,6 +561,16 @@ async fn unary(
             return Err(protocol(format!("answer larger than {max} bytes")));
         }
         buf.extend_from_slice(&chunk);
+        if !sized && buf.len() >= 5 {
+            // The length prefix: allocate the whole message once instead
+            // of growing (and re-faulting) a multi-megabyte page.
+            sized = true;
+            let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+            if len > max {
+                return Err(protocol(format!("answer of {len} bytes, more than {max}")));
+            }
+            buf.reserve((5 + len).saturating_sub(buf.len()));
+        }
     }
     let trailers = stream.trailers().await.map_err(io)?;
     match trailers.as_ref().and_then(grpc_status) {

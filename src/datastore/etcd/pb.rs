@@ -54,19 +54,20 @@ pub(crate) struct RangeResponse {
     pub count: i64,
 }
 
-/// `mvccpb.KeyValue`.
+/// `mvccpb.KeyValue`.  Key and value are `Bytes`: decoded from a `Bytes`
+/// answer they are slices of it, not copies.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct KeyValue {
-    #[prost(bytes = "vec", tag = "1")]
-    pub key: Vec<u8>,
+    #[prost(bytes = "bytes", tag = "1")]
+    pub key: bytes::Bytes,
     #[prost(int64, tag = "2")]
     pub create_revision: i64,
     #[prost(int64, tag = "3")]
     pub mod_revision: i64,
     #[prost(int64, tag = "4")]
     pub version: i64,
-    #[prost(bytes = "vec", tag = "5")]
-    pub value: Vec<u8>,
+    #[prost(bytes = "bytes", tag = "5")]
+    pub value: bytes::Bytes,
     #[prost(int64, tag = "6")]
     pub lease: i64,
 }
@@ -92,14 +93,14 @@ mod tests {
         msg.extend_from_slice(&kv);
         msg.extend_from_slice(&[0x18, 1]); // more = true
         msg.extend_from_slice(&[0x20, 3]); // count = 3
-        let resp = RangeResponse::decode(msg.as_slice()).unwrap();
+        let resp = RangeResponse::decode(bytes::Bytes::from(msg)).unwrap();
         assert_eq!(resp.header.unwrap().revision, 9);
         assert!(resp.more);
         assert_eq!(resp.count, 3);
         assert_eq!(resp.kvs.len(), 1);
         let kv = &resp.kvs[0];
-        assert_eq!(kv.key, b"/a");
-        assert_eq!(kv.value, b"{}");
+        assert_eq!(&kv.key[..], b"/a");
+        assert_eq!(&kv.value[..], b"{}");
         assert_eq!((kv.create_revision, kv.mod_revision, kv.version), (5, 7, 2));
     }
 

@@ -87,6 +87,7 @@ use std::time::{Duration, Instant};
 use super::client::{prefix_end, EtcdClient, EtcdError, KeyValue, WatchEvent, WatchMessage};
 use super::config::{ConfigError, EtcdConfig};
 use super::keys;
+use super::pb;
 use super::value;
 use crate::datastore::emit;
 use crate::datastore::merge::{Doc, Merger, RelPath};
@@ -446,7 +447,15 @@ impl Worker {
         let page_size = self.page_size;
         let prefetch = self.config.prefetch;
         std::thread::scope(|scope| {
-            scope.spawn(move || fetch_decoded(&client, page_size, prefetch, &tx));
+            let fetcher = std::thread::Builder::new()
+                .name("etcd-fetch".into())
+                .spawn_scoped(scope, move || fetch_decoded(&client, page_size, prefetch, &tx));
+            if let Err(e) = fetcher {
+                return Err(Interrupt::Retry {
+                    reason: format!("cannot start the listing thread: {e}"),
+                    immediate: false,
+                });
+            }
             // `rx` is dropped when this closure returns, so the fetcher
             // stops at its next page whatever happens here.
             let mut revision = 0i64;
@@ -840,7 +849,7 @@ fn fetch_decoded(
             Some(p) => p,
             None => client.start_range(&start, &end, revision, page_size),
         };
-        let page = match started.and_then(|p| client.finish_range(p)) {
+        let page = match started.and_then(|p| client.finish_range_shared(p)) {
             Ok(p) => p,
             Err(e) => {
                 let _ = tx.send(Err(e));
@@ -853,7 +862,7 @@ fn fetch_decoded(
         // The following range: the rest of this prefix, or the next one.
         next = match page.kvs.last() {
             Some(last) if page.more => {
-                let mut after = last.key.clone();
+                let mut after = last.key.to_vec();
                 after.push(0);
                 Some((after, end))
             }
@@ -872,8 +881,8 @@ fn fetch_decoded(
 }
 
 /// Decodes one listed key; `None` for keys outside the layout.
-fn decode_kv(kv: KeyValue) -> Option<DecodedKv> {
-    let key = String::from_utf8(kv.key).ok()?;
+fn decode_kv(kv: pb::KeyValue) -> Option<DecodedKv> {
+    let key = std::str::from_utf8(&kv.key).ok()?.to_owned();
     let id = keys::parse_key(&key)?;
     let result = value::decode(&key, &id, &kv.value);
     if let Err(message) = &result {
