@@ -37,8 +37,11 @@ fn populate(c: &EtcdClient) -> i64 {
         c.put_many(&refs).unwrap();
     }
     for i in (0..230u32).step_by(7) {
-        c.put(format!("/t/{i:04}").as_bytes(), format!("v2-{i}").as_bytes())
-            .unwrap();
+        c.put(
+            format!("/t/{i:04}").as_bytes(),
+            format!("v2-{i}").as_bytes(),
+        )
+        .unwrap();
     }
     for i in (3..230u32).step_by(11) {
         assert_eq!(c.delete(format!("/t/{i:04}").as_bytes()).unwrap(), 1);

@@ -198,7 +198,11 @@ impl GrpcTransport {
         request: Bytes,
         limits: &CallLimits,
     ) -> Result<Pending, GrpcError> {
-        if limits.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
+        if limits
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::SeqCst))
+        {
             return Err(GrpcError::Stopped);
         }
         let rt = self.runtime()?;
@@ -446,11 +450,22 @@ async fn connect(
     let _ = tcp.set_nodelay(true);
     let slot = TlsSlot::default();
     if !endpoint.tls {
-        let send = establish(Watched { inner: tcp, slot: slot.clone() }, &name, &slot, connect_timeout).await?;
+        let send = establish(
+            Watched {
+                inner: tcp,
+                slot: slot.clone(),
+            },
+            &name,
+            &slot,
+            connect_timeout,
+        )
+        .await?;
         return Ok((send, slot));
     }
     let Some(config) = tls else {
-        return Err(GrpcError::Tls(format!("TLS with {name} failed: no TLS configuration")));
+        return Err(GrpcError::Tls(format!(
+            "TLS with {name} failed: no TLS configuration"
+        )));
     };
     let server = ServerName::try_from(endpoint.host.clone())
         .map_err(|e| GrpcError::Tls(format!("TLS with {name} failed: invalid server name: {e}")))?;
@@ -469,7 +484,16 @@ async fn connect(
             "TLS with {name} failed: the server did not agree to HTTP/2 (ALPN h2)"
         )));
     }
-    let send = establish(Watched { inner: stream, slot: slot.clone() }, &name, &slot, connect_timeout).await?;
+    let send = establish(
+        Watched {
+            inner: stream,
+            slot: slot.clone(),
+        },
+        &name,
+        &slot,
+        connect_timeout,
+    )
+    .await?;
     Ok((send, slot))
 }
 

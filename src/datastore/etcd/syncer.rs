@@ -449,7 +449,9 @@ impl Worker {
         std::thread::scope(|scope| {
             let fetcher = std::thread::Builder::new()
                 .name("etcd-fetch".into())
-                .spawn_scoped(scope, move || fetch_decoded(&client, page_size, prefetch, &tx));
+                .spawn_scoped(scope, move || {
+                    fetch_decoded(&client, page_size, prefetch, &tx)
+                });
             if let Err(e) = fetcher {
                 return Err(Interrupt::Retry {
                     reason: format!("cannot start the listing thread: {e}"),
