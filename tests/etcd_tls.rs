@@ -161,6 +161,17 @@ fn client_and_syncer_work_over_tls_with_client_certificates() {
         client.get(k.as_bytes()).unwrap().unwrap().value,
         v.as_bytes()
     );
+    // Range reads (gRPC over TLS with ALPN h2) answer what the JSON
+    // gateway (HTTP/1.1 over TLS) answers.
+    let prefix = b"/calico/";
+    let end = felix::datastore::etcd::client::prefix_end(prefix);
+    let grpc = client.range(prefix, &end, 0, 10).unwrap();
+    let gateway = client.range_gateway(prefix, &end, 0, 10).unwrap();
+    assert_eq!(grpc.kvs.len(), 1);
+    assert_eq!(
+        (grpc.revision, grpc.more, &grpc.kvs),
+        (gateway.revision, gateway.more, &gateway.kvs)
+    );
 
     let config = EtcdConfig {
         endpoints: vec![url.clone()],

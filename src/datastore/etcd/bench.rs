@@ -15,7 +15,14 @@
 //!   to the end of that flush, etcd to dataplane messages;
 //! * `recovery`: after etcd is killed, changed behind the syncer's back and
 //!   started again, the time from etcd answering until the syncer has
-//!   delivered the change.
+//!   delivered the change;
+//! * CPU time per key during the first sync, of the etcd process and of
+//!   this process (all its threads: transport, decoding, merging and the
+//!   bench's own receiving), from `/proc/<pid>/stat`: on two cores the sum
+//!   bounds the throughput even when wall time is noisy.
+//!
+//! The listing page size and prefetching are the syncer's defaults unless
+//! [`BenchOptions`] says otherwise.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -50,6 +57,25 @@ pub struct EtcdBenchReport {
     /// Messages of the graph's first flush.
     pub graph_messages: usize,
     pub graph_rss_after_kib: u64,
+    /// CPU time of the etcd process during the first sync.
+    pub etcd_cpu: Duration,
+    /// CPU time of this process during the first sync.
+    pub felix_cpu: Duration,
+    /// Keys per listing page.
+    pub page_size: i64,
+    /// Whether the next page was read while the current one decoded.
+    pub prefetch: bool,
+}
+
+/// Settings of [`run_with`].
+#[derive(Clone, Copy, Debug)]
+pub struct BenchOptions {
+    pub workloads: usize,
+    pub policies: usize,
+    /// Keys per listing page (the syncer's default when `None`).
+    pub page_size: Option<i64>,
+    /// Read the next page while decoding the current one (the default).
+    pub prefetch: bool,
 }
 
 impl std::fmt::Display for EtcdBenchReport {
@@ -74,6 +100,17 @@ impl std::fmt::Display for EtcdBenchReport {
             self.rss_peak_kib / 1024
         )?;
         writeln!(f, "recovery after restart:  {:.2?}", self.recovery)?;
+        let per_key = |d: Duration| d.as_secs_f64() * 1e6 / self.keys.max(1) as f64;
+        writeln!(
+            f,
+            "CPU during the sync:     etcd {:.2?} ({:.1} us/key), felix {:.2?} ({:.1} us/key), pages of {}{}",
+            self.etcd_cpu,
+            per_key(self.etcd_cpu),
+            self.felix_cpu,
+            per_key(self.felix_cpu),
+            self.page_size,
+            if self.prefetch { "" } else { ", no prefetch" }
+        )?;
         writeln!(
             f,
             "into the calc graph:     {:.2?} ({:.0} keys/s, {} messages, RSS after {} MiB)",
@@ -185,6 +222,50 @@ pub fn run(
     workloads: usize,
     policies: usize,
 ) -> Result<EtcdBenchReport, String> {
+    run_with(
+        server,
+        BenchOptions {
+            workloads,
+            policies,
+            page_size: None,
+            prefetch: true,
+        },
+    )
+}
+
+/// CPU time (user + system) of process `pid` ("self" for this one) from
+/// `/proc/<pid>/stat`; zero when unreadable.
+pub fn process_cpu(pid: &str) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    // Fields after the parenthesised command name: state is field 3,
+    // utime and stime are fields 14 and 15.
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return Duration::ZERO;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let (Some(user), Some(system)) = (ticks(11), ticks(12)) else {
+        return Duration::ZERO;
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = u64::try_from(hz).ok().filter(|h| *h > 0).unwrap_or(100);
+    Duration::from_secs_f64((user + system) as f64 / hz as f64)
+}
+
+/// [`run`] with explicit settings.
+pub fn run_with(
+    server: &mut EtcdTestServer,
+    options: BenchOptions,
+) -> Result<EtcdBenchReport, String> {
+    let BenchOptions {
+        workloads,
+        policies,
+        page_size,
+        prefetch,
+    } = options;
     let client = server.client();
     let t = Instant::now();
     let mut kvs: Vec<(String, String)> = (0..workloads).map(sample_workload_endpoint).collect();
@@ -197,9 +278,17 @@ pub fn run(
 
     let (rss_before, _) = rss_kib();
     let (tx, rx) = mpsc::sync_channel(64);
-    let config = EtcdSyncerConfig::new(
+    let mut config = EtcdSyncerConfig::new(
         EtcdConfig::with_endpoints(&server.url()).map_err(|e| e.to_string())?,
     );
+    if let Some(p) = page_size {
+        config.page_size = p;
+    }
+    config.prefetch = prefetch;
+    let page_size = config.page_size;
+    let etcd_pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
+    let etcd_cpu_before = process_cpu(&etcd_pid);
+    let felix_cpu_before = process_cpu("self");
     let start = Instant::now();
     let syncer = EtcdSyncer::start(config, tx).map_err(|e| e.to_string())?;
     let mut updates = 0usize;
@@ -220,6 +309,8 @@ pub fn run(
         }
     }
     let sync_time = start.elapsed();
+    let etcd_cpu = process_cpu(&etcd_pid).saturating_sub(etcd_cpu_before);
+    let felix_cpu = process_cpu("self").saturating_sub(felix_cpu_before);
     let (rss_after, rss_peak) = rss_kib();
 
     // Recovery: kill etcd, delete one endpoint while the syncer cannot
@@ -253,7 +344,7 @@ pub fn run(
     drop(rx);
     drop(wep_keys);
 
-    let (graph_time, graph_messages) = sync_into_graph(server, "node0")?;
+    let (graph_time, graph_messages) = sync_into_graph(server, "node0", page_size, prefetch)?;
     let (graph_rss_after, _) = rss_kib();
     Ok(EtcdBenchReport {
         keys,
@@ -269,18 +360,30 @@ pub fn run(
         graph_keys_per_sec: keys as f64 / graph_time.as_secs_f64(),
         graph_messages,
         graph_rss_after_kib: graph_rss_after,
+        etcd_cpu,
+        felix_cpu,
+        page_size,
+        prefetch,
     })
 }
 
 /// Starts a syncer on `server` and feeds a calculation graph for `node`
 /// with its events until `InSync` and the first flush (as the daemon's
 /// calc loop does while loading); returns the time taken and the number
-/// of messages flushed.
-pub fn sync_into_graph(server: &EtcdTestServer, node: &str) -> Result<(Duration, usize), String> {
+/// of messages flushed.  Listing pages have `page_size` keys; `prefetch`
+/// as [`EtcdSyncerConfig::prefetch`].
+pub fn sync_into_graph(
+    server: &EtcdTestServer,
+    node: &str,
+    page_size: i64,
+    prefetch: bool,
+) -> Result<(Duration, usize), String> {
     let (tx, rx) = mpsc::sync_channel(64);
-    let config = EtcdSyncerConfig::new(
+    let mut config = EtcdSyncerConfig::new(
         EtcdConfig::with_endpoints(&server.url()).map_err(|e| e.to_string())?,
     );
+    config.page_size = page_size;
+    config.prefetch = prefetch;
     let start = Instant::now();
     let syncer = EtcdSyncer::start(config, tx).map_err(|e| e.to_string())?;
     let mut graph = CalcGraph::new(node);

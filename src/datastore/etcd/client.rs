@@ -1,10 +1,13 @@
-//! etcd v3 operations over the JSON gateway (`/v3/kv/*`, `/v3/watch`).
+//! etcd v3 operations: typed results for paginated ranges at a fixed
+//! revision, puts, deletes, compaction and a watch stream.
 //!
-//! etcd serves its gRPC API as JSON on the client port: keys and values are
-//! base64 strings and 64-bit integers are decimal strings.  This module
-//! speaks that dialect with [`super::http`] and exposes typed results:
-//! paginated ranges at a fixed revision, puts, deletes, compaction and a
-//! watch stream.
+//! Reads (`Range`: listings, single keys, the current revision) use etcd's
+//! native gRPC through [`super::grpc`], with the messages of [`super::pb`]:
+//! etcd serves them for a fraction of the CPU its JSON gateway needs, and
+//! they dominate an initial sync.  Writes, compaction and the watch use the
+//! JSON gateway on the same port (`/v3/kv/*`, `/v3/watch`: keys and values
+//! are base64 strings, 64-bit integers decimal strings) through
+//! [`super::http`].  Both transports share the endpoints and TLS settings.
 //!
 //! With several endpoints, a request that cannot connect moves on to the
 //! next endpoint (remembering which one worked); any other failure is
@@ -20,14 +23,23 @@ use base64::Engine;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
+use bytes::Bytes;
+use prost::Message;
+
 use super::config::EtcdConfig;
+use super::grpc::{CallLimits, GrpcError, GrpcTransport, Pending};
 use super::http::{self, Endpoint, HttpError, Limits};
+use super::pb;
 use super::tls::{self, TlsFiles};
 
 /// gRPC status code etcd uses for "required revision has been compacted".
 const CODE_OUT_OF_RANGE: i64 = 11;
+/// gRPC status code for "unavailable" (etcd stopping, no leader, ...).
+const CODE_UNAVAILABLE: i32 = 14;
 /// Largest unary response accepted (a page of large values).
 const MAX_RESPONSE: usize = 256 * 1024 * 1024;
+/// gRPC method of a range read.
+const RANGE: &str = "/etcdserverpb.KV/Range";
 
 /// Failure of an etcd operation.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +77,24 @@ impl From<HttpError> for EtcdError {
             HttpError::Connect { .. } | HttpError::Io { .. } => {
                 EtcdError::Unavailable(e.to_string())
             }
+        }
+    }
+}
+
+impl From<GrpcError> for EtcdError {
+    fn from(e: GrpcError) -> Self {
+        match e {
+            GrpcError::Stopped => EtcdError::Stopped,
+            GrpcError::Tls(_) => EtcdError::Tls(e.to_string()),
+            GrpcError::Connect(_) | GrpcError::Io { .. } => EtcdError::Unavailable(e.to_string()),
+            GrpcError::Status { code, .. } if code == CODE_UNAVAILABLE => {
+                EtcdError::Unavailable(e.to_string())
+            }
+            GrpcError::Status { code, message } => EtcdError::Server {
+                code: i64::from(code),
+                message,
+            },
+            GrpcError::Protocol { .. } => EtcdError::Protocol(e.to_string()),
         }
     }
 }
@@ -126,6 +156,22 @@ pub struct EtcdClient {
     connect_timeout: Duration,
     request_timeout: Duration,
     stop: Option<Arc<AtomicBool>>,
+    /// Native gRPC for reads.
+    grpc: GrpcTransport,
+}
+
+/// A page of a range read whose keys and values share the answer's
+/// buffer; see [`EtcdClient::finish_range_shared`].
+pub(crate) struct SharedPage {
+    pub revision: i64,
+    pub kvs: Vec<pb::KeyValue>,
+    pub more: bool,
+}
+
+/// A range read started by [`EtcdClient::start_range`].
+pub struct PendingRange {
+    pending: Pending,
+    revision: i64,
 }
 
 impl EtcdClient {
@@ -163,13 +209,16 @@ impl EtcdClient {
         } else {
             None
         };
+        let connect_timeout = Duration::from_secs(2);
+        let grpc = GrpcTransport::new(endpoints.clone(), tls.as_ref(), connect_timeout);
         Ok(EtcdClient {
             endpoints,
             tls,
             current: AtomicUsize::new(0),
-            connect_timeout: Duration::from_secs(2),
+            connect_timeout,
             request_timeout: Duration::from_secs(30),
             stop,
+            grpc,
         })
     }
 
@@ -183,6 +232,11 @@ impl EtcdClient {
             connect_timeout: self.connect_timeout,
             request_timeout: self.request_timeout,
             stop: self.stop.clone(),
+            grpc: GrpcTransport::new(
+                self.endpoints.clone(),
+                self.tls.as_ref(),
+                self.connect_timeout,
+            ),
         }
     }
 
@@ -295,11 +349,101 @@ impl EtcdClient {
         limit: i64,
         keys_only: bool,
     ) -> Result<RangePage, EtcdError> {
+        let pending = self.start_range_inner(key, range_end, revision, limit, keys_only)?;
+        self.finish_range(pending)
+    }
+
+    /// Starts [`EtcdClient::range`] in the background (the next page of
+    /// a listing, read while the previous one is processed); the answer
+    /// is collected by [`EtcdClient::finish_range`].
+    pub fn start_range(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+        revision: i64,
+        limit: i64,
+    ) -> Result<PendingRange, EtcdError> {
+        self.start_range_inner(key, range_end, revision, limit, false)
+    }
+
+    fn start_range_inner(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+        revision: i64,
+        limit: i64,
+        keys_only: bool,
+    ) -> Result<PendingRange, EtcdError> {
+        let request = pb::RangeRequest {
+            key: key.to_vec(),
+            range_end: range_end.to_vec(),
+            limit,
+            revision,
+            keys_only,
+            ..Default::default()
+        };
+        let pending = self
+            .grpc
+            .spawn(RANGE, Bytes::from(request.encode_to_vec()), &self.limits())
+            .map_err(|e| range_error(e, revision))?;
+        Ok(PendingRange { pending, revision })
+    }
+
+    /// Waits for a range read started by [`EtcdClient::start_range`].
+    pub fn finish_range(&self, pending: PendingRange) -> Result<RangePage, EtcdError> {
+        let page = self.finish_range_shared(pending)?;
+        let kvs = page
+            .kvs
+            .into_iter()
+            .map(|kv| KeyValue {
+                key: kv.key.to_vec(),
+                value: kv.value.to_vec(),
+                mod_revision: kv.mod_revision,
+                create_revision: kv.create_revision,
+            })
+            .collect();
+        Ok(RangePage {
+            revision: page.revision,
+            kvs,
+            more: page.more,
+        })
+    }
+
+    /// As [`EtcdClient::finish_range`], with keys and values left as
+    /// slices of the answer (no copy; the answer stays allocated while any
+    /// of them is alive).
+    pub(crate) fn finish_range_shared(
+        &self,
+        pending: PendingRange,
+    ) -> Result<SharedPage, EtcdError> {
+        let revision = pending.revision;
+        let bytes = self
+            .grpc
+            .wait(pending.pending, &self.limits())
+            .map_err(|e| range_error(e, revision))?;
+        let resp = pb::RangeResponse::decode(bytes)
+            .map_err(|e| EtcdError::Protocol(format!("RangeResponse: {e}")))?;
+        Ok(SharedPage {
+            revision: resp.header.map_or(0, |h| h.revision),
+            kvs: resp.kvs,
+            more: resp.more,
+        })
+    }
+
+    /// As [`EtcdClient::range`], over the JSON gateway.  The syncer does
+    /// not use it; it is kept as the reference the gRPC path is tested
+    /// against, and for diagnosing a server whose gRPC misbehaves.
+    pub fn range_gateway(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+        revision: i64,
+        limit: i64,
+    ) -> Result<RangePage, EtcdError> {
         let mut req = serde_json::json!({
             "key": B64.encode(key),
             "range_end": B64.encode(range_end),
             "limit": limit.to_string(),
-            "keys_only": keys_only,
         });
         if revision > 0 {
             req["revision"] = serde_json::Value::String(revision.to_string());
@@ -330,6 +474,15 @@ impl EtcdClient {
         })
     }
 
+    /// The bounds of one gRPC call.
+    fn limits(&self) -> CallLimits {
+        CallLimits {
+            stop: self.stop.clone(),
+            deadline: Instant::now() + self.request_timeout,
+            max_message: MAX_RESPONSE,
+        }
+    }
+
     /// Reads every key with `prefix` at one revision, page by page, and
     /// returns them with that revision.  Meant for small listings (the CLI
     /// and tests); the syncer pages itself to bound memory.
@@ -357,9 +510,8 @@ impl EtcdClient {
 
     /// Reads one key.
     pub fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, EtcdError> {
-        let req = serde_json::json!({ "key": B64.encode(key) });
-        let resp: RangeResp = self.call("/v3/kv/range", &req)?;
-        resp.kvs.into_iter().next().map(RawKv::decode).transpose()
+        let page = self.range_inner(key, &[], 0, 1, false)?;
+        Ok(page.kvs.into_iter().next())
     }
 
     /// Stores `value` under `key`; returns the new revision.
@@ -409,9 +561,17 @@ impl EtcdClient {
 
     /// The store's current revision.
     pub fn current_revision(&self) -> Result<i64, EtcdError> {
-        let req = serde_json::json!({ "key": B64.encode(b"\0"), "count_only": true });
-        let resp: HeaderOnly = self.call("/v3/kv/range", &req)?;
-        Ok(resp.header.revision)
+        let request = pb::RangeRequest {
+            key: b"\0".to_vec(),
+            count_only: true,
+            ..Default::default()
+        };
+        let bytes = self
+            .grpc
+            .call(RANGE, Bytes::from(request.encode_to_vec()), &self.limits())?;
+        let resp = pb::RangeResponse::decode(bytes)
+            .map_err(|e| EtcdError::Protocol(format!("RangeResponse: {e}")))?;
+        Ok(resp.header.map_or(0, |h| h.revision))
     }
 
     /// Starts watching `[key, range_end)` from `start_revision`.  The
@@ -484,6 +644,21 @@ impl WatchStream {
     }
 }
 
+/// A range failure as an [`EtcdError`], compaction of `revision` typed.
+fn range_error(e: GrpcError, revision: i64) -> EtcdError {
+    match e {
+        GrpcError::Status { code, ref message }
+            if i64::from(code) == CODE_OUT_OF_RANGE && message.contains("compacted") =>
+        {
+            EtcdError::Compacted {
+                revision,
+                compact_revision: 0,
+            }
+        }
+        other => other.into(),
+    }
+}
+
 /// The beginning of the key range after every key starting with `prefix`.
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
@@ -552,12 +727,6 @@ struct Header {
 struct HeaderOnly {
     #[serde(default)]
     header: Header,
-}
-
-#[derive(Deserialize)]
-struct RangeResp {
-    #[serde(default)]
-    kvs: Vec<RawKv>,
 }
 
 /// A range answer whose base64 fields borrow from the response text.

@@ -247,7 +247,7 @@ impl Write for Transport {
 }
 
 /// The TLS error inside an I/O error, if any.
-fn tls_cause(e: &io::Error) -> Option<&rustls::Error> {
+pub(crate) fn tls_cause(e: &io::Error) -> Option<&rustls::Error> {
     e.get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
 }
@@ -464,7 +464,7 @@ fn io_error(endpoint: &str, e: io::Error) -> HttpError {
 }
 
 /// A TLS error with a hint at the setting to check.
-fn tls_hint(e: &rustls::Error) -> String {
+pub(crate) fn tls_hint(e: &rustls::Error) -> String {
     use rustls::{AlertDescription, CertificateError, Error};
     let hint = match e {
         Error::InvalidCertificate(CertificateError::UnknownIssuer) => {

@@ -8,8 +8,11 @@
 //!   etcd connection settings ([`EtcdConfig`]);
 //! * [`apply`]: writing resources as calicoctl stores them and listing them
 //!   (`felix datastore apply` / `get`);
-//! * [`client`]: the etcd operations, over etcd's JSON gateway with a small
-//!   built-in HTTP/1.1 client (`http://`, or `https://` through [`tls`]);
+//! * [`client`]: the etcd operations: reads over native gRPC (`grpc`, an
+//!   HTTP/2 unary-call client on the `h2` crate, with the protobuf messages
+//!   of `pb`), writes and the watch over etcd's JSON gateway with a small
+//!   built-in HTTP/1.1 client (`http`); `http://`, or `https://` through
+//!   [`tls`] for both;
 //! * [`tls`]: `EtcdCaFile`/`EtcdCertFile`/`EtcdKeyFile` as a rustls client
 //!   configuration (server verification, client certificates);
 //! * [`testing`]: a throwaway etcd server for tests and benchmarks;
@@ -28,7 +31,9 @@ pub mod syncer;
 pub mod testing;
 pub mod tls;
 
+mod grpc;
 mod http;
+mod pb;
 mod value;
 
 pub use client::{EtcdClient, EtcdError};

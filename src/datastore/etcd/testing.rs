@@ -194,6 +194,11 @@ impl EtcdTestServer {
             })
     }
 
+    /// The process id of the running etcd (for CPU accounting).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The data directory (for inspection).
     pub fn data_dir(&self) -> &Path {
         self.data.path()

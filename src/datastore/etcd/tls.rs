@@ -12,7 +12,8 @@
 //!   PEM) are presented when both are given; one without the other is an
 //!   error;
 //! * the server's certificate must name the endpoint's host (DNS name or
-//!   IP address SAN), and ALPN offers `http/1.1` (the JSON gateway).
+//!   IP address SAN), and ALPN offers `http/1.1` (the JSON gateway; the
+//!   gRPC transport uses a copy offering `h2`).
 //!
 //! Every error names the parameter and file it is about.  Certificate
 //! files are read once, when the client is built.
