@@ -19,10 +19,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::dataplane::kernel::{Commands, KernelError};
+use crate::dataplane::kernel::{Commands, KernelError, RetryPolicy};
 use crate::dataplane::nftables::canonical_member;
 
 use super::names::{IpSetType, IpVersionConfig};
@@ -42,24 +41,19 @@ pub struct IpSetMetadata {
 /// Tunables; `Default` gives upstream's values.
 #[derive(Clone)]
 pub struct IpSetsOptions {
-    /// Attempts per `apply_updates`.
-    pub max_attempts: u32,
-    /// First backoff, doubling.
-    pub initial_backoff: Duration,
+    /// Retries per `apply_updates` (attempts are one more), backoff, sleep
+    /// and clock.
+    pub retry: RetryPolicy,
     /// Time budget per apply for background re-checks.
     pub background_budget: Duration,
     /// Deletions per `apply_deletions` call.
     pub max_deletions_per_iteration: usize,
-    /// Sleeps between retries (injectable).
-    pub sleep: Arc<dyn Fn(Duration) + Send + Sync>,
-    /// Clock (injectable).
-    pub now: Arc<dyn Fn() -> Instant + Send + Sync>,
 }
 
 impl std::fmt::Debug for IpSetsOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IpSetsOptions")
-            .field("max_attempts", &self.max_attempts)
+            .field("retry", &self.retry)
             .field("background_budget", &self.background_budget)
             .field(
                 "max_deletions_per_iteration",
@@ -72,12 +66,13 @@ impl std::fmt::Debug for IpSetsOptions {
 impl Default for IpSetsOptions {
     fn default() -> Self {
         IpSetsOptions {
-            max_attempts: 10,
-            initial_backoff: Duration::from_millis(1),
+            // Ten attempts, as upstream.
+            retry: RetryPolicy {
+                max_retries: 9,
+                ..RetryPolicy::default()
+            },
             background_budget: Duration::from_millis(100),
             max_deletions_per_iteration: 1,
-            sleep: Arc::new(std::thread::sleep),
-            now: Arc::new(Instant::now),
         }
     }
 }
@@ -403,7 +398,7 @@ impl IpSets {
                 return Err(e);
             }
         }
-        let mut last = (self.opts.now)();
+        let mut last = self.opts.retry.now();
         while !budget.is_zero() {
             let Some(name) = self.background.pop_front() else {
                 break;
@@ -412,7 +407,7 @@ impl IpSets {
                 self.must.insert(name);
                 return Err(e);
             }
-            let now = (self.opts.now)();
+            let now = self.opts.retry.now();
             *budget = budget.saturating_sub(now.saturating_duration_since(last));
             last = now;
         }
@@ -550,16 +545,16 @@ impl IpSets {
     /// `*tables` apply.
     pub fn apply_updates(&mut self) -> Result<IpSetsStats, IpSetsError> {
         let mut stats = IpSetsStats::default();
-        let mut backoff = self.opts.initial_backoff;
+        let mut backoff = self.opts.retry.backoff();
+        let max_attempts = self.opts.retry.max_retries.saturating_add(1);
         let mut budget = self.opts.background_budget;
         let mut last_err = None;
-        for attempt in 0..self.opts.max_attempts {
+        for attempt in 0..max_attempts {
             if attempt > 0 {
                 stats.retries += 1;
-                (self.opts.sleep)(backoff);
-                backoff *= 2;
+                self.opts.retry.wait(&mut backoff);
             }
-            let transient = attempt < self.opts.max_attempts / 2;
+            let transient = attempt < max_attempts / 2;
             if self.full_resync_required
                 || self.bg_resync_requested
                 || !self.must.is_empty()
@@ -604,7 +599,7 @@ impl IpSets {
         }
         Err(IpSetsError::GaveUp {
             ipv: self.cfg.ip_version().number(),
-            attempts: self.opts.max_attempts,
+            attempts: max_attempts,
             source: last_err.unwrap_or_else(|| KernelError::Failed {
                 command: "ipset".into(),
                 status: None,

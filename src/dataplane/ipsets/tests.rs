@@ -7,6 +7,7 @@ use parking_lot::Mutex;
 
 use super::*;
 use crate::dataplane::generictables::IpVersion;
+use crate::dataplane::kernel::RetryPolicy;
 use crate::dataplane::kernel::{CommandRequest, Commands, FakeResponse, ScriptedCommands};
 
 fn meta(id: &str, t: IpSetType, max: u32) -> IpSetMetadata {
@@ -19,7 +20,10 @@ fn meta(id: &str, t: IpSetType, max: u32) -> IpSetMetadata {
 
 fn quiet() -> IpSetsOptions {
     IpSetsOptions {
-        sleep: Arc::new(|_| {}),
+        retry: RetryPolicy {
+            max_retries: 9,
+            ..RetryPolicy::without_sleeping()
+        },
         ..IpSetsOptions::default()
     }
 }

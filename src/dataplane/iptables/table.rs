@@ -17,13 +17,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::dataplane::generictables::{
     ApplyStats, Chain, IpVersion, Rule, Table, TableError, RULE_HASH_PREFIX,
 };
-use crate::dataplane::kernel::{Commands, KernelError};
+use crate::dataplane::kernel::{Commands, KernelError, RetryPolicy};
 
 use super::backend::{
     backend_binaries_present, find_best_binary, legacy_modules_loaded, ResolvedBackend,
@@ -88,12 +87,8 @@ pub struct IptablesOptions {
     pub hash_prefix: String,
     /// Prefixes of chains we own (`cali-`).
     pub chain_prefixes: Vec<String>,
-    /// Retries after a failed write within one apply.
-    pub max_retries: u32,
-    /// First backoff; doubles per retry up to `max_backoff`.
-    pub initial_backoff: Duration,
-    /// Backoff cap.
-    pub max_backoff: Duration,
+    /// Retries, backoff, sleep and clock.
+    pub retry: RetryPolicy,
     /// xtables lock wait passed as `-w <secs>` (zero: do not wait).
     pub lock_timeout: Duration,
     /// Lock probe interval passed as `-W <usecs>`.
@@ -102,17 +97,13 @@ pub struct IptablesOptions {
     pub refresh_interval: Duration,
     /// Top or bottom of the kernel chains for our hooks.
     pub insert_mode: ChainInsertMode,
-    /// Sleeps between retries (injectable for tests).
-    pub sleep: Arc<dyn Fn(Duration) + Send + Sync>,
-    /// Clock (injectable for tests).
-    pub now: Arc<dyn Fn() -> Instant + Send + Sync>,
 }
 
 impl std::fmt::Debug for IptablesOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IptablesOptions")
             .field("chain_prefixes", &self.chain_prefixes)
-            .field("max_retries", &self.max_retries)
+            .field("retry", &self.retry)
             .field("lock_timeout", &self.lock_timeout)
             .field("refresh_interval", &self.refresh_interval)
             .field("insert_mode", &self.insert_mode)
@@ -125,15 +116,11 @@ impl Default for IptablesOptions {
         IptablesOptions {
             hash_prefix: RULE_HASH_PREFIX.into(),
             chain_prefixes: vec!["cali-".into()],
-            max_retries: 10,
-            initial_backoff: Duration::from_millis(1),
-            max_backoff: Duration::from_secs(1),
+            retry: RetryPolicy::default(),
             lock_timeout: Duration::from_secs(10),
             lock_probe_interval: Duration::from_millis(50),
             refresh_interval: Duration::from_secs(90),
             insert_mode: ChainInsertMode::Insert,
-            sleep: Arc::new(std::thread::sleep),
-            now: Arc::new(Instant::now),
         }
     }
 }
@@ -493,7 +480,7 @@ impl IptablesTable {
 
     fn apply_program(&mut self) -> Result<ApplyStats, TableError> {
         let mut total = ApplyStats::default();
-        let mut backoff = self.opts.initial_backoff;
+        let mut backoff = self.opts.retry.backoff();
         let mut attempt: u32 = 0;
         loop {
             let full = self.actual.is_none();
@@ -534,7 +521,7 @@ impl IptablesTable {
                 Err(err) => {
                     // Our picture of the kernel may be wrong: re-read it.
                     self.actual = None;
-                    if attempt >= self.opts.max_retries {
+                    if attempt >= self.opts.retry.max_retries {
                         return Err(match err {
                             Ok(source) => TableError::GaveUp {
                                 table: self.desc(),
@@ -547,15 +534,14 @@ impl IptablesTable {
                     tracing::warn!(table = %self.desc(), attempt, "iptables apply failed; retrying");
                     attempt += 1;
                     total.retries += 1;
-                    (self.opts.sleep)(backoff);
-                    backoff = (backoff * 2).min(self.opts.max_backoff);
+                    self.opts.retry.wait(&mut backoff);
                 }
             }
         }
     }
 
     fn apply_cleanup(&mut self) -> Result<ApplyStats, TableError> {
-        let now = (self.opts.now)();
+        let now = self.opts.retry.now();
         if self.next_cleanup.is_some_and(|t| now < t) {
             return Ok(ApplyStats::default());
         }
@@ -671,7 +657,9 @@ impl Table for IptablesTable {
                     || !self.dirty_chains.is_empty()
                     || !self.dirty_inserts.is_empty()
             }
-            IptablesMode::CleanupOnly => self.next_cleanup.is_none_or(|t| (self.opts.now)() >= t),
+            IptablesMode::CleanupOnly => {
+                self.next_cleanup.is_none_or(|t| self.opts.retry.now() >= t)
+            }
         }
     }
 }

@@ -10,6 +10,7 @@ use super::*;
 use crate::dataplane::generictables::{
     Action, Chain, IpVersion, MatchCriteria, Rule, Table, TableError,
 };
+use crate::dataplane::kernel::RetryPolicy;
 use crate::dataplane::kernel::{CommandRequest, Commands, FakeResponse, ScriptedCommands};
 
 const EMPTY_FILTER: &str =
@@ -21,7 +22,10 @@ fn rule(proto: &str, a: Action) -> Rule {
 
 fn test_opts(sleeps: Arc<Mutex<Vec<Duration>>>) -> IptablesOptions {
     IptablesOptions {
-        sleep: Arc::new(move |d| sleeps.lock().push(d)),
+        retry: RetryPolicy {
+            sleep: Arc::new(move |d| sleeps.lock().push(d)),
+            ..RetryPolicy::default()
+        },
         ..IptablesOptions::default()
     }
 }
@@ -224,7 +228,7 @@ fn mode_table(fake: &Arc<ScriptedCommands>, mode: ChainInsertMode) -> IptablesTa
         Commands::unhooked(fake.clone(), "iptables-filter-v4"),
         IptablesOptions {
             insert_mode: mode,
-            sleep: Arc::new(|_| {}),
+            retry: RetryPolicy::without_sleeping(),
             ..IptablesOptions::default()
         },
     )
@@ -393,7 +397,10 @@ fn unparseable_save_is_a_typed_error() {
         IptablesMode::Program,
         Commands::unhooked(fake.clone(), "t"),
         IptablesOptions {
-            max_retries: 0,
+            retry: RetryPolicy {
+                max_retries: 0,
+                ..RetryPolicy::default()
+            },
             ..IptablesOptions::default()
         },
     );
@@ -411,7 +418,10 @@ fn cleanup_only_is_paced_and_latched() {
     let c2 = clock.clone();
     let opts = IptablesOptions {
         refresh_interval: Duration::from_secs(60),
-        now: Arc::new(move || *c2.lock()),
+        retry: RetryPolicy {
+            now: Arc::new(move || *c2.lock()),
+            ..RetryPolicy::default()
+        },
         ..IptablesOptions::default()
     };
     let mut t = IptablesTable::new(

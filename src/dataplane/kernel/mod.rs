@@ -9,12 +9,14 @@
 mod command;
 mod fake;
 mod hook;
+mod retry;
 #[cfg(test)]
 pub(crate) mod testns;
 
 pub use command::{CommandOutput, CommandRequest, CommandSeam, Commands, SystemCommands};
 pub use fake::{FakeResponse, ScriptedCommands};
 pub use hook::{NoopHook, OpHook};
+pub use retry::{Backoff, RetryPolicy};
 
 /// Errors from a kernel seam, naming the command and what went wrong.
 #[derive(Debug, thiserror::Error)]

@@ -13,13 +13,12 @@
 //!   single transaction, so a failed rebuild leaves the old table in place.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::dataplane::generictables::{
     ApplyStats, Chain, IpVersion, Rule, Table, TableError, RULE_HASH_PREFIX,
 };
-use crate::dataplane::kernel::{Commands, KernelError};
+use crate::dataplane::kernel::{Commands, KernelError, RetryPolicy};
 
 use super::json::{parse_table, ActualSet, NftState};
 use super::render::{legalize_set_name, NftRenderer};
@@ -174,27 +173,19 @@ pub struct NftablesOptions {
     pub table_name: String,
     /// Hash comment prefix (`cali:`).
     pub hash_prefix: String,
-    /// Retries after a failed transaction within one apply.
-    pub max_retries: u32,
-    /// First backoff; doubles per retry up to `max_backoff`.
-    pub initial_backoff: Duration,
-    /// Backoff cap.
-    pub max_backoff: Duration,
+    /// Retries after a failed transaction, backoff, sleep and clock.
+    pub retry: RetryPolicy,
     /// Consecutive failures after which the table is rebuilt.
     pub rebuild_after_failures: u32,
     /// Pacing of [`NftablesMode::CleanupOnly`].
     pub refresh_interval: Duration,
-    /// Sleeps between retries (injectable).
-    pub sleep: Arc<dyn Fn(Duration) + Send + Sync>,
-    /// Clock (injectable).
-    pub now: Arc<dyn Fn() -> Instant + Send + Sync>,
 }
 
 impl std::fmt::Debug for NftablesOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NftablesOptions")
             .field("table_name", &self.table_name)
-            .field("max_retries", &self.max_retries)
+            .field("retry", &self.retry)
             .field("rebuild_after_failures", &self.rebuild_after_failures)
             .finish_non_exhaustive()
     }
@@ -205,13 +196,9 @@ impl Default for NftablesOptions {
         NftablesOptions {
             table_name: "calico".into(),
             hash_prefix: RULE_HASH_PREFIX.into(),
-            max_retries: 10,
-            initial_backoff: Duration::from_millis(1),
-            max_backoff: Duration::from_secs(1),
+            retry: RetryPolicy::default(),
             rebuild_after_failures: 5,
             refresh_interval: Duration::from_secs(90),
-            sleep: Arc::new(std::thread::sleep),
-            now: Arc::new(Instant::now),
         }
     }
 }
@@ -665,7 +652,7 @@ impl NftablesTable {
 
     fn apply_program(&mut self) -> Result<ApplyStats, TableError> {
         let mut total = ApplyStats::default();
-        let mut backoff = self.opts.initial_backoff;
+        let mut backoff = self.opts.retry.backoff();
         let mut attempt: u32 = 0;
         loop {
             let rebuild = self.consecutive_failures >= self.opts.rebuild_after_failures;
@@ -715,7 +702,7 @@ impl NftablesTable {
                 Err(err) => {
                     self.consecutive_failures += 1;
                     self.actual = None;
-                    if attempt >= self.opts.max_retries {
+                    if attempt >= self.opts.retry.max_retries {
                         return Err(match err {
                             Ok(source) => TableError::GaveUp {
                                 table: self.desc(),
@@ -728,15 +715,14 @@ impl NftablesTable {
                     tracing::warn!(table = %self.desc(), attempt, "nftables apply failed; retrying");
                     attempt += 1;
                     total.retries += 1;
-                    (self.opts.sleep)(backoff);
-                    backoff = (backoff * 2).min(self.opts.max_backoff);
+                    self.opts.retry.wait(&mut backoff);
                 }
             }
         }
     }
 
     fn apply_cleanup(&mut self) -> Result<ApplyStats, TableError> {
-        let now = (self.opts.now)();
+        let now = self.opts.retry.now();
         if self.next_cleanup.is_some_and(|t| now < t) {
             return Ok(ApplyStats::default());
         }
@@ -863,7 +849,9 @@ impl Table for NftablesTable {
                     || !self.dirty_chains.is_empty()
                     || !self.dirty_sets.is_empty()
             }
-            NftablesMode::CleanupOnly => self.next_cleanup.is_none_or(|t| (self.opts.now)() >= t),
+            NftablesMode::CleanupOnly => {
+                self.next_cleanup.is_none_or(|t| self.opts.retry.now() >= t)
+            }
         }
     }
 }

@@ -10,6 +10,7 @@ use super::*;
 use crate::dataplane::generictables::{
     Action, Chain, IpVersion, MatchCriteria, PortRange, Rule, Table, TableError,
 };
+use crate::dataplane::kernel::RetryPolicy;
 use crate::dataplane::kernel::{
     CommandOutput, CommandRequest, CommandSeam, Commands, FakeResponse, KernelError,
     ScriptedCommands, SystemCommands,
@@ -21,7 +22,7 @@ fn rule(proto: &str, a: Action) -> Rule {
 
 fn quiet_opts() -> NftablesOptions {
     NftablesOptions {
-        sleep: Arc::new(|_| {}),
+        retry: RetryPolicy::without_sleeping(),
         ..NftablesOptions::default()
     }
 }
@@ -243,7 +244,10 @@ fn rebuilds_in_one_transaction_after_repeated_failures() {
 fn gives_up_with_typed_error_naming_the_command() {
     let fake = no_table_fake();
     let opts = NftablesOptions {
-        max_retries: 2,
+        retry: RetryPolicy {
+            max_retries: 2,
+            ..RetryPolicy::without_sleeping()
+        },
         ..quiet_opts()
     };
     let mut t = NftablesTable::new(
@@ -487,7 +491,7 @@ mod kernel {
             NftablesMode::Program,
             Commands::unhooked(seam.clone(), "nft"),
             NftablesOptions {
-                sleep: Arc::new(|_| {}),
+                retry: RetryPolicy::without_sleeping(),
                 ..NftablesOptions::default()
             },
         );

@@ -97,7 +97,6 @@ mod full_ruleset {
     //! the policy on real traffic.
 
     use std::collections::BTreeMap;
-    use std::sync::Arc;
 
     use felix_config::{Config, Source};
     use felix_proto::{
@@ -112,6 +111,7 @@ mod full_ruleset {
         IptablesMode, IptablesOptions, IptablesTable, ResolvedBackend,
     };
     use crate::dataplane::kernel::testns::TestNetns;
+    use crate::dataplane::kernel::RetryPolicy;
     use crate::dataplane::nftables::{NftSetKind, NftablesMode, NftablesOptions, NftablesTable};
     use crate::dataplane::rules::{Backend, RenderConfig, Renderer, TableName};
 
@@ -346,7 +346,7 @@ mod full_ruleset {
             NftablesMode::Program,
             node.commands("nft"),
             NftablesOptions {
-                sleep: Arc::new(|_| {}),
+                retry: RetryPolicy::without_sleeping(),
                 ..NftablesOptions::default()
             },
         );
@@ -429,7 +429,7 @@ mod full_ruleset {
             NftablesMode::Program,
             node.commands("nft"),
             NftablesOptions {
-                sleep: Arc::new(|_| {}),
+                retry: RetryPolicy::without_sleeping(),
                 ..NftablesOptions::default()
             },
         );
