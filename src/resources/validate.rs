@@ -208,6 +208,11 @@ pub(crate) fn parse_cidr(s: &str) -> Option<(IpAddr, IpNet)> {
     if !has_slash(s) {
         return None;
     }
+    parse_slashed(s)
+}
+
+/// [`parse_cidr`] for a text known to contain a `/`.
+fn parse_slashed(s: &str) -> Option<(IpAddr, IpNet)> {
     let net: IpNet = match plain_v4_cidr(s) {
         Some(net) => net,
         None => s.parse().ok()?,
@@ -256,7 +261,7 @@ fn plain_v4_cidr(s: &str) -> Option<IpNet> {
 /// full-length prefix.
 pub(crate) fn parse_cidr_or_ip(s: &str) -> Option<(IpAddr, IpNet)> {
     if has_slash(s) {
-        return parse_cidr(s);
+        return parse_slashed(s);
     }
     let ip: IpAddr = s.parse().ok()?;
     Some((ip, IpNet::from(ip)))
