@@ -465,8 +465,7 @@ fn is_seq_entry(text: &str) -> bool {
     text == "-" || text.starts_with("- ") || text.starts_with("-\t")
 }
 
-/// Characters that may not start a plain scalar (all ASCII, so testing the
-/// first byte of a text is the same as testing its first character).
+/// Characters that may not start a plain scalar (all ASCII).
 fn is_indicator(c: char) -> bool {
     matches!(
         c,
