@@ -203,11 +203,7 @@ impl Merger {
                 continue;
             }
             if let Some(owner) = old_owner {
-                let doc = if owner.path == *path {
-                    old.get(owner.index)
-                } else {
-                    self.files.get(&owner.path).and_then(|d| d.get(owner.index))
-                };
+                let doc = doc_at(&self.files, path, &old, &owner);
                 if let Some(Doc {
                     result: Ok(kvs), ..
                 }) = doc
@@ -231,12 +227,7 @@ impl Merger {
         // its lines.
         let mut shared_keys: Vec<(Origin, Origin, Key)> = Vec::new();
         for owner in incoming {
-            let doc = if owner.path == *path {
-                new.get(owner.index)
-            } else {
-                self.files.get(&owner.path).and_then(|d| d.get(owner.index))
-            };
-            let Some(doc) = doc else {
+            let Some(doc) = doc_at(&self.files, path, &new, &owner) else {
                 continue;
             };
             if owner.path != *path {
@@ -354,6 +345,22 @@ impl Merger {
             .and_then(|d| d.get(origin.index))
             .map_or(0, |d| d.line);
         format!("{}:{line}", self.name(&origin.path))
+    }
+}
+
+/// The document `owner` names: from `local` (the documents of `path`, the
+/// file being replaced, which are not in `files` while it is replaced) or
+/// from the stored files.
+fn doc_at<'a>(
+    files: &'a HashMap<RelPath, Vec<Doc>>,
+    path: &RelPath,
+    local: &'a [Doc],
+    owner: &Origin,
+) -> Option<&'a Doc> {
+    if owner.path == *path {
+        local.get(owner.index)
+    } else {
+        files.get(&owner.path).and_then(|d| d.get(owner.index))
     }
 }
 
