@@ -21,7 +21,13 @@
 //!   before any policy that uses it in the same or a later flush; a removal
 //!   is sent only for objects previously sent.
 //! * A delta is only sent for a set that was sent before and not removed;
-//!   a set (re)added in this flush is sent in full instead.
+//!   a set (re)added in this flush is sent in full instead, and keeps no
+//!   member changes while it waits: its full update reads the members
+//!   current at flush time from the [`MemberSource`] (the IP-set index).
+//! * Pending policies and profiles wait in their proto encoding
+//!   ([`Packed`]) and are decoded as they are emitted, so a start-of-day
+//!   flush holds the compact form of every active policy, not the decoded
+//!   one.
 //! * Within each step objects are emitted in key order, so output is
 //!   deterministic.
 
@@ -32,11 +38,15 @@ use pb::to_dataplane::Payload;
 
 use super::computed::EndpointComputed;
 use super::ids::fill_rule_ids;
+use super::labelindex::member::v4_cidr_text;
 use super::labelindex::Member;
 use super::policy_resolver::{EndpointTiers, ResolvedTier};
 use super::rule_scanner::{ParsedRules, SetType};
 use super::{EndpointKey, EndpointValue};
+use crate::hash::FastSet;
 use crate::model::PolicyKey;
+use ipnet::IpNet;
+use std::net::Ipv4Addr;
 
 /// Host metadata as emitted.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,6 +60,86 @@ pub struct HostInfo {
 /// Labels as sorted `(key, value)` pairs.
 type LabelPairs = Box<[(String, String)]>;
 
+/// An unordered set of members.
+type MemberSet = FastSet<Member>;
+
+/// A pending message in its proto encoding.
+///
+/// Policies wait here from activation to the next flush; at start of day
+/// that is every active policy at once, and the decoded form of a rule
+/// (every proto field present, most empty) is about ten times its
+/// encoding.  Invariant: the bytes are always `M`'s own encoding, so
+/// unpacking cannot fail; if it ever did, the message is emitted empty and
+/// the failure logged, never a panic.
+struct Packed<M> {
+    bytes: Box<[u8]>,
+    _kind: std::marker::PhantomData<M>,
+}
+
+impl<M: prost::Message + Default> Packed<M> {
+    fn new(m: &M) -> Self {
+        Packed {
+            bytes: m.encode_to_vec().into_boxed_slice(),
+            _kind: std::marker::PhantomData,
+        }
+    }
+
+    fn unpack(&self) -> M {
+        M::decode(&*self.bytes).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "pending message did not decode; emitting it empty");
+            M::default()
+        })
+    }
+}
+
+/// Supplies a set's current members for its full update.
+pub trait MemberSource {
+    /// The members of active set `id`, in any order; empty if the set is
+    /// not known to the source.
+    fn current_members(&self, id: &str) -> Vec<Member>;
+}
+
+/// The members' wire forms in member order (deterministic output).
+/// Sets of IPv4 CIDRs (nearly all of them) are sorted as packed integers
+/// (address, then prefix length: the same order as `Member`'s), which is
+/// several times cheaper than comparing the enums.
+fn sorted_wire_forms(members: impl IntoIterator<Item = Member>) -> Vec<String> {
+    let v: Vec<Member> = members.into_iter().collect();
+    let packed: Option<Vec<u64>> = v
+        .iter()
+        .map(|m| match m {
+            Member::Net(IpNet::V4(n)) => {
+                Some((u64::from(u32::from(n.addr())) << 8) | u64::from(n.prefix_len()))
+            }
+            _ => None,
+        })
+        .collect();
+    if let Some(mut keys) = packed {
+        keys.sort_unstable();
+        return keys
+            .iter()
+            .map(|k| v4_cidr_text(Ipv4Addr::from((k >> 8) as u32), (k & 0xff) as u8))
+            .collect();
+    }
+    let mut v = v;
+    v.sort_unstable();
+    v.iter().map(Member::to_wire).collect()
+}
+
+/// Inserts `m` into `id`'s set, allocating the key only for a new set.
+fn insert_member(map: &mut BTreeMap<String, MemberSet>, id: &str, m: Member) {
+    match map.get_mut(id) {
+        Some(set) => {
+            set.insert(m);
+        }
+        None => {
+            let mut set = MemberSet::default();
+            set.insert(m);
+            map.insert(id.to_string(), set);
+        }
+    }
+}
+
 /// See the module docs.
 #[derive(Default)]
 pub struct EventSequencer {
@@ -57,12 +147,16 @@ pub struct EventSequencer {
 
     pending_added_sets: BTreeMap<String, SetType>,
     pending_removed_sets: BTreeSet<String>,
-    pending_added_members: BTreeMap<String, BTreeSet<Member>>,
-    pending_removed_members: BTreeMap<String, BTreeSet<Member>>,
+    /// Pending membership changes per set, unordered: members are sorted
+    /// once, when their set is flushed (a full set at start of day has one
+    /// entry per endpoint in the cluster, and ordered inserts of that many
+    /// cost more than the sort).
+    pending_added_members: BTreeMap<String, MemberSet>,
+    pending_removed_members: BTreeMap<String, MemberSet>,
 
-    pending_policy_updates: BTreeMap<PolicyKey, ParsedRules>,
+    pending_policy_updates: BTreeMap<PolicyKey, Packed<pb::Policy>>,
     pending_policy_deletes: BTreeSet<PolicyKey>,
-    pending_profile_updates: BTreeMap<String, ParsedRules>,
+    pending_profile_updates: BTreeMap<String, Packed<pb::Profile>>,
     pending_profile_deletes: BTreeSet<String>,
     pending_endpoint_updates:
         BTreeMap<EndpointKey, (EndpointValue, Vec<ResolvedTier>, EndpointComputed)>,
@@ -74,7 +168,9 @@ pub struct EventSequencer {
     pending_pool_deletes: BTreeSet<String>,
     /// Labels as sorted pairs: a large cluster has one pending namespace
     /// per `kns.` profile at the first flush, and a `BTreeMap` node is
-    /// several times the size of the few labels a namespace has.
+    /// several times the size of the few labels a namespace has.  (Packing
+    /// them as for policies saved 10 MB at 100,000 namespaces but cost more
+    /// CPU in encoding and decoding than the saved page faults gave back.)
     pending_ns_updates: BTreeMap<String, LabelPairs>,
     pending_ns_deletes: BTreeSet<String>,
     pending_sa_updates: BTreeMap<(String, String), LabelPairs>,
@@ -169,7 +265,14 @@ impl EventSequencer {
         self.pending_removed_members.remove(id);
     }
 
+    /// A member joined set `id`.  Ignored while the set waits for its
+    /// full update: that update reads the members current at flush time
+    /// from the [`MemberSource`] (at start of day that is every endpoint in
+    /// the cluster, which is not worth buffering twice).
     pub fn on_member_added(&mut self, id: &str, m: Member) {
+        if self.pending_added_sets.contains_key(id) {
+            return;
+        }
         if let Some(set) = self.pending_removed_members.get_mut(id) {
             if set.remove(&m) {
                 if set.is_empty() {
@@ -178,13 +281,15 @@ impl EventSequencer {
                 return;
             }
         }
-        self.pending_added_members
-            .entry(id.to_string())
-            .or_default()
-            .insert(m);
+        insert_member(&mut self.pending_added_members, id, m);
     }
 
+    /// A member left set `id` (ignored while the set waits for its full
+    /// update, as for [`EventSequencer::on_member_added`]).
     pub fn on_member_removed(&mut self, id: &str, m: Member) {
+        if self.pending_added_sets.contains_key(id) {
+            return;
+        }
         if let Some(set) = self.pending_added_members.get_mut(id) {
             if set.remove(&m) {
                 if set.is_empty() {
@@ -193,15 +298,13 @@ impl EventSequencer {
                 return;
             }
         }
-        self.pending_removed_members
-            .entry(id.to_string())
-            .or_default()
-            .insert(m);
+        insert_member(&mut self.pending_removed_members, id, m);
     }
 
     pub fn on_policy_active(&mut self, key: &PolicyKey, rules: ParsedRules) {
         self.pending_policy_deletes.remove(key);
-        self.pending_policy_updates.insert(key.clone(), rules);
+        let packed = Packed::new(&unkeyed_policy(rules));
+        self.pending_policy_updates.insert(key.clone(), packed);
     }
 
     pub fn on_policy_inactive(&mut self, key: &PolicyKey) {
@@ -213,7 +316,12 @@ impl EventSequencer {
 
     pub fn on_profile_active(&mut self, name: &str, rules: ParsedRules) {
         self.pending_profile_deletes.remove(name);
-        self.pending_profile_updates.insert(name.to_string(), rules);
+        let packed = Packed::new(&pb::Profile {
+            inbound_rules: rules.inbound,
+            outbound_rules: rules.outbound,
+        });
+        self.pending_profile_updates
+            .insert(name.to_string(), packed);
     }
 
     pub fn on_profile_inactive(&mut self, name: &str) {
@@ -341,18 +449,26 @@ impl EventSequencer {
     // ---------------------------------------------------------------- flush
 
     /// Emits everything pending, in the order given in the module docs.
-    pub fn flush(&mut self, out: &mut dyn FnMut(Payload)) {
+    /// `members` supplies the full membership of sets sent for the first
+    /// time (or re-sent after a change of definition).
+    pub fn flush(&mut self, members: &dyn MemberSource, out: &mut dyn FnMut(Payload)) {
         if let Some(c) = self.pending_config.take() {
             out(Payload::ConfigUpdate(c));
         }
-        self.flush_added_sets(out);
+        self.flush_added_sets(members, out);
         self.flush_set_deltas(out);
-        for (key, rules) in std::mem::take(&mut self.pending_policy_updates) {
-            out(Payload::ActivePolicyUpdate(policy_update(&key, rules)));
+        for (key, packed) in std::mem::take(&mut self.pending_policy_updates) {
+            out(Payload::ActivePolicyUpdate(policy_update(
+                &key,
+                packed.unpack(),
+            )));
             self.sent_policies.insert(key);
         }
-        for (name, rules) in std::mem::take(&mut self.pending_profile_updates) {
-            out(Payload::ActiveProfileUpdate(profile_update(&name, rules)));
+        for (name, packed) in std::mem::take(&mut self.pending_profile_updates) {
+            out(Payload::ActiveProfileUpdate(profile_update(
+                &name,
+                packed.unpack(),
+            )));
             self.sent_profiles.insert(name);
         }
         for (key, (ep, tiers, computed)) in std::mem::take(&mut self.pending_endpoint_updates) {
@@ -475,14 +591,9 @@ impl EventSequencer {
         }
     }
 
-    fn flush_added_sets(&mut self, out: &mut dyn FnMut(Payload)) {
+    fn flush_added_sets(&mut self, source: &dyn MemberSource, out: &mut dyn FnMut(Payload)) {
         for (id, t) in std::mem::take(&mut self.pending_added_sets) {
-            let members: Vec<String> = self
-                .pending_added_members
-                .remove(&id)
-                .map(|m| m.iter().map(|m| m.to_string()).collect())
-                .unwrap_or_default();
-            self.pending_removed_members.remove(&id);
+            let members = sorted_wire_forms(source.current_members(&id));
             out(Payload::IpsetUpdate(pb::IpSetUpdate {
                 id: id.clone(),
                 members,
@@ -506,43 +617,51 @@ impl EventSequencer {
             }
             out(Payload::IpsetDeltaUpdate(pb::IpSetDeltaUpdate {
                 id,
-                added_members: a.iter().map(|m| m.to_string()).collect(),
-                removed_members: r.iter().map(|m| m.to_string()).collect(),
+                added_members: sorted_wire_forms(a),
+                removed_members: sorted_wire_forms(r),
             }));
         }
     }
 }
 
-fn to_proto_rules(mut rules: Vec<pb::Rule>, seed: &str) -> Vec<pb::Rule> {
-    fill_rule_ids(&mut rules, seed);
-    rules
-}
-
-fn policy_update(key: &PolicyKey, r: ParsedRules) -> pb::ActivePolicyUpdate {
-    pb::ActivePolicyUpdate {
-        id: Some(policy_id(key)),
-        policy: Some(pb::Policy {
-            namespace: r.namespace,
-            inbound_rules: to_proto_rules(r.inbound, &format!("pol-in-default/{}", key.name)),
-            outbound_rules: to_proto_rules(r.outbound, &format!("pol-out-default/{}", key.name)),
-            untracked: r.untracked,
-            pre_dnat: r.pre_dnat,
-            original_selector: r.original_selector,
-            perf_hints: r.perf_hints,
-            tier: r.tier,
-        }),
+/// A policy with its rules converted but not yet identified (rule IDs
+/// are filled in at flush).
+fn unkeyed_policy(r: ParsedRules) -> pb::Policy {
+    pb::Policy {
+        namespace: r.namespace,
+        inbound_rules: r.inbound,
+        outbound_rules: r.outbound,
+        untracked: r.untracked,
+        pre_dnat: r.pre_dnat,
+        original_selector: r.original_selector,
+        perf_hints: r.perf_hints,
+        tier: r.tier,
     }
 }
 
-fn profile_update(name: &str, r: ParsedRules) -> pb::ActiveProfileUpdate {
+fn policy_update(key: &PolicyKey, mut p: pb::Policy) -> pb::ActivePolicyUpdate {
+    fill_rule_ids(
+        &mut p.inbound_rules,
+        &format!("pol-in-default/{}", key.name),
+    );
+    fill_rule_ids(
+        &mut p.outbound_rules,
+        &format!("pol-out-default/{}", key.name),
+    );
+    pb::ActivePolicyUpdate {
+        id: Some(policy_id(key)),
+        policy: Some(p),
+    }
+}
+
+fn profile_update(name: &str, mut p: pb::Profile) -> pb::ActiveProfileUpdate {
+    fill_rule_ids(&mut p.inbound_rules, &format!("prof-in-{name}"));
+    fill_rule_ids(&mut p.outbound_rules, &format!("prof-out-{name}"));
     pb::ActiveProfileUpdate {
         id: Some(pb::ProfileId {
             name: name.to_string(),
         }),
-        profile: Some(pb::Profile {
-            inbound_rules: to_proto_rules(r.inbound, &format!("prof-in-{name}")),
-            outbound_rules: to_proto_rules(r.outbound, &format!("prof-out-{name}")),
-        }),
+        profile: Some(p),
     }
 }
 
@@ -703,4 +822,42 @@ fn nats(n: &[crate::model::IpNat]) -> Vec<pb::NatInfo> {
             int_ip: n.int_ip.to_string(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn by_member_order(members: &[Member]) -> Vec<String> {
+        let mut v = members.to_vec();
+        v.sort();
+        v.iter().map(|m| m.to_string()).collect()
+    }
+
+    proptest! {
+        /// The packed-integer sort gives exactly `Member` order and text,
+        /// for pure IPv4 sets and (through the general path) mixed ones.
+        #[test]
+        fn wire_forms_are_sorted_members(
+            nets in proptest::collection::vec((any::<u32>(), 0u8..=32), 0..60),
+            mixed in any::<bool>(),
+        ) {
+            let mut members: Vec<Member> = nets
+                .iter()
+                .map(|(a, p)| {
+                    let n = ipnet::Ipv4Net::new(Ipv4Addr::from(*a), *p).unwrap_or_default();
+                    Member::Net(IpNet::V4(n.trunc()))
+                })
+                .collect();
+            if mixed {
+                members.push(Member::Net("fd00::1/128".parse().unwrap_or_else(|_| IpNet::default())));
+            }
+            let want = by_member_order(&members);
+            let unique: FastSet<Member> = members.iter().copied().collect();
+            let mut want_unique = want.clone();
+            want_unique.dedup();
+            prop_assert_eq!(sorted_wire_forms(unique), want_unique);
+        }
+    }
 }

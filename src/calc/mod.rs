@@ -69,7 +69,7 @@ use crate::model::{
 };
 use active_rules::{ActiveRulesCalculator, ArcEvent, ComputedListener};
 use config_batcher::ConfigBatcher;
-use event_sequencer::EventSequencer;
+use event_sequencer::{EventSequencer, MemberSource};
 use labelindex::{IpSetIndex, LabelledKey, LabelledValue, Member, MemberSink};
 use live_migration::{LiveMigrationCalculator, LmAction};
 use passthru::Passthru;
@@ -91,6 +91,12 @@ pub enum EndpointKey {
 pub enum EndpointValue {
     Workload(Arc<WorkloadEndpoint>),
     Host(Arc<HostEndpoint>),
+}
+
+impl MemberSource for IpSetIndex {
+    fn current_members(&self, id: &str) -> Vec<Member> {
+        IpSetIndex::current_members(self, id)
+    }
 }
 
 impl MemberSink for EventSequencer {
@@ -461,7 +467,7 @@ impl CalcGraph {
             n += 1;
             emit(p);
         };
-        self.seq.flush(&mut counted);
+        self.seq.flush(&self.ipsets, &mut counted);
         if self.need_in_sync_msg {
             self.need_in_sync_msg = false;
             counted(Payload::InSync(pb::InSync {}));

@@ -95,8 +95,10 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         if self.selectors.get(&id) == Some(&sel) {
             return;
         }
-        let choice = Choice::for_selector(&sel);
-        self.restrictions.add(id.clone(), choice);
+        if let Some(old) = self.selectors.get(&id) {
+            self.restrictions.remove(&id, &Choice::for_selector(old));
+        }
+        self.restrictions.add(&id, &Choice::for_selector(&sel));
         // Scan the (few) local endpoints.
         let mut now: BTreeSet<E> = BTreeSet::new();
         for (ek, ep) in &self.endpoints {
@@ -116,10 +118,10 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
 
     /// Removes selector `id`, emitting a stop for each of its matches.
     pub fn delete_selector(&mut self, id: &S, out: &mut Vec<MatchEvent<S, E>>) {
-        if self.selectors.remove(id).is_none() {
+        let Some(old) = self.selectors.remove(id) else {
             return;
-        }
-        self.restrictions.remove(id);
+        };
+        self.restrictions.remove(id, &Choice::for_selector(&old));
         let before = self.sel_to_eps.get(id).cloned().unwrap_or_default();
         for e in &before {
             self.record(id, e, false, out);

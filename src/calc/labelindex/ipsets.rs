@@ -11,7 +11,9 @@
 //! are stored compactly too ([`ObjKey`]: the host, orchestrator and
 //! endpoint names interned, one string for the rest), and the one-element
 //! lists every endpoint has (its address, its profile, the sets it matches)
-//! are kept inline.
+//! are kept inline.  The value index's per-value id sets are sized to
+//! their membership ([`super::idset::IdSet`]): inline for one endpoint, a
+//! compressed bitmap for a value a large share of the cluster carries.
 //!
 //! Invariants:
 //! * Membership is reference counted: several objects may contribute the
@@ -33,9 +35,10 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use smallvec::SmallVec;
 
+use super::idset::IdSet;
 use super::interner::{lookup, IdLabels, Interner};
 use super::member::{host_net, Member, NpProtocol};
-use super::restriction::{Choice, SmallSet};
+use super::restriction::Choice;
 use crate::hash::{FastMap as HashMap, FastSet as HashSet};
 use crate::model::{EndpointPort, HostEndpoint, Labels, NetworkSet, WorkloadEndpoint};
 use crate::selector::{LabelSource, Selector};
@@ -205,7 +208,7 @@ struct ParentData {
 /// Objects indexed by their own interned label values.
 #[derive(Default)]
 struct IdValueIndex {
-    by_kv: HashMap<u32, HashMap<u32, SmallSet<u32>>>,
+    by_kv: HashMap<u32, HashMap<u32, IdSet>>,
 }
 
 impl IdValueIndex {
@@ -215,7 +218,7 @@ impl IdValueIndex {
             match per_key.get_mut(v) {
                 Some(set) => set.insert(id),
                 None => {
-                    per_key.insert(*v, SmallSet::One(id));
+                    per_key.insert(*v, IdSet::One(id));
                 }
             }
         }
@@ -225,7 +228,7 @@ impl IdValueIndex {
         for (k, v) in labels {
             if let Some(per_key) = self.by_kv.get_mut(k) {
                 if let Some(set) = per_key.get_mut(v) {
-                    if set.remove(&id) {
+                    if set.remove(id) {
                         per_key.remove(v);
                     }
                 }
@@ -357,7 +360,10 @@ pub struct IpSetIndex {
     set_restrictions: SetRestrictions,
 }
 
-fn parent_labels<'a>(parents: &'a [Option<ParentData>], ids: &[u32]) -> Vec<&'a [(u32, u32)]> {
+/// Parents' label lists, in priority order (usually one: kept inline).
+type ParentLabelRefs<'a> = SmallVec<[&'a [(u32, u32)]; 2]>;
+
+fn parent_labels<'a>(parents: &'a [Option<ParentData>], ids: &[u32]) -> ParentLabelRefs<'a> {
     ids.iter()
         .filter_map(|p| parents.get(*p as usize).and_then(|p| p.as_ref()))
         .filter_map(|p| p.labels.as_deref())
@@ -398,6 +404,16 @@ impl IpSetIndex {
         let mut m: Vec<Member> = set.members.keys().copied().collect();
         m.sort();
         Some(m)
+    }
+
+    /// Current members of an active set, unordered (empty if unknown).
+    pub fn current_members(&self, uid: &str) -> Vec<Member> {
+        self.set_ids
+            .get(uid)
+            .and_then(|idx| self.sets.get(*idx as usize))
+            .and_then(|s| s.as_ref())
+            .map(|s| s.members.keys().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Keys of all held objects (for tests: a teardown must empty it).
@@ -698,6 +714,9 @@ impl IpSetIndex {
     }
 
     fn compute_matching(&self, own: &[(u32, u32)], parent_ids: &[u32]) -> Ids {
+        if self.set_ids.is_empty() {
+            return Ids::new();
+        }
         let parents = parent_labels(&self.parents, parent_ids);
         let view = IdView {
             interner: &self.interner,

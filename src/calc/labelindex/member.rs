@@ -1,7 +1,7 @@
 //! IP-set members and the named-port protocol filter.
 
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use ipnet::IpNet;
 
@@ -97,7 +97,82 @@ impl fmt::Display for Member {
     }
 }
 
+impl Member {
+    /// The wire form (the same text as `Display`), built without the
+    /// formatting machinery for the common IPv4 CIDR: a start-of-day flush
+    /// formats one member per endpoint in the cluster.
+    pub fn to_wire(&self) -> String {
+        match self {
+            Member::Net(IpNet::V4(n)) => v4_cidr_text(n.addr(), n.prefix_len()),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// `a.b.c.d/p`, formatted into a stack buffer.
+pub fn v4_cidr_text(a: Ipv4Addr, prefix: u8) -> String {
+    let mut buf = [0u8; 18];
+    let mut n = 0;
+    for (i, o) in a.octets().iter().enumerate() {
+        if i > 0 {
+            buf[n] = b'.';
+            n += 1;
+        }
+        n += push_decimal(&mut buf[n..], *o);
+    }
+    buf[n] = b'/';
+    n += 1;
+    n += push_decimal(&mut buf[n..], prefix);
+    // Only ASCII digits, dots and a slash were written.
+    String::from_utf8(buf[..n].to_vec()).unwrap_or_default()
+}
+
+/// Writes `v` in decimal at the start of `out` (which has room for three
+/// digits); returns the number of bytes written.
+fn push_decimal(out: &mut [u8], v: u8) -> usize {
+    let mut n = 0;
+    if v >= 100 {
+        out[n] = b'0' + v / 100;
+        n += 1;
+    }
+    if v >= 10 {
+        out[n] = b'0' + v / 10 % 10;
+        n += 1;
+    }
+    out[n] = b'0' + v % 10;
+    n + 1
+}
+
 /// The host CIDR of an address.
 pub fn host_net(addr: IpAddr) -> IpNet {
     IpNet::from(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The fast wire form is exactly the `Display` form.
+        #[test]
+        fn wire_form_equals_display(a in any::<u32>(), p in 0u8..=32, v6 in any::<u128>(), p6 in 0u8..=128, port in any::<u16>()) {
+            let v4 = Member::Net(IpNet::V4(ipnet::Ipv4Net::new(Ipv4Addr::from(a), p).unwrap().trunc()));
+            prop_assert_eq!(v4.to_wire(), v4.to_string());
+            let v6 = Member::Net(IpNet::V6(ipnet::Ipv6Net::new(std::net::Ipv6Addr::from(v6), p6).unwrap().trunc()));
+            prop_assert_eq!(v6.to_wire(), v6.to_string());
+            let ipp = Member::IpPort { addr: IpAddr::V4(Ipv4Addr::from(a)), proto: NpProtocol::Tcp, port };
+            prop_assert_eq!(ipp.to_wire(), ipp.to_string());
+        }
+    }
+
+    #[test]
+    fn wire_form_examples() {
+        let m = Member::Net("10.0.0.1/32".parse().unwrap());
+        assert_eq!(m.to_wire(), "10.0.0.1/32");
+        let m = Member::Net("0.0.0.0/1".parse().unwrap());
+        assert_eq!(m.to_wire(), "0.0.0.0/1");
+        let m = Member::Net("192.168.100.0/24".parse().unwrap());
+        assert_eq!(m.to_wire(), "192.168.100.0/24");
+    }
 }

@@ -6,7 +6,9 @@
 //! * [`InheritIndex`]: this node's endpoints against policy selectors.
 //! * [`restriction`]: the candidate pre-filters both use to avoid
 //!   O(objects x selectors) work.
+//! * [`idset`]: the id sets behind the IP-set index's value index.
 
+pub mod idset;
 pub mod inherit;
 pub mod interner;
 pub mod ipsets;

@@ -89,12 +89,23 @@ fn restriction_requires_presence(r: &crate::selector::LabelRestriction) -> bool 
 }
 
 /// Selectors indexed by their chosen restriction.
+///
+/// Memory: every policy selector in the cluster is held here, so the index
+/// records nothing it can recompute: it does not remember which
+/// restriction it chose for a selector (the caller passes the selector's
+/// [`Choice`] again on removal; `Choice::for_selector` is a pure function
+/// of the selector), and a value held by one selector (the common case:
+/// one namespace per policy) holds it inline rather than in a set.
+///
+/// Invariant: `remove(id, c)` is only called with the `c` that `add(id, c)`
+/// was called with, and `add` is not called twice for one `id` without a
+/// `remove` in between.
 #[derive(Debug)]
 pub struct RestrictionIndex<S: Clone + Eq + Hash> {
-    by_value: HashMap<String, HashMap<String, HashSet<S>>>,
-    by_present: HashMap<String, HashSet<S>>,
+    by_value: HashMap<Box<str>, HashMap<Box<str>, SmallSet<S>>>,
+    by_present: HashMap<Box<str>, SmallSet<S>>,
     unoptimized: HashSet<S>,
-    chosen: HashMap<S, Choice>,
+    len: usize,
 }
 
 impl<S: Clone + Eq + Hash> Default for RestrictionIndex<S> {
@@ -103,79 +114,81 @@ impl<S: Clone + Eq + Hash> Default for RestrictionIndex<S> {
             by_value: HashMap::default(),
             by_present: HashMap::default(),
             unoptimized: HashSet::default(),
-            chosen: HashMap::default(),
+            len: 0,
+        }
+    }
+}
+
+/// Adds `id` to the set under `key` (creating it).
+fn add_owner<S: Clone + Eq + Hash>(map: &mut HashMap<Box<str>, SmallSet<S>>, key: &str, id: &S) {
+    match map.get_mut(key) {
+        Some(set) => set.insert(id.clone()),
+        None => {
+            map.insert(key.into(), SmallSet::One(id.clone()));
+        }
+    }
+}
+
+/// Removes `id` from the set under `key`, dropping an emptied set.
+fn remove_owner<S: Clone + Eq + Hash>(map: &mut HashMap<Box<str>, SmallSet<S>>, key: &str, id: &S) {
+    if let Some(set) = map.get_mut(key) {
+        if set.remove(id) {
+            map.remove(key);
         }
     }
 }
 
 impl<S: Clone + Eq + Hash> RestrictionIndex<S> {
-    /// Adds (or re-indexes) selector `id`.  Removal uses the recorded
-    /// choice, so add and remove are keyed identically.
-    pub fn add(&mut self, id: S, choice: Choice) {
-        self.remove(&id);
-        match &choice {
+    /// Indexes selector `id` under `choice` (see the type's invariant).
+    pub fn add(&mut self, id: &S, choice: &Choice) {
+        match choice {
             Choice::Values(k, vals) => {
-                let per_key = self.by_value.entry(k.clone()).or_default();
+                let per_key = match self.by_value.get_mut(k.as_str()) {
+                    Some(m) => m,
+                    None => self.by_value.entry(k.as_str().into()).or_default(),
+                };
                 for v in vals {
-                    per_key.entry(v.clone()).or_default().insert(id.clone());
+                    add_owner(per_key, v, id);
                 }
             }
-            Choice::Present(k) => {
-                self.by_present
-                    .entry(k.clone())
-                    .or_default()
-                    .insert(id.clone());
-            }
+            Choice::Present(k) => add_owner(&mut self.by_present, k, id),
             Choice::Unoptimized => {
                 self.unoptimized.insert(id.clone());
             }
         }
-        self.chosen.insert(id, choice);
+        self.len += 1;
     }
 
-    /// Removes selector `id`, if present.
-    pub fn remove(&mut self, id: &S) {
-        let Some(choice) = self.chosen.remove(id) else {
-            return;
-        };
+    /// Removes selector `id`, indexed under `choice` (see the type's
+    /// invariant).
+    pub fn remove(&mut self, id: &S, choice: &Choice) {
         match choice {
             Choice::Values(k, vals) => {
-                if let Some(per_key) = self.by_value.get_mut(&k) {
+                if let Some(per_key) = self.by_value.get_mut(k.as_str()) {
                     for v in vals {
-                        if let Some(set) = per_key.get_mut(&v) {
-                            set.remove(id);
-                            if set.is_empty() {
-                                per_key.remove(&v);
-                            }
-                        }
+                        remove_owner(per_key, v, id);
                     }
                     if per_key.is_empty() {
-                        self.by_value.remove(&k);
+                        self.by_value.remove(k.as_str());
                     }
                 }
             }
-            Choice::Present(k) => {
-                if let Some(set) = self.by_present.get_mut(&k) {
-                    set.remove(id);
-                    if set.is_empty() {
-                        self.by_present.remove(&k);
-                    }
-                }
-            }
+            Choice::Present(k) => remove_owner(&mut self.by_present, k, id),
             Choice::Unoptimized => {
                 self.unoptimized.remove(id);
             }
         }
+        self.len = self.len.saturating_sub(1);
     }
 
     /// Number of indexed selectors.
     pub fn len(&self) -> usize {
-        self.chosen.len()
+        self.len
     }
 
     /// Whether no selector is indexed.
     pub fn is_empty(&self) -> bool {
-        self.chosen.is_empty()
+        self.len == 0
     }
 
     /// Calls `f` once for every selector that could match an object whose
@@ -195,15 +208,11 @@ impl<S: Clone + Eq + Hash> RestrictionIndex<S> {
         for (k, v) in labels {
             if let Some(per_key) = self.by_value.get(k) {
                 if let Some(set) = per_key.get(v) {
-                    for id in set {
-                        f(id);
-                    }
+                    set.for_each_ref(&mut f);
                 }
             }
             if let Some(set) = self.by_present.get(k) {
-                for id in set {
-                    f(id);
-                }
+                set.for_each_ref(&mut f);
             }
         }
     }
@@ -287,18 +296,18 @@ impl<I: Copy + Eq + Hash> ValueIndex<I> {
 
 /// A set that stores the common single-member case inline.
 #[derive(Debug)]
-pub(crate) enum SmallSet<I: Copy + Eq + Hash> {
+pub(crate) enum SmallSet<I: Clone + Eq + Hash> {
     One(I),
     Many(HashSet<I>),
 }
 
-impl<I: Copy + Eq + Hash> SmallSet<I> {
+impl<I: Clone + Eq + Hash> SmallSet<I> {
     pub(crate) fn insert(&mut self, id: I) {
         match self {
             SmallSet::One(existing) => {
                 if *existing != id {
                     let mut s = HashSet::with_capacity_and_hasher(2, Default::default());
-                    s.insert(*existing);
+                    s.insert(existing.clone());
                     s.insert(id);
                     *self = SmallSet::Many(s);
                 }
@@ -316,7 +325,7 @@ impl<I: Copy + Eq + Hash> SmallSet<I> {
             SmallSet::Many(s) => {
                 s.remove(id);
                 if s.len() == 1 {
-                    if let Some(last) = s.iter().next().copied() {
+                    if let Some(last) = s.iter().next().cloned() {
                         *self = SmallSet::One(last);
                     }
                     false
@@ -327,14 +336,16 @@ impl<I: Copy + Eq + Hash> SmallSet<I> {
         }
     }
 
-    pub(crate) fn for_each(&self, f: &mut impl FnMut(I)) {
+    pub(crate) fn for_each_ref(&self, f: &mut impl FnMut(&I)) {
         match self {
-            SmallSet::One(id) => f(*id),
-            SmallSet::Many(s) => {
-                for id in s {
-                    f(*id);
-                }
-            }
+            SmallSet::One(id) => f(id),
+            SmallSet::Many(s) => s.iter().for_each(f),
         }
+    }
+}
+
+impl<I: Copy + Eq + Hash> SmallSet<I> {
+    pub(crate) fn for_each(&self, f: &mut impl FnMut(I)) {
+        self.for_each_ref(&mut |id| f(*id));
     }
 }
