@@ -181,16 +181,19 @@ pub struct EventSequencer {
     pending_vtep_deletes: BTreeSet<String>,
     pending_encap: Option<pb::Encapsulation>,
 
-    sent_sets: BTreeSet<String>,
-    sent_policies: BTreeSet<PolicyKey>,
-    sent_profiles: BTreeSet<String>,
-    sent_endpoints: BTreeSet<EndpointKey>,
-    sent_hosts: BTreeSet<String>,
-    sent_pools: BTreeSet<String>,
-    sent_namespaces: BTreeSet<String>,
-    sent_sas: BTreeSet<(String, String)>,
-    sent_routes: BTreeSet<String>,
-    sent_vteps: BTreeSet<String>,
+    // What the dataplane has been sent.  Only ever queried, never
+    // iterated (output order comes from the pending maps), so hash sets:
+    // a start-of-day flush inserts one entry per namespace in the cluster.
+    sent_sets: FastSet<String>,
+    sent_policies: FastSet<PolicyKey>,
+    sent_profiles: FastSet<String>,
+    sent_endpoints: FastSet<EndpointKey>,
+    sent_hosts: FastSet<String>,
+    sent_pools: FastSet<String>,
+    sent_namespaces: FastSet<String>,
+    sent_sas: FastSet<(String, String)>,
+    sent_routes: FastSet<String>,
+    sent_vteps: FastSet<String>,
 }
 
 fn set_type_proto(t: SetType) -> pb::ip_set_update::IpSetType {

@@ -12,6 +12,7 @@
 
 use crate::model::{Key, Policy, Rule, Update, Value};
 use crate::selector;
+use smallvec::SmallVec;
 
 /// Returns the update unchanged, or with `value: None` if it is invalid.
 pub fn filter(mut update: Update) -> Update {
@@ -48,7 +49,10 @@ fn check(key: &Key, value: &Value) -> Result<(), &'static str> {
     }
     match value {
         Value::Policy(p) => check_policy(p),
-        Value::Profile(p) => check_rules(p.inbound_rules.iter().chain(&p.outbound_rules)),
+        Value::Profile(p) => check_rules(
+            p.inbound_rules.iter().chain(&p.outbound_rules),
+            &mut Validated::default(),
+        ),
         Value::LiveMigration(lm) => match lm.target.as_ref().and_then(|t| t.selector.as_deref()) {
             Some(sel) if !sel.is_empty() && selector::validate(sel).is_err() => {
                 Err("live-migration target selector does not parse")
@@ -60,13 +64,45 @@ fn check(key: &Key, value: &Value) -> Result<(), &'static str> {
 }
 
 fn check_policy(p: &Policy) -> Result<(), &'static str> {
-    if selector::validate(&p.selector).is_err() {
+    let mut seen = Validated::default();
+    if !seen.check(&p.selector) {
         return Err("policy selector does not parse");
     }
-    check_rules(p.inbound_rules.iter().chain(&p.outbound_rules))
+    check_rules(p.inbound_rules.iter().chain(&p.outbound_rules), &mut seen)
 }
 
-fn check_rules<'a>(rules: impl Iterator<Item = &'a Rule>) -> Result<(), &'static str> {
+/// Selector texts already validated within one resource: a policy's
+/// selector often reappears in its rules (an isolation policy uses the
+/// same text three times), and a text is validated only once.  At most
+/// [`Validated::MAX`] texts are remembered, so a policy with many distinct
+/// selectors costs linear, not quadratic, work.
+#[derive(Default)]
+struct Validated<'a> {
+    texts: SmallVec<[&'a str; 4]>,
+}
+
+impl<'a> Validated<'a> {
+    const MAX: usize = 8;
+
+    /// Whether `s` is a valid selector.
+    fn check(&mut self, s: &'a str) -> bool {
+        if self.texts.contains(&s) {
+            return true;
+        }
+        if selector::validate(s).is_err() {
+            return false;
+        }
+        if self.texts.len() < Self::MAX {
+            self.texts.push(s);
+        }
+        true
+    }
+}
+
+fn check_rules<'a>(
+    rules: impl Iterator<Item = &'a Rule>,
+    seen: &mut Validated<'a>,
+) -> Result<(), &'static str> {
     for r in rules {
         for s in [
             &r.src_selector,
@@ -74,10 +110,49 @@ fn check_rules<'a>(rules: impl Iterator<Item = &'a Rule>) -> Result<(), &'static
             &r.not_src_selector,
             &r.not_dst_selector,
         ] {
-            if !s.is_empty() && selector::validate(s).is_err() {
+            if !s.is_empty() && !seen.check(s) {
                 return Err("rule selector does not parse");
             }
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(sel: &str, rule_sels: &[&str]) -> Policy {
+        Policy {
+            selector: sel.to_string(),
+            inbound_rules: rule_sels
+                .iter()
+                .map(|s| Rule {
+                    src_selector: s.to_string(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn repeated_selector_texts_are_checked_once_but_every_text_is_checked() {
+        let ok = "ns == 'a'";
+        assert!(check_policy(&policy(ok, &[ok, ok, "has(b)"])).is_ok());
+        // A bad text is rejected wherever it appears, even after good ones.
+        assert_eq!(
+            check_policy(&policy(ok, &[ok, "has(", ok])),
+            Err("rule selector does not parse")
+        );
+        assert_eq!(
+            check_policy(&policy("has(", &["has("])),
+            Err("policy selector does not parse")
+        );
+        // Past the remembered limit, texts are still validated.
+        let many: Vec<String> = (0..20).map(|i| format!("k == 'v{i}'")).collect();
+        let mut sels: Vec<&str> = many.iter().map(String::as_str).collect();
+        sels.push("k ==");
+        assert!(check_policy(&policy(ok, &sels)).is_err());
+    }
 }

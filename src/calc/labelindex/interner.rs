@@ -18,49 +18,56 @@ use crate::model::Labels;
 pub type IdLabels = Box<[(u32, u32)]>;
 
 /// See the module docs.
+///
+/// The reference count lives beside the id in the map, so interning a
+/// string that is already known (the common case: label keys, and values
+/// shared by many endpoints) touches one table entry.
 #[derive(Default, Debug)]
 pub struct Interner {
-    ids: HashMap<Arc<str>, u32>,
-    strs: Vec<Option<(Arc<str>, u32)>>,
+    /// String -> (id, references).
+    ids: HashMap<Arc<str>, (u32, u32)>,
+    /// Id -> string; `None` for a free id.
+    strs: Vec<Option<Arc<str>>>,
     free: Vec<u32>,
 }
 
 impl Interner {
     /// The id of `s`, adding a reference (creating the entry if needed).
     pub fn intern(&mut self, s: &str) -> u32 {
-        if let Some(id) = self.ids.get(s) {
-            if let Some(Some((_, count))) = self.strs.get_mut(*id as usize) {
-                *count += 1;
-            }
+        if let Some((id, count)) = self.ids.get_mut(s) {
+            *count += 1;
             return *id;
         }
         let arc: Arc<str> = Arc::from(s);
         let id = match self.free.pop() {
             Some(id) => {
-                self.strs[id as usize] = Some((arc.clone(), 1));
+                self.strs[id as usize] = Some(arc.clone());
                 id
             }
             None => {
-                self.strs.push(Some((arc.clone(), 1)));
+                self.strs.push(Some(arc.clone()));
                 (self.strs.len() - 1) as u32
             }
         };
-        self.ids.insert(arc, id);
+        self.ids.insert(arc, (id, 1));
         id
     }
 
     /// Drops one reference to `id`.
     pub fn release(&mut self, id: u32) {
-        let remove = match self.strs.get_mut(id as usize) {
-            Some(Some((_, count))) => {
+        let Some(Some(s)) = self.strs.get(id as usize) else {
+            return;
+        };
+        let remove = match self.ids.get_mut(&**s) {
+            Some((_, count)) => {
                 *count -= 1;
                 *count == 0
             }
-            _ => false,
+            None => false,
         };
         if remove {
-            if let Some((s, _)) = self.strs[id as usize].take() {
-                self.ids.remove(&s);
+            if let Some(s) = self.strs[id as usize].take() {
+                self.ids.remove(&*s);
                 self.free.push(id);
             }
         }
@@ -68,13 +75,13 @@ impl Interner {
 
     /// The id of `s`, if interned (no reference added).
     pub fn get(&self, s: &str) -> Option<u32> {
-        self.ids.get(s).copied()
+        self.ids.get(s).map(|(id, _)| *id)
     }
 
     /// The string of `id`.
     pub fn resolve(&self, id: u32) -> &str {
         match self.strs.get(id as usize) {
-            Some(Some((s, _))) => s,
+            Some(Some(s)) => s,
             _ => "",
         }
     }
@@ -147,5 +154,37 @@ mod tests {
         assert_eq!(lookup(&ids, z).map(|v| i.resolve(v)), Some("1"));
         i.release_labels(&ids);
         assert!(i.is_empty());
+    }
+
+    proptest::proptest! {
+        /// Against a model of counts: an id stays the same while the string
+        /// is referenced, resolves to its string, and the entry goes (and
+        /// only goes) when the last reference is released.
+        #[test]
+        fn matches_a_count_model(ops in proptest::collection::vec((proptest::prelude::any::<bool>(), 0u8..6), 1..200)) {
+            let mut i = Interner::default();
+            let mut model: std::collections::HashMap<String, (u32, u32)> = Default::default();
+            for (add, n) in ops {
+                let s = format!("s{n}");
+                if add {
+                    let id = i.intern(&s);
+                    let e = model.entry(s.clone()).or_insert((id, 0));
+                    proptest::prop_assert_eq!(e.0, id);
+                    e.1 += 1;
+                } else if let Some((id, count)) = model.get(&s).copied() {
+                    i.release(id);
+                    if count == 1 {
+                        model.remove(&s);
+                    } else {
+                        model.insert(s.clone(), (id, count - 1));
+                    }
+                }
+                proptest::prop_assert_eq!(i.len(), model.len());
+                for (text, (id, _)) in &model {
+                    proptest::prop_assert_eq!(i.get(text), Some(*id));
+                    proptest::prop_assert_eq!(i.resolve(*id), text.as_str());
+                }
+            }
+        }
     }
 }
