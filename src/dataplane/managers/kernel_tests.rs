@@ -125,6 +125,16 @@ impl Listener {
             .args(["netns", "exec", ns, "python3", "-c", &code])
             .spawn()
             .unwrap();
+        // The interpreter can take seconds to start on a loaded machine:
+        // wait until the socket listens, so a refused connection means
+        // policy and not a listener that was not up yet.
+        let filter = format!("sport = :{port}");
+        for _ in 0..200 {
+            if !ns_out(ns, "ss", &["-Hltn", &filter]).trim().is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
         Listener(child)
     }
 }
