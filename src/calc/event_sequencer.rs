@@ -41,7 +41,7 @@ use super::ids::fill_rule_ids;
 use super::labelindex::member::v4_cidr_text;
 use super::labelindex::Member;
 use super::policy_resolver::{EndpointTiers, ResolvedTier};
-use super::rule_scanner::{ParsedRules, SetType};
+use super::rule_scanner::SetType;
 use super::{EndpointKey, EndpointValue};
 use crate::hash::FastSet;
 use crate::model::PolicyKey;
@@ -304,9 +304,10 @@ impl EventSequencer {
         insert_member(&mut self.pending_removed_members, id, m);
     }
 
-    pub fn on_policy_active(&mut self, key: &PolicyKey, rules: ParsedRules) {
+    /// `policy` is converted, without rule IDs (filled in at flush).
+    pub fn on_policy_active(&mut self, key: &PolicyKey, policy: pb::Policy) {
         self.pending_policy_deletes.remove(key);
-        let packed = Packed::new(&unkeyed_policy(rules));
+        let packed = Packed::new(&policy);
         self.pending_policy_updates.insert(key.clone(), packed);
     }
 
@@ -317,11 +318,13 @@ impl EventSequencer {
         }
     }
 
-    pub fn on_profile_active(&mut self, name: &str, rules: ParsedRules) {
+    /// Only the rules of `rules` are used (the scanner converts profiles
+    /// and policies alike); rule IDs are filled in at flush.
+    pub fn on_profile_active(&mut self, name: &str, rules: pb::Policy) {
         self.pending_profile_deletes.remove(name);
         let packed = Packed::new(&pb::Profile {
-            inbound_rules: rules.inbound,
-            outbound_rules: rules.outbound,
+            inbound_rules: rules.inbound_rules,
+            outbound_rules: rules.outbound_rules,
         });
         self.pending_profile_updates
             .insert(name.to_string(), packed);
@@ -624,21 +627,6 @@ impl EventSequencer {
                 removed_members: sorted_wire_forms(r),
             }));
         }
-    }
-}
-
-/// A policy with its rules converted but not yet identified (rule IDs
-/// are filled in at flush).
-fn unkeyed_policy(r: ParsedRules) -> pb::Policy {
-    pb::Policy {
-        namespace: r.namespace,
-        inbound_rules: r.inbound,
-        outbound_rules: r.outbound,
-        untracked: r.untracked,
-        pre_dnat: r.pre_dnat,
-        original_selector: r.original_selector,
-        perf_hints: r.perf_hints,
-        tier: r.tier,
     }
 }
 

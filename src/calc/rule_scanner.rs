@@ -49,20 +49,6 @@ pub struct IpSetData {
     pub def: Option<IpSetDef>,
 }
 
-/// Rules of a policy or profile, converted for the dataplane (rule IDs are
-/// filled in by the sequencer at flush time).
-#[derive(Clone, Debug, PartialEq)]
-pub struct ParsedRules {
-    pub namespace: String,
-    pub tier: String,
-    pub inbound: Vec<pb::Rule>,
-    pub outbound: Vec<pb::Rule>,
-    pub untracked: bool,
-    pub pre_dnat: bool,
-    pub original_selector: String,
-    pub perf_hints: Vec<String>,
-}
-
 /// What the scanner asks of its downstream when IP sets change.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ScanEvent {
@@ -137,13 +123,15 @@ impl RuleScanner {
         self.sets_by_uid.len()
     }
 
-    /// A policy became active (or changed while active).
+    /// A policy became active (or changed while active).  Returns it
+    /// converted for the dataplane, without rule IDs (the sequencer fills
+    /// them in at flush).
     pub fn policy_active(
         &mut self,
         key: &PolicyKey,
         policy: &model::Policy,
         events: &mut Vec<ScanEvent>,
-    ) -> ParsedRules {
+    ) -> pb::Policy {
         // The canonical form, as `selector::normalize` gives it.
         let original_selector = match self.selectors.parsed(policy.selector.trim()) {
             Some(sel) => sel.canonical().to_owned(),
@@ -153,15 +141,14 @@ impl RuleScanner {
             RulesId::Policy(key.clone()),
             &policy.inbound_rules,
             &policy.outbound_rules,
-            ParsedRules {
+            pb::Policy {
                 namespace: policy.namespace.clone(),
                 tier: policy.tier.clone(),
-                inbound: Vec::new(),
-                outbound: Vec::new(),
                 untracked: policy.do_not_track,
                 pre_dnat: policy.pre_dnat,
                 original_selector,
                 perf_hints: policy.performance_hints.clone(),
+                ..Default::default()
             },
             events,
         )
@@ -173,24 +160,25 @@ impl RuleScanner {
             RulesId::Policy(key.clone()),
             &[],
             &[],
-            empty_rules(),
+            pb::Policy::default(),
             events,
         );
     }
 
-    /// A profile became active (or changed while active).
+    /// A profile became active (or changed while active).  Returns its
+    /// rules converted, as a policy's (the other fields left empty).
     pub fn profile_active(
         &mut self,
         name: &str,
         inbound: &[Rule],
         outbound: &[Rule],
         events: &mut Vec<ScanEvent>,
-    ) -> ParsedRules {
+    ) -> pb::Policy {
         self.update_rules(
             RulesId::Profile(name.to_string()),
             inbound,
             outbound,
-            empty_rules(),
+            pb::Policy::default(),
             events,
         )
     }
@@ -201,7 +189,7 @@ impl RuleScanner {
             RulesId::Profile(name.to_string()),
             &[],
             &[],
-            empty_rules(),
+            pb::Policy::default(),
             events,
         );
     }
@@ -211,15 +199,15 @@ impl RuleScanner {
         id: RulesId,
         inbound: &[Rule],
         outbound: &[Rule],
-        mut parsed: ParsedRules,
+        mut parsed: pb::Policy,
         events: &mut Vec<ScanEvent>,
-    ) -> ParsedRules {
+    ) -> pb::Policy {
         let mut current: BTreeMap<String, IpSetData> = BTreeMap::new();
-        parsed.inbound = inbound
+        parsed.inbound_rules = inbound
             .iter()
             .map(|r| convert_rule(r, &mut current, &mut self.selectors))
             .collect();
-        parsed.outbound = outbound
+        parsed.outbound_rules = outbound
             .iter()
             .map(|r| convert_rule(r, &mut current, &mut self.selectors))
             .collect();
@@ -260,19 +248,6 @@ impl RuleScanner {
             self.uids_by_rules.insert(id, current.into_keys().collect());
         }
         parsed
-    }
-}
-
-fn empty_rules() -> ParsedRules {
-    ParsedRules {
-        namespace: String::new(),
-        tier: String::new(),
-        inbound: Vec::new(),
-        outbound: Vec::new(),
-        untracked: false,
-        pre_dnat: false,
-        original_selector: String::new(),
-        perf_hints: Vec::new(),
     }
 }
 
