@@ -15,4 +15,7 @@ pub use backend::{
 };
 pub use render::{render_action, render_match_criteria, render_rule, IptablesRenderer};
 pub use save_parse::{parse_save, SavedRule, SavedTable};
-pub use table::{ChainInsertMode, IptablesMode, IptablesOptions, IptablesTable};
+pub use table::{
+    whole_table_cache, ChainInsertMode, IptablesMode, IptablesOptions, IptablesTable,
+    WHOLE_TABLE_CACHE_MIN_COMMANDS,
+};

@@ -3,7 +3,7 @@
 //! whether it jumps to one of our chains. Rule contents are deliberately not
 //! parsed: the tools do not round-trip them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One rule as read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +28,11 @@ impl SavedRule {
 pub struct SavedTable {
     /// Chain name to rules.
     pub chains: BTreeMap<String, Vec<SavedRule>>,
+    /// Chains declared with a policy and `[0:0]` counters.  iptables-nft
+    /// prints every built-in chain of a table, whether the kernel has it or
+    /// not, so a built-in chain can be missing only if it is in this set
+    /// (one the kernel has and that has counted a packet is not).
+    pub zero_counters: BTreeSet<String>,
 }
 
 /// Why output could not be parsed.
@@ -72,8 +77,12 @@ pub fn parse_save(
             return Err(SaveParseError::Incompatible(line.to_string()));
         }
         if let Some(decl) = line.strip_prefix(':') {
-            if let Some(name) = decl.split_whitespace().next() {
+            let mut words = decl.split_whitespace();
+            if let Some(name) = words.next() {
                 t.chains.entry(name.to_string()).or_default();
+                if words.next().is_some_and(|p| p != "-") && words.next() == Some("[0:0]") {
+                    t.zero_counters.insert(name.to_string());
+                }
             }
             continue;
         }
@@ -98,6 +107,7 @@ mod tests {
 *filter
 :INPUT ACCEPT [0:0]
 :FORWARD ACCEPT [0:0]
+:OUTPUT DROP [7:420]
 :cali-x - [0:0]
 :KUBE-FOO - [0:0]
 -A INPUT -s 1.2.3.4/32 -j ACCEPT
@@ -111,7 +121,9 @@ COMMIT
     #[test]
     fn parses_chains_hashes_and_old_jumps() {
         let t = parse_save(SAVE, "cali:", &["cali-".to_string()]).unwrap();
-        assert_eq!(t.chains.len(), 4);
+        assert_eq!(t.chains.len(), 5);
+        let zero: Vec<&str> = t.zero_counters.iter().map(String::as_str).collect();
+        assert_eq!(zero, ["FORWARD", "INPUT"], "user chains have no policy");
         let input = &t.chains["INPUT"];
         assert_eq!(input.len(), 3);
         assert!(!input[0].is_ours());

@@ -163,6 +163,27 @@ impl std::fmt::Debug for IptablesTable {
 }
 
 /// Built-in chains of each table (they always exist, even if a dump omits them).
+/// Scripts with at least this many commands, on the nft backend, ask
+/// iptables for a whole-table cache (see [`whole_table_cache`]).
+pub const WHOLE_TABLE_CACHE_MIN_COMMANDS: usize = 1_000;
+
+/// Whether a restore script of `commands` commands, against a kernel table
+/// holding `kernel_rules` rules, should make iptables-nft cache the whole
+/// table rather than the chains the script names.
+///
+/// With `--noflush`, iptables-nft 1.8 collects every chain name a script
+/// mentions in a sorted linked list, walked from its head for each command:
+/// O(commands x chains), seconds at start of day.  A command that names no
+/// chain (`-S`, which only prints) switches it to fetching the whole table
+/// instead, which costs in proportion to what the kernel already holds.  So
+/// the switch pays only for a big script against a table that is not bigger
+/// than the script.  iptables-legacy always reads the whole table: never.
+pub fn whole_table_cache(backend: ResolvedBackend, commands: usize, kernel_rules: usize) -> bool {
+    backend == ResolvedBackend::Nft
+        && commands >= WHOLE_TABLE_CACHE_MIN_COMMANDS
+        && commands >= kernel_rules
+}
+
 fn builtin_chains(table: &str) -> &'static [&'static str] {
     match table {
         "filter" => &["INPUT", "FORWARD", "OUTPUT"],
@@ -316,6 +337,9 @@ impl IptablesTable {
         let mut deletes = Vec::new();
         let mut updates: ChainUpdates = Vec::new();
         let mut stats = ApplyStats::default();
+        // Built-in chains we write hooks into that the kernel may not have
+        // yet (iptables-nft-save shows them all, with zero counters).
+        let mut maybe_missing_builtins: Vec<String> = Vec::new();
 
         let candidates: BTreeSet<String> = if full {
             self.chains
@@ -400,9 +424,13 @@ impl IptablesTable {
                 continue;
             }
             let d = self.inserts.get(k).unwrap_or(&empty);
+            let builtin = builtin_chains(&self.table).contains(&k.as_str());
+            if builtin && (actual.zero_counters.contains(k) || !actual.chains.contains_key(k)) {
+                maybe_missing_builtins.push(k.clone());
+            }
             let current: Vec<SavedRule> = match actual.chains.get(k) {
                 Some(r) => r.clone(),
-                None if builtin_chains(&self.table).contains(&k.as_str()) => Vec::new(),
+                None if builtin => Vec::new(),
                 None => {
                     if !d.rules.is_empty() {
                         tracing::warn!(table = %self.desc(), chain = %k, "kernel chain missing; cannot insert rules");
@@ -444,6 +472,20 @@ impl IptablesTable {
         let mut script = String::new();
         if !(decls.is_empty() && body.is_empty() && flushes.is_empty() && deletes.is_empty()) {
             let _ = writeln!(script, "*{}", self.table);
+            let commands = decls.len() + body.len() + flushes.len() + deletes.len();
+            let kernel_rules = actual.chains.values().map(Vec::len).sum();
+            if whole_table_cache(self.backend, commands, kernel_rules) {
+                // `-S` only prints; it makes iptables cache the whole table.
+                // That cache holds stand-ins for missing built-in chains, so
+                // those are declared to be created: `-` keeps the policy of
+                // one that exists, and the `[0:0]` it gets is what it had
+                // (only chains that read back with zero counters are
+                // declared).
+                script.push_str("-S\n");
+                for k in &maybe_missing_builtins {
+                    let _ = writeln!(script, ":{k} - [0:0]");
+                }
+            }
             for l in decls.iter().chain(&body).chain(&flushes).chain(&deletes) {
                 script.push_str(l);
                 script.push('\n');

@@ -468,6 +468,78 @@ fn cleanup_only_skips_backend_without_binaries_or_modules() {
 
 // ---- kernel tests -------------------------------------------------------
 
+#[test]
+fn whole_table_cache_only_for_big_scripts_on_nft() {
+    let n = WHOLE_TABLE_CACHE_MIN_COMMANDS;
+    assert!(whole_table_cache(ResolvedBackend::Nft, n, 0));
+    assert!(whole_table_cache(ResolvedBackend::Nft, n, n));
+    assert!(!whole_table_cache(ResolvedBackend::Nft, n - 1, 0));
+    // A table bigger than the script costs more to fetch than it saves.
+    assert!(!whole_table_cache(ResolvedBackend::Nft, n, n + 1));
+    // iptables-legacy reads the whole table anyway.
+    assert!(!whole_table_cache(ResolvedBackend::Legacy, 10 * n, 0));
+}
+
+/// A chain of `n` rules plus a hook in FORWARD.
+fn big_desired(t: &mut IptablesTable, n: usize) {
+    t.set_chain(Chain::new(
+        "cali-big",
+        (0..n).map(|_| rule("tcp", Action::Accept)).collect(),
+    ));
+    t.set_insert_rules(
+        "FORWARD",
+        vec![Rule::new(
+            MatchCriteria::new(),
+            Action::Jump("cali-big".into()),
+        )],
+    );
+}
+
+#[test]
+fn big_script_on_empty_table_asks_for_whole_table_cache() {
+    // iptables-nft-save shows built-in chains the kernel may not have, with
+    // zero counters: the one we hook is declared so that it is created.
+    let fake = fake_with_save(EMPTY_FILTER);
+    let mut t = fake_table(&fake, Default::default());
+    big_desired(&mut t, WHOLE_TABLE_CACHE_MIN_COMMANDS);
+    t.apply().unwrap();
+    let scripts = restores(&fake);
+    let lines: Vec<&str> = scripts[0].lines().collect();
+    assert_eq!(
+        &lines[..4],
+        ["*filter", "-S", ":FORWARD - [0:0]", ":cali-big - -"]
+    );
+
+    // The next, small, change names its chains as before.
+    fake.clear_calls();
+    big_desired(&mut t, WHOLE_TABLE_CACHE_MIN_COMMANDS - 1);
+    t.apply().unwrap();
+    let scripts = restores(&fake);
+    assert_eq!(scripts[0].lines().nth(1), Some("-D cali-big 1000"));
+
+    // A built-in chain that has counted packets exists: not declared, so
+    // its counters are left alone.
+    let fake = fake_with_save(
+        "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [3:180]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n",
+    );
+    let mut t = fake_table(&fake, Default::default());
+    big_desired(&mut t, WHOLE_TABLE_CACHE_MIN_COMMANDS);
+    t.apply().unwrap();
+    let lines: Vec<String> = restores(&fake)[0]
+        .lines()
+        .take(3)
+        .map(String::from)
+        .collect();
+    assert_eq!(lines, ["*filter", "-S", ":cali-big - -"]);
+
+    // A small script on an empty table: no `-S`.
+    let fake = fake_with_save(EMPTY_FILTER);
+    let mut t = fake_table(&fake, Default::default());
+    big_desired(&mut t, 10);
+    t.apply().unwrap();
+    assert!(!restores(&fake)[0].contains("-S"));
+}
+
 mod kernel {
     use super::*;
     use crate::dataplane::kernel::testns::TestNetns;
@@ -765,5 +837,42 @@ mod kernel {
     #[test]
     fn kernel_iptables_legacy_cim_append_then_insert() {
         cim_append_then_insert(ResolvedBackend::Legacy);
+    }
+
+    /// A script big enough for the whole-table cache, on a table that does
+    /// not exist yet and on one with a foreign policy and rule.
+    #[test]
+    fn kernel_iptables_nft_big_script_creates_and_keeps_builtins() {
+        let b = ResolvedBackend::Nft;
+        let Some(ns) = TestNetns::create_tagged("big", &tools(b)) else {
+            return;
+        };
+        let n = WHOLE_TABLE_CACHE_MIN_COMMANDS + 10;
+        let mut t = table(&ns, b, IptablesMode::Program);
+        big_desired(&mut t, n);
+        t.apply().unwrap();
+        assert_eq!(chain_lines(&ns, b, "cali-big").len(), n);
+        let fwd = chain_lines(&ns, b, "FORWARD");
+        assert_eq!(fwd.len(), 1, "{fwd:?}");
+        assert!(fwd[0].ends_with("-j cali-big"), "{fwd:?}");
+
+        // Start over with other software's policy and rule in place.
+        let mut c = table(&ns, b, IptablesMode::CleanupOnly);
+        c.apply().unwrap();
+        ns.sh("iptables-nft", &["-P", "FORWARD", "DROP"]);
+        ns.sh(
+            "iptables-nft",
+            &["-A", "FORWARD", "-s", "5.6.7.8/32", "-j", "DROP"],
+        );
+        let mut t = table(&ns, b, IptablesMode::Program);
+        big_desired(&mut t, n);
+        t.apply().unwrap();
+        let saved = ns.sh(save_cmd(b), &["-t", "filter"]);
+        assert!(saved.contains(":FORWARD DROP"), "{saved}");
+        let fwd = chain_lines(&ns, b, "FORWARD");
+        assert_eq!(fwd.len(), 2, "{fwd:?}");
+        assert!(fwd[0].ends_with("-j cali-big"), "{fwd:?}");
+        assert_eq!(fwd[1], "-A FORWARD -s 5.6.7.8/32 -j DROP");
+        assert_eq!(chain_lines(&ns, b, "cali-big").len(), n);
     }
 }
