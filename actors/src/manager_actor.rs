@@ -120,6 +120,17 @@ impl<M: Clone + Send + 'static> ManagerActor<M> {
     }
 }
 
+/// Waits for an injected delay.  No delay resolves at once: a zero-length
+/// timer still waits for the runtime's next timer tick (about 1 ms), which
+/// every phase of every apply would otherwise pay once per manager.
+fn injected_delay(delay: Duration) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+    if delay.is_zero() {
+        Box::pin(std::future::ready(()))
+    } else {
+        Box::pin(actix_rt::time::sleep(delay))
+    }
+}
+
 impl<M: Clone + Send + 'static> Actor for ManagerActor<M> {
     type Context = Context<Self>;
 }
@@ -140,7 +151,7 @@ impl<M: Clone + Send + 'static> Handler<Resolve<M>> for ManagerActor<M> {
     fn handle(&mut self, _msg: Resolve<M>, _ctx: &mut Context<Self>) -> Self::Result {
         let (injected, delay) = self.fault("resolve_batch");
         Box::pin(
-            actix_rt::time::sleep(delay)
+            injected_delay(delay)
                 .into_actor(self)
                 .map(move |_, act, ctx| {
                     act.guarded(ctx, "resolve_batch", injected, |m| m.resolve_batch())
@@ -165,7 +176,7 @@ impl<M: Clone + Send + 'static> Handler<Complete> for ManagerActor<M> {
     fn handle(&mut self, msg: Complete, _ctx: &mut Context<Self>) -> Self::Result {
         let (injected, delay) = self.fault("complete_deferred_work");
         Box::pin(
-            actix_rt::time::sleep(delay)
+            injected_delay(delay)
                 .into_actor(self)
                 .map(move |_, act, ctx| {
                     let name = Arc::clone(&act.name);
@@ -176,5 +187,26 @@ impl<M: Clone + Send + 'static> Handler<Complete> for ManagerActor<M> {
                     .map_err(ManagerFailure::Error)
                 }),
         )
+    }
+}
+
+#[cfg(test)]
+mod delay_tests {
+    use super::*;
+    use std::task::{Context as TaskContext, Poll, Waker};
+
+    fn first_poll(mut f: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>) -> Poll<()> {
+        f.as_mut().poll(&mut TaskContext::from_waker(Waker::noop()))
+    }
+
+    #[test]
+    fn no_injected_delay_is_ready_at_once_and_a_delay_waits() {
+        actix_rt::System::new().block_on(async {
+            assert_eq!(first_poll(injected_delay(Duration::ZERO)), Poll::Ready(()));
+            assert_eq!(
+                first_poll(injected_delay(Duration::from_secs(60))),
+                Poll::Pending
+            );
+        });
     }
 }

@@ -3,9 +3,10 @@
 
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
+use super::nftlib::{is_script_request, NftRun, NftWorker};
 use super::{KernelError, NoopHook, OpHook};
 
 /// One program invocation.
@@ -65,33 +66,75 @@ pub trait CommandSeam: Send + Sync {
 }
 
 /// Runs real processes, optionally inside a named network namespace (by
-/// prefixing `ip netns exec <ns>`).
-#[derive(Debug, Clone, Default)]
+/// prefixing `ip netns exec <ns>`).  `nft -f -` scripts are served in
+/// process by libnftables when it can be loaded ([`super::nftlib`]); the
+/// binary is the fallback.
+#[derive(Debug, Clone)]
 pub struct SystemCommands {
     netns: Option<String>,
+    nft_inprocess: bool,
+    /// Started on the first script; `None` inside: unavailable, use the
+    /// binary from then on.
+    nft: Arc<OnceLock<Option<NftWorker>>>,
+}
+
+impl Default for SystemCommands {
+    fn default() -> Self {
+        SystemCommands {
+            netns: None,
+            nft_inprocess: true,
+            nft: Arc::default(),
+        }
+    }
 }
 
 impl SystemCommands {
     /// Runs commands in the caller's network namespace.
     pub fn new() -> Self {
-        SystemCommands { netns: None }
+        SystemCommands::default()
     }
 
     /// Runs every command inside the named network namespace.
     pub fn in_netns(netns: impl Into<String>) -> Self {
         SystemCommands {
             netns: Some(netns.into()),
+            ..SystemCommands::default()
         }
+    }
+
+    /// Never serves `nft` scripts in process (always runs the binary).
+    pub fn without_inprocess_nft(mut self) -> Self {
+        self.nft_inprocess = false;
+        self
     }
 
     /// The namespace commands run in, if any.
     pub fn netns(&self) -> Option<&str> {
         self.netns.as_deref()
     }
-}
 
-impl CommandSeam for SystemCommands {
-    fn exec(&self, req: &CommandRequest) -> Result<CommandOutput, KernelError> {
+    /// True if `nft -f -` scripts are served in process: enabled and the
+    /// library loaded (starts the worker if it has not started yet).
+    pub fn nft_inprocess_active(&self) -> bool {
+        self.nft_worker().is_some()
+    }
+
+    fn nft_worker(&self) -> Option<&NftWorker> {
+        if !self.nft_inprocess {
+            return None;
+        }
+        self.nft
+            .get_or_init(|| match NftWorker::start(self.netns.as_deref()) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::info!(error = %e, "nft scripts run through the nft binary");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn exec_process(&self, req: &CommandRequest) -> Result<CommandOutput, KernelError> {
         let mut cmd = match &self.netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
@@ -132,6 +175,28 @@ impl CommandSeam for SystemCommands {
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         })
+    }
+}
+
+impl CommandSeam for SystemCommands {
+    fn exec(&self, req: &CommandRequest) -> Result<CommandOutput, KernelError> {
+        if is_script_request(&req.program, &req.args, req.stdin.as_deref()) {
+            if let (Some(w), Some(script)) = (self.nft_worker(), req.stdin.as_deref()) {
+                match w.run(script) {
+                    NftRun::Ran(out) => return Ok(out),
+                    NftRun::NoAnswer => {
+                        return Err(KernelError::Spawn {
+                            command: req.display(),
+                            source: std::io::Error::other(
+                                "in-process nft worker stopped during the script",
+                            ),
+                        })
+                    }
+                    NftRun::NotPassable | NftRun::WorkerGone => {}
+                }
+            }
+        }
+        self.exec_process(req)
     }
 
     fn program_exists(&self, program: &str) -> bool {

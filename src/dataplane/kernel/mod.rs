@@ -9,6 +9,7 @@
 mod command;
 mod fake;
 mod hook;
+pub mod nftlib;
 mod retry;
 #[cfg(test)]
 pub(crate) mod testns;

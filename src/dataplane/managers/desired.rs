@@ -146,18 +146,31 @@ impl<K> Default for Pushed<K> {
 impl<K: Ord + Hash + Clone> Pushed<K> {
     /// Compares `desired` with what was pushed.
     pub fn diff<'a, T>(&self, desired: &'a OwnedMap<K, T>) -> MapDiff<'a, K, T> {
+        // Pushed keys still desired; if that is all of them, nothing was
+        // removed and the pushed keys need no lookup in the (ordered)
+        // desired map.
+        let mut still_desired = 0usize;
         let changed = desired
             .entries
             .iter()
-            .filter(|(k, e)| self.generations.get(*k) != Some(&e.generation))
+            .filter(|(k, e)| match self.generations.get(*k) {
+                Some(g) => {
+                    still_desired += 1;
+                    *g != e.generation
+                }
+                None => true,
+            })
             .map(|(k, e)| (k, &e.value))
             .collect();
-        let removed = self
-            .generations
-            .keys()
-            .filter(|k| !desired.entries.contains_key(*k))
-            .cloned()
-            .collect();
+        let removed = if still_desired == self.generations.len() {
+            Vec::new()
+        } else {
+            self.generations
+                .keys()
+                .filter(|k| !desired.entries.contains_key(*k))
+                .cloned()
+                .collect()
+        };
         MapDiff { changed, removed }
     }
 
@@ -277,5 +290,51 @@ mod tests {
         let keys: Vec<_> = m.iter().map(|(k, _)| k.clone()).collect();
         assert_eq!(keys, vec!["p2", "p3", "s"]);
         assert_eq!(m.keys_owned_by("static").count(), 1);
+    }
+
+    proptest::proptest! {
+        /// The diff covers a value comparison with what was last pushed,
+        /// whatever mix of sets and removals came in between (a removal
+        /// and an addition in one round keep the key count unchanged).
+        #[test]
+        fn diff_matches_a_model(rounds in proptest::collection::vec(
+            proptest::collection::vec((0u8..12, proptest::option::of(0u8..3)), 0..10),
+            1..8,
+        )) {
+            let mut m: OwnedMap<u8, u8> = OwnedMap::default();
+            let mut pushed = Pushed::default();
+            let mut model: BTreeMap<u8, u8> = BTreeMap::new();
+            for ops in rounds {
+                for (k, v) in ops {
+                    match v {
+                        Some(v) => { m.set("o", k, v); }
+                        None => { m.remove(&k); }
+                    }
+                }
+                let now: BTreeMap<u8, u8> = m.iter().map(|(k, e)| (*k, e.value)).collect();
+                let d = pushed.diff(&m);
+                let changed: BTreeMap<u8, u8> = d.changed.iter().map(|(k, v)| (**k, **v)).collect();
+                let want: BTreeMap<u8, u8> = now
+                    .iter()
+                    .filter(|(k, v)| model.get(*k) != Some(*v))
+                    .map(|(k, v)| (*k, *v))
+                    .collect();
+                // Every value change is reported; a key removed and set
+                // again in between may be reported with an equal value.
+                for (k, v) in &want {
+                    proptest::prop_assert_eq!(changed.get(k), Some(v));
+                }
+                for (k, v) in &changed {
+                    proptest::prop_assert_eq!(now.get(k), Some(v));
+                }
+                let mut removed = d.removed.clone();
+                removed.sort();
+                let want_removed: Vec<u8> =
+                    model.keys().filter(|k| !now.contains_key(*k)).copied().collect();
+                proptest::prop_assert_eq!(removed, want_removed);
+                pushed.mark_pushed(&m);
+                model = now;
+            }
+        }
     }
 }
