@@ -124,6 +124,19 @@ fn first_apply_is_one_ordered_transaction_and_second_is_empty() {
     assert!(sc[0].contains("delete element ip calico cali40s-web { 10.0.0.1 }"));
     assert!(sc[0].contains("add element ip calico cali40s-web { 10.0.0.3 }"));
     assert!(!sc[0].contains("delete table"));
+
+    // The element delta updated our picture of the set in place: nothing
+    // more to write, and the next delta is computed against {2, 3}.
+    fake.clear_calls();
+    assert!(t.apply().unwrap().no_writes());
+    t.set_ip_set("cali40s:web", NftSetKind::Ip, vec!["10.0.0.3".to_string()]);
+    t.apply().unwrap();
+    let sc = scripts(&fake);
+    assert_eq!(
+        sc[0],
+        "add table ip calico\ndelete element ip calico cali40s-web { 10.0.0.2 }\n",
+        "only the removed member"
+    );
 }
 
 /// nft 1.0.x fetches the kernel's rules (for a 36,000-rule table the
