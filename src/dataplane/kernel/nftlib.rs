@@ -20,6 +20,10 @@
 //!   seam's network namespace (`setns` affects only that thread) before it
 //!   creates the context, so the context's netlink socket lives there.
 //!   Requests are served one at a time, in the order they arrive.
+//! - Calls into the library are serialised process-wide ([`LIB_LOCK`]):
+//!   contexts of different seams (tests run many namespaces at once) never
+//!   run library code concurrently, since libnftables is written for one
+//!   caller and has process-global parts (its xtables and bignum set-up).
 //! - If the library cannot be loaded, the namespace cannot be entered or the
 //!   worker stops answering, the caller runs the binary instead; a script is
 //!   never lost and never run twice (a job whose reply is lost reports an
@@ -56,6 +60,9 @@ pub enum NftLibError {
 
 /// The library name looked up at run time (the `nft` binary links it).
 pub const LIBRARY: &str = "libnftables.so.1";
+
+/// Held around every call into libnftables (see the module invariants).
+static LIB_LOCK: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
 
 type CtxNew = unsafe extern "C" fn(u32) -> *mut c_void;
 type CtxFree = unsafe extern "C" fn(*mut c_void);
@@ -125,6 +132,7 @@ impl<'a> Ctx<'a> {
         // SAFETY: nft_ctx_new takes flags (0: defaults) and returns an owned
         // context or NULL; buffering output and errors makes the library
         // write into memory streams instead of our stdout/stderr.
+        let _serial = LIB_LOCK.lock();
         unsafe {
             let ptr = (lib.ctx_new)(0);
             if ptr.is_null() {
@@ -154,6 +162,7 @@ impl<'a> Ctx<'a> {
     }
 
     fn run(&self, script: &CStr) -> CommandOutput {
+        let _serial = LIB_LOCK.lock();
         // SAFETY: `script` is NUL-terminated and outlives the call; the
         // context is valid and used by this thread only.
         let rc = unsafe { (self.lib.run)(self.ptr, script.as_ptr()) };
@@ -167,6 +176,7 @@ impl<'a> Ctx<'a> {
 
 impl Drop for Ctx<'_> {
     fn drop(&mut self) {
+        let _serial = LIB_LOCK.lock();
         // SAFETY: the context came from nft_ctx_new and is freed once.
         unsafe { (self.lib.ctx_free)(self.ptr) }
     }
@@ -397,6 +407,40 @@ mod tests {
         let proc = SystemCommands::in_netns(&ns.name).without_inprocess_nft();
         assert!(!proc.nft_inprocess_active());
         assert_eq!(listing(&proc).stdout, first.stdout);
+    }
+
+    /// Seams of two namespaces used from two threads at once: each
+    /// namespace gets exactly its own scripts.
+    #[test]
+    fn kernel_inprocess_nft_workers_of_two_namespaces_stay_apart() {
+        if !library_loads() {
+            return;
+        }
+        let (Some(a), Some(b)) = (
+            TestNetns::create_tagged("nftlib-a", &["nft"]),
+            TestNetns::create_tagged("nftlib-b", &["nft"]),
+        ) else {
+            return;
+        };
+        let run = |ns: &TestNetns, tag: &'static str| {
+            let sys = SystemCommands::in_netns(&ns.name);
+            let name = ns.name.clone();
+            std::thread::spawn(move || {
+                assert!(script(&sys, "add table ip felixpar\n").success(), "{name}");
+                for i in 0..30 {
+                    let out = script(&sys, &format!("add chain ip felixpar {tag}{i}\n"));
+                    assert!(out.success(), "{name}: {out:?}");
+                }
+            })
+        };
+        let (ta, tb) = (run(&a, "a"), run(&b, "b"));
+        ta.join().unwrap();
+        tb.join().unwrap();
+        for (ns, mine, other) in [(&a, "chain a", "chain b"), (&b, "chain b", "chain a")] {
+            let listed = ns.sh("nft", &["list", "table", "ip", "felixpar"]);
+            assert_eq!(listed.matches(mine).count(), 30, "{listed}");
+            assert!(!listed.contains(other), "{listed}");
+        }
     }
 
     #[test]

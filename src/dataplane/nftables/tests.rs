@@ -133,8 +133,7 @@ fn first_apply_is_one_ordered_transaction_and_second_is_empty() {
     t.apply().unwrap();
     let sc = scripts(&fake);
     assert_eq!(
-        sc[0],
-        "add table ip calico\ndelete element ip calico cali40s-web { 10.0.0.2 }\n",
+        sc[0], "add table ip calico\ndelete element ip calico cali40s-web { 10.0.0.2 }\n",
         "only the removed member"
     );
 }
