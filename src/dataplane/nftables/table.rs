@@ -22,7 +22,7 @@ use crate::dataplane::kernel::{Commands, KernelError, RetryPolicy};
 
 use super::json::{parse_table, ActualSet, NftState};
 use super::render::{legalize_set_name, NftRenderer};
-use super::sets::{canonical_member, element, NftSetKind};
+use super::sets::{canonical_member, element, in_element_order, NftSetKind};
 
 /// nftables address family of a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -463,7 +463,7 @@ impl NftablesTable {
             return format!("add set {fam} {t} {set} {{ {decl} }}");
         }
         let mut line = format!("add set {fam} {t} {set} {{ {decl} elements = {{ ");
-        for (i, m) in members.iter().enumerate() {
+        for (i, m) in in_element_order(kind, members).into_iter().enumerate() {
             if i > 0 {
                 line.push_str(", ");
             }
@@ -483,6 +483,7 @@ impl NftablesTable {
     ) {
         let fam = self.family.name();
         let t = &self.opts.table_name;
+        let members = in_element_order(kind, members.iter().copied());
         for chunk in members.chunks(ELEMENT_BATCH) {
             let elems: Vec<String> = chunk.iter().map(|m| element(kind, m)).collect();
             out.push(format!(
