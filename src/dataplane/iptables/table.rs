@@ -162,7 +162,6 @@ impl std::fmt::Debug for IptablesTable {
     }
 }
 
-/// Built-in chains of each table (they always exist, even if a dump omits them).
 /// Scripts with at least this many commands, on the nft backend, ask
 /// iptables for a whole-table cache (see [`whole_table_cache`]).
 pub const WHOLE_TABLE_CACHE_MIN_COMMANDS: usize = 1_000;
@@ -184,6 +183,7 @@ pub fn whole_table_cache(backend: ResolvedBackend, commands: usize, kernel_rules
         && commands >= kernel_rules
 }
 
+/// Built-in chains of each table (they always exist, even if a dump omits them).
 fn builtin_chains(table: &str) -> &'static [&'static str] {
     match table {
         "filter" => &["INPUT", "FORWARD", "OUTPUT"],

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use super::nftlib::{is_script_request, NftRun, NftWorker};
+use super::nftlib::{script_request, NftRun, NftWorker};
 use super::{KernelError, NoopHook, OpHook};
 
 /// One program invocation.
@@ -180,8 +180,8 @@ impl SystemCommands {
 
 impl CommandSeam for SystemCommands {
     fn exec(&self, req: &CommandRequest) -> Result<CommandOutput, KernelError> {
-        if is_script_request(&req.program, &req.args, req.stdin.as_deref()) {
-            if let (Some(w), Some(script)) = (self.nft_worker(), req.stdin.as_deref()) {
+        if let Some(script) = script_request(&req.program, &req.args, req.stdin.as_deref()) {
+            if let Some(w) = self.nft_worker() {
                 match w.run(script) {
                     NftRun::Ran(out) => return Ok(out),
                     NftRun::NoAnswer => {

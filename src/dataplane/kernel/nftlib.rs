@@ -294,13 +294,15 @@ impl NftWorker {
 /// Largest script served in process (see the module invariants).
 pub const MAX_INPROCESS_SCRIPT: usize = 256 * 1024;
 
-/// True if `program` and `args` are an `nft -f -` the worker can serve.
-pub fn is_script_request(program: &str, args: &[String], stdin: Option<&[u8]>) -> bool {
-    program == "nft"
-        && args.len() == 2
-        && args[0] == "-f"
-        && args[1] == "-"
-        && stdin.is_some_and(|s| s.len() <= MAX_INPROCESS_SCRIPT)
+/// The script, if `program` and `args` are an `nft -f -` the worker can
+/// serve.
+pub fn script_request<'a>(
+    program: &str,
+    args: &[String],
+    stdin: Option<&'a [u8]>,
+) -> Option<&'a [u8]> {
+    let nft_stdin = program == "nft" && args.len() == 2 && args[0] == "-f" && args[1] == "-";
+    stdin.filter(|s| nft_stdin && s.len() <= MAX_INPROCESS_SCRIPT)
 }
 
 #[cfg(test)]
@@ -316,24 +318,16 @@ mod tests {
     #[test]
     fn only_nft_scripts_on_stdin_are_served_in_process() {
         let f = args(&["-f", "-"]);
-        assert!(is_script_request("nft", &f, Some(b"list ruleset")));
-        assert!(!is_script_request("nft", &f, None));
-        assert!(!is_script_request("/usr/sbin/nft", &f, Some(b"")));
-        assert!(!is_script_request("iptables-restore", &f, Some(b"")));
-        assert!(!is_script_request(
-            "nft",
-            &args(&["-f", "/tmp/x"]),
-            Some(b"")
-        ));
-        assert!(!is_script_request(
-            "nft",
-            &args(&["-j", "list", "ruleset"]),
-            Some(b"")
-        ));
-        assert!(!is_script_request("nft", &args(&["list", "tables"]), None));
+        assert!(script_request("nft", &f, Some(b"list ruleset")).is_some());
+        assert!(script_request("nft", &f, None).is_none());
+        assert!(script_request("/usr/sbin/nft", &f, Some(b"")).is_none());
+        assert!(script_request("iptables-restore", &f, Some(b"")).is_none());
+        assert!(script_request("nft", &args(&["-f", "/tmp/x"]), Some(b"")).is_none());
+        assert!(script_request("nft", &args(&["-j", "list", "ruleset"]), Some(b"")).is_none());
+        assert!(script_request("nft", &args(&["list", "tables"]), None).is_none());
         let big = vec![b'#'; MAX_INPROCESS_SCRIPT + 1];
-        assert!(!is_script_request("nft", &f, Some(&big)));
-        assert!(is_script_request("nft", &f, Some(&big[1..])));
+        assert!(script_request("nft", &f, Some(&big)).is_none());
+        assert!(script_request("nft", &f, Some(&big[1..])).is_some());
     }
 
     fn library_loads() -> bool {
