@@ -8,11 +8,19 @@
 //! entry each.  On the isolated-customers benchmark (100,000 policies of
 //! three rules) this is most of the graph's memory.
 //!
+//! Within one policy, equal selector texts are stored once and shared (an
+//! isolation policy repeats its own selector in its rules); the default
+//! tier and the usual policy types are flags rather than strings.
+//!
 //! Invariant: [`CompactPolicy::expand`] returns a policy equal (`==`) to
 //! the one [`CompactPolicy::new`] was given, and two compact policies are
-//! equal exactly when the policies they came from are equal.  Both
-//! directions destructure the model types completely, so a field added to
-//! [`Rule`] or [`Policy`] fails to compile here until it is stored.
+//! equal exactly when the policies they came from are equal (every
+//! representation choice depends only on the values, so equal policies get
+//! equal forms).  Both directions destructure the model types completely,
+//! so a field added to [`Rule`] or [`Policy`] fails to compile here until
+//! it is stored.
+
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
@@ -69,7 +77,8 @@ enum Field {
     Byte(ByteField, u8),
     Protocol(Box<Protocol>),
     NotProtocol(Box<Protocol>),
-    Str(StrField, Box<str>),
+    /// Shared with equal texts of the same policy.
+    Str(StrField, Arc<str>),
     Nets(NetsField, Box<[IpNet]>),
     Ports(PortsField, Box<[Port]>),
     SrcService(Box<ServiceMatch>),
@@ -89,8 +98,29 @@ pub struct CompactRule {
     fields: Box<[Field]>,
 }
 
+/// Texts already stored for the policy being compacted, for sharing.
+#[derive(Default)]
+struct Texts(Vec<Arc<str>>);
+
+impl Texts {
+    /// A shared copy of `s`: an earlier equal text of the policy, or a new
+    /// one (a policy has a handful of texts, so a scan is cheapest).
+    fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(t) = self.0.iter().find(|t| &***t == s) {
+            return t.clone();
+        }
+        let t: Arc<str> = Arc::from(s);
+        self.0.push(t.clone());
+        t
+    }
+}
+
 impl CompactRule {
     pub fn new(r: &Rule) -> CompactRule {
+        CompactRule::new_sharing(r, &mut Texts::default())
+    }
+
+    fn new_sharing(r: &Rule, texts: &mut Texts) -> CompactRule {
         let Rule {
             action,
             ip_version,
@@ -174,7 +204,7 @@ impl CompactRule {
         ];
         for (which, s) in strs {
             if !s.is_empty() {
-                f.push(Field::Str(which, s.as_str().into()));
+                f.push(Field::Str(which, texts.get(s)));
             }
         }
         let nets = [
@@ -304,15 +334,35 @@ impl CompactRule {
     }
 }
 
+/// The tier every policy without one is in.
+const DEFAULT_TIER: &str = "default";
+
+/// The policy-type lists stored as a code in [`CompactPolicy::flags`]
+/// (bits 3-5; code `i + 1` is entry `i`, code 0 means the list is in
+/// `types`).
+const STD_TYPES: [&[&str]; 5] = [
+    &[],
+    &["ingress"],
+    &["egress"],
+    &["ingress", "egress"],
+    &["egress", "ingress"],
+];
+
+/// Shift of the policy-types code in [`CompactPolicy::flags`].
+const TYPES_SHIFT: u8 = 3;
+
 /// A policy in compact form; see the module docs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompactPolicy {
     namespace: Box<str>,
-    tier: Box<str>,
+    /// `None` for [`DEFAULT_TIER`].
+    tier: Option<Box<str>>,
     order: Option<f64>,
-    selector: Box<str>,
-    /// `do_not_track`, `pre_dnat`, `apply_on_forward` (bits 0, 1, 2).
+    selector: Arc<str>,
+    /// `do_not_track`, `pre_dnat`, `apply_on_forward` (bits 0, 1, 2), the
+    /// policy-types code (bits 3-5, see [`STD_TYPES`]).
     flags: u8,
+    /// Empty unless the types are not one of [`STD_TYPES`].
     types: Box<[String]>,
     /// Sorted pairs (a map's order).
     annotations: Box<[(String, String)]>,
@@ -337,22 +387,38 @@ impl CompactPolicy {
             annotations,
             performance_hints,
         } = p;
+        let mut texts = Texts::default();
+        let std_types = STD_TYPES
+            .iter()
+            .position(|t| t.len() == types.len() && t.iter().zip(types).all(|(a, b)| *a == b));
+        let types_code = std_types.map_or(0, |i| i as u8 + 1);
         CompactPolicy {
             namespace: namespace.as_str().into(),
-            tier: tier.as_str().into(),
+            tier: (tier != DEFAULT_TIER).then(|| tier.as_str().into()),
             order: *order,
-            selector: selector.as_str().into(),
+            selector: texts.get(selector),
             flags: u8::from(*do_not_track)
                 | (u8::from(*pre_dnat) << 1)
-                | (u8::from(*apply_on_forward) << 2),
-            types: types.as_slice().into(),
+                | (u8::from(*apply_on_forward) << 2)
+                | (types_code << TYPES_SHIFT),
+            types: if std_types.is_some() {
+                Box::default()
+            } else {
+                types.as_slice().into()
+            },
             annotations: annotations
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             performance_hints: performance_hints.as_slice().into(),
-            inbound: inbound_rules.iter().map(CompactRule::new).collect(),
-            outbound: outbound_rules.iter().map(CompactRule::new).collect(),
+            inbound: inbound_rules
+                .iter()
+                .map(|r| CompactRule::new_sharing(r, &mut texts))
+                .collect(),
+            outbound: outbound_rules
+                .iter()
+                .map(|r| CompactRule::new_sharing(r, &mut texts))
+                .collect(),
         }
     }
 
@@ -360,7 +426,7 @@ impl CompactPolicy {
     pub fn expand(&self) -> Policy {
         Policy {
             namespace: self.namespace.to_string(),
-            tier: self.tier.to_string(),
+            tier: self.tier.as_deref().unwrap_or(DEFAULT_TIER).to_string(),
             order: self.order,
             inbound_rules: self.inbound.iter().map(CompactRule::expand).collect(),
             outbound_rules: self.outbound.iter().map(CompactRule::expand).collect(),
@@ -368,7 +434,13 @@ impl CompactPolicy {
             do_not_track: self.flags & 1 != 0,
             pre_dnat: self.flags & 2 != 0,
             apply_on_forward: self.flags & 4 != 0,
-            types: self.types.to_vec(),
+            types: match (self.flags >> TYPES_SHIFT) as usize {
+                0 => self.types.to_vec(),
+                code => STD_TYPES
+                    .get(code - 1)
+                    .map(|t| t.iter().map(|s| s.to_string()).collect())
+                    .unwrap_or_default(),
+            },
             annotations: self.annotations.iter().cloned().collect(),
             performance_hints: self.performance_hints.to_vec(),
         }
@@ -519,5 +591,54 @@ mod tests {
         q.pre_dnat = true;
         assert_ne!(CompactPolicy::new(&q), c, "a changed flag is a change");
         assert_eq!(CompactPolicy::new(&p.clone()), c);
+    }
+
+    #[test]
+    fn tiers_types_and_shared_texts_round_trip() {
+        let sel = "ns == 'a'".to_string();
+        let rule = |s: &str| Rule {
+            src_selector: s.into(),
+            dst_selector: s.into(),
+            ..Default::default()
+        };
+        let types_cases: Vec<Vec<String>> = vec![
+            vec![],
+            vec!["ingress".into()],
+            vec!["egress".into()],
+            vec!["ingress".into(), "egress".into()],
+            vec!["egress".into(), "ingress".into()],
+            vec!["Ingress".into()],
+            vec!["ingress".into(), "ingress".into()],
+            vec!["egress".into(), "ingress".into(), "egress".into()],
+        ];
+        let mut seen = Vec::new();
+        for tier in ["default", "", "Default", "security"] {
+            for types in &types_cases {
+                let p = Policy {
+                    tier: tier.into(),
+                    selector: sel.clone(),
+                    types: types.clone(),
+                    inbound_rules: vec![rule(&sel), rule("other")],
+                    outbound_rules: vec![rule(&sel)],
+                    ..Default::default()
+                };
+                let c = CompactPolicy::new(&p);
+                assert_eq!(c.expand(), p, "tier {tier:?} types {types:?}");
+                // Distinct policies stay distinct in compact form.
+                assert!(!seen.contains(&c), "tier {tier:?} types {types:?}");
+                seen.push(c);
+            }
+        }
+        // The policy's selector and its rules' equal selectors are one
+        // stored text.
+        let c = &seen[0];
+        let Field::Str(_, first) = &c.inbound[0].fields[0] else {
+            panic!("selector field expected");
+        };
+        assert!(Arc::ptr_eq(first, &c.selector));
+        let Field::Str(_, out) = &c.outbound[0].fields[1] else {
+            panic!("selector field expected");
+        };
+        assert!(Arc::ptr_eq(out, &c.selector));
     }
 }
