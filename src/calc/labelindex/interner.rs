@@ -5,83 +5,220 @@
 //! strings is what keeps it within its memory budget (most label values are
 //! shared by many endpoints).
 //!
-//! Invariant: every `intern` is matched by exactly one `release` of the
-//! returned id; an id is freed (and may be reused) when its count reaches
-//! zero, so churn with ever-new values does not grow the table.
+//! Strings live back to back in fixed-size chunks rather than in an
+//! allocation each, and the lookup table holds bare ids hashed by the text
+//! they name.  A unique value (a pod id, a hash) costs its bytes plus about
+//! 30 bytes of bookkeeping, where an `Arc<str>` per string and a map keyed
+//! by it cost about 80 more (on the 100,000-customer benchmark: 34 MB less
+//! live heap).  Chunks are never grown in place: one growing buffer left
+//! its doubled-away copies behind as memory the allocator did not reuse
+//! (peak RSS went up, not down).
+//!
+//! Invariants:
+//! * every `intern` is matched by exactly one `release` of the returned id;
+//!   an id is freed (and may be reused) when its count reaches zero, so
+//!   churn with ever-new values does not grow the table;
+//! * the chunks hold every live string at its entry's span (a string never
+//!   crosses chunks); bytes of freed strings stay until they are more than
+//!   half the text held, when the live strings are copied into fresh chunks
+//!   (ids do not change), so the chunks hold at most about twice the live
+//!   text;
+//! * the table holds exactly the ids whose count is not zero.
 
-use std::sync::Arc;
+use std::hash::BuildHasher;
 
-use crate::hash::FastMap as HashMap;
+use hashbrown::HashTable;
+
 use crate::model::Labels;
 
 /// Interned labels: `(key id, value id)` pairs sorted by key id.
 pub type IdLabels = Box<[(u32, u32)]>;
 
+/// Freed bytes below this are never worth a compaction.
+const MIN_COMPACT_GARBAGE: usize = 64 * 1024;
+
+/// Size of one chunk of text (a longer string gets a chunk of its own).
+const CHUNK: usize = 64 * 1024;
+
+/// One id's string and reference count.
+#[derive(Clone, Copy, Debug, Default)]
+struct Entry {
+    chunk: u32,
+    /// Byte offset of the string in its chunk.
+    off: u32,
+    len: u32,
+    /// References; zero marks a free id.
+    refs: u32,
+}
+
 /// See the module docs.
-///
-/// The reference count lives beside the id in the map, so interning a
-/// string that is already known (the common case: label keys, and values
-/// shared by many endpoints) touches one table entry.
-#[derive(Default, Debug)]
 pub struct Interner {
-    /// String -> (id, references).
-    ids: HashMap<Arc<str>, (u32, u32)>,
-    /// Id -> string; `None` for a free id.
-    strs: Vec<Option<Arc<str>>>,
+    /// The text of every live string (plus freed text until compaction);
+    /// only the last chunk is appended to, within its capacity.
+    arena: Vec<String>,
+    /// Bytes of text in all chunks.
+    held: usize,
+    /// Id -> span and count.
+    entries: Vec<Entry>,
+    /// Live ids, hashed by their text.
+    table: HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
     free: Vec<u32>,
+    /// Arena bytes that belong to freed ids.
+    garbage: usize,
+    /// Compaction waits for at least this much garbage.
+    min_garbage: usize,
+}
+
+impl Default for Interner {
+    fn default() -> Self {
+        Interner {
+            arena: Vec::new(),
+            held: 0,
+            entries: Vec::new(),
+            table: HashTable::new(),
+            hasher: Default::default(),
+            free: Vec::new(),
+            garbage: 0,
+            min_garbage: MIN_COMPACT_GARBAGE,
+        }
+    }
+}
+
+impl std::fmt::Debug for Interner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Interner")
+            .field("strings", &self.table.len())
+            .field("text_bytes", &self.held)
+            .finish()
+    }
+}
+
+/// The text of `e` in `arena`.
+fn text<'a>(arena: &'a [String], e: &Entry) -> &'a str {
+    let (off, len) = (e.off as usize, e.len as usize);
+    arena
+        .get(e.chunk as usize)
+        .and_then(|c| c.get(off..off + len))
+        .unwrap_or("")
+}
+
+/// Appends `s` to the chunks, returning its place (`len` is `s.len()`,
+/// which the caller has checked fits in `u32`).
+fn push_text(arena: &mut Vec<String>, s: &str) -> (u32, u32) {
+    let fits = arena
+        .last()
+        .is_some_and(|c| c.capacity() - c.len() >= s.len());
+    if !fits {
+        arena.push(String::with_capacity(CHUNK.max(s.len())));
+    }
+    let chunk = arena.len() - 1;
+    let c = &mut arena[chunk];
+    let off = c.len();
+    c.push_str(s);
+    (chunk as u32, off as u32)
 }
 
 impl Interner {
+    /// The table slot of `s`, if interned.
+    fn find(&self, hash: u64, s: &str) -> Option<u32> {
+        let (arena, entries) = (&self.arena, &self.entries);
+        self.table
+            .find(hash, |id| text(arena, &entries[*id as usize]) == s)
+            .copied()
+    }
+
     /// The id of `s`, adding a reference (creating the entry if needed).
     pub fn intern(&mut self, s: &str) -> u32 {
-        if let Some((id, count)) = self.ids.get_mut(s) {
-            *count += 1;
-            return *id;
+        let hash = self.hasher.hash_one(s);
+        if let Some(id) = self.find(hash, s) {
+            self.entries[id as usize].refs += 1;
+            return id;
         }
-        let arc: Arc<str> = Arc::from(s);
+        // Labels are at most a few hundred bytes (the datastore validates
+        // them); anything that does not fit a chunk index is stored as ""
+        // rather than corrupting the spans.
+        let s = if u32::try_from(s.len()).is_ok() {
+            s
+        } else {
+            ""
+        };
+        let (chunk, off) = push_text(&mut self.arena, s);
+        self.held += s.len();
+        let e = Entry {
+            chunk,
+            off,
+            len: s.len() as u32,
+            refs: 1,
+        };
         let id = match self.free.pop() {
             Some(id) => {
-                self.strs[id as usize] = Some(arc.clone());
+                self.entries[id as usize] = e;
                 id
             }
             None => {
-                self.strs.push(Some(arc.clone()));
-                (self.strs.len() - 1) as u32
+                self.entries.push(e);
+                (self.entries.len() - 1) as u32
             }
         };
-        self.ids.insert(arc, (id, 1));
+        let (arena, entries, hasher) = (&self.arena, &self.entries, &self.hasher);
+        self.table.insert_unique(hash, id, |id| {
+            hasher.hash_one(text(arena, &entries[*id as usize]))
+        });
         id
     }
 
     /// Drops one reference to `id`.
     pub fn release(&mut self, id: u32) {
-        let Some(Some(s)) = self.strs.get(id as usize) else {
+        let Some(e) = self.entries.get_mut(id as usize) else {
             return;
         };
-        let remove = match self.ids.get_mut(&**s) {
-            Some((_, count)) => {
-                *count -= 1;
-                *count == 0
-            }
-            None => false,
-        };
-        if remove {
-            if let Some(s) = self.strs[id as usize].take() {
-                self.ids.remove(&*s);
-                self.free.push(id);
-            }
+        if e.refs == 0 {
+            return;
         }
+        e.refs -= 1;
+        if e.refs > 0 {
+            return;
+        }
+        let e = *e;
+        let hash = self.hasher.hash_one(text(&self.arena, &e));
+        if let Ok(slot) = self.table.find_entry(hash, |x| *x == id) {
+            slot.remove();
+        }
+        self.free.push(id);
+        self.garbage += e.len as usize;
+        if self.garbage >= self.min_garbage && self.garbage * 2 > self.held {
+            self.compact();
+        }
+    }
+
+    /// Copies the live strings into a fresh arena; ids and the table are
+    /// unchanged (the table hashes text, which does not move in meaning).
+    fn compact(&mut self) {
+        let mut arena = Vec::new();
+        for e in self.entries.iter_mut() {
+            if e.refs == 0 {
+                *e = Entry::default();
+                continue;
+            }
+            let (chunk, off) = push_text(&mut arena, text(&self.arena, e));
+            e.chunk = chunk;
+            e.off = off;
+        }
+        self.arena = arena;
+        self.held -= self.garbage;
+        self.garbage = 0;
     }
 
     /// The id of `s`, if interned (no reference added).
     pub fn get(&self, s: &str) -> Option<u32> {
-        self.ids.get(s).map(|(id, _)| *id)
+        self.find(self.hasher.hash_one(s), s)
     }
 
-    /// The string of `id`.
+    /// The string of `id` (empty for an id not in use).
     pub fn resolve(&self, id: u32) -> &str {
-        match self.strs.get(id as usize) {
-            Some(Some(s)) => s,
+        match self.entries.get(id as usize) {
+            Some(e) if e.refs > 0 => text(&self.arena, e),
             _ => "",
         }
     }
@@ -106,12 +243,18 @@ impl Interner {
 
     /// Number of distinct strings held.
     pub fn len(&self) -> usize {
-        self.ids.len()
+        self.table.len()
     }
 
     /// Whether nothing is interned.
     pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
+        self.table.is_empty()
+    }
+
+    /// Bytes of text the chunks hold (live and freed), for tests.
+    #[cfg(test)]
+    fn arena_len(&self) -> usize {
+        self.held
     }
 }
 
@@ -156,16 +299,44 @@ mod tests {
         assert!(i.is_empty());
     }
 
+    #[test]
+    fn churn_compacts_the_arena_and_keeps_ids() {
+        let mut i = Interner::default();
+        let keep: Vec<u32> = (0..100).map(|n| i.intern(&format!("keep-{n}"))).collect();
+        for round in 0..50 {
+            let ids: Vec<u32> = (0..1000)
+                .map(|n| i.intern(&format!("churn-{round}-{n:032}")))
+                .collect();
+            for id in ids {
+                i.release(id);
+            }
+        }
+        assert_eq!(i.len(), 100);
+        // 50 rounds wrote about 2.5 MB of text; compaction keeps the arena
+        // near its live size plus less than the compaction threshold.
+        assert!(
+            i.arena_len() < 2 * MIN_COMPACT_GARBAGE,
+            "arena {}",
+            i.arena_len()
+        );
+        for (n, id) in keep.iter().enumerate() {
+            assert_eq!(i.resolve(*id), format!("keep-{n}"));
+            assert_eq!(i.get(&format!("keep-{n}")), Some(*id));
+        }
+    }
+
     proptest::proptest! {
         /// Against a model of counts: an id stays the same while the string
         /// is referenced, resolves to its string, and the entry goes (and
         /// only goes) when the last reference is released.
         #[test]
         fn matches_a_count_model(ops in proptest::collection::vec((proptest::prelude::any::<bool>(), 0u8..6), 1..200)) {
-            let mut i = Interner::default();
+            // Compacting whenever garbage passes half the arena, so the
+            // model also checks ids across compactions.
+            let mut i = Interner { min_garbage: 0, ..Interner::default() };
             let mut model: std::collections::HashMap<String, (u32, u32)> = Default::default();
             for (add, n) in ops {
-                let s = format!("s{n}");
+                let s = format!("string-{n}");
                 if add {
                     let id = i.intern(&s);
                     let e = model.entry(s.clone()).or_insert((id, 0));
