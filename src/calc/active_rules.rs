@@ -211,7 +211,7 @@ impl ActiveRulesCalculator {
         out: &mut Vec<ArcEvent>,
     ) {
         let old = self.policies.get(key);
-        let was_forced = old.is_some_and(|p| forced(p.performance_hints()));
+        let was_forced = old.is_some_and(|p| forced(&p.performance_hints()));
         let had_old = old.is_some();
         match value {
             Some(policy) => {
