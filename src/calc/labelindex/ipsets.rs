@@ -39,7 +39,7 @@ use super::idset::IdSet;
 use super::interner::{lookup, IdLabels, Interner};
 use super::member::{host_net, Member, NpProtocol};
 use super::restriction::Choice;
-use crate::hash::{FastMap as HashMap, FastSet as HashSet};
+use crate::hash::FastMap as HashMap;
 use crate::model::{EndpointPort, HostEndpoint, Labels, NetworkSet, WorkloadEndpoint};
 use crate::selector::{LabelSource, Selector};
 
@@ -200,9 +200,35 @@ impl EpData {
 }
 
 struct ParentData {
-    name: String,
+    /// Interned name (the parent holds one reference).
+    name: u32,
     labels: Option<IdLabels>,
-    endpoints: HashSet<u32>,
+    /// Objects naming this parent (`None`: none; an [`IdSet`] is never
+    /// empty).  Most profiles have one or a few, held inline.
+    endpoints: Option<IdSet>,
+}
+
+impl ParentData {
+    fn add_endpoint(&mut self, id: u32) {
+        match &mut self.endpoints {
+            Some(s) => s.insert(id),
+            None => self.endpoints = Some(IdSet::One(id)),
+        }
+    }
+
+    fn remove_endpoint(&mut self, id: u32) {
+        if let Some(s) = &mut self.endpoints {
+            if s.remove(id) {
+                self.endpoints = None;
+            }
+        }
+    }
+
+    fn for_each_endpoint(&self, mut f: impl FnMut(u32)) {
+        if let Some(s) = &self.endpoints {
+            s.for_each(&mut f);
+        }
+    }
 }
 
 /// Objects indexed by their own interned label values.
@@ -349,7 +375,8 @@ pub struct IpSetIndex {
     free_eps: Vec<u32>,
     ep_values: IdValueIndex,
 
-    parent_ids: HashMap<String, u32>,
+    /// Interned parent name -> parent id.
+    parent_ids: HashMap<u32, u32>,
     parents: Vec<Option<ParentData>>,
     free_parents: Vec<u32>,
     parent_values: IdValueIndex,
@@ -475,7 +502,7 @@ impl IpSetIndex {
 
         for p in new.parents.iter() {
             if let Some(Some(pd)) = self.parents.get_mut(*p as usize) {
-                pd.endpoints.insert(id);
+                pd.add_endpoint(id);
             }
         }
         if let Some(o) = &old {
@@ -615,19 +642,10 @@ impl IpSetIndex {
         labels: Option<&Labels>,
         sink: &mut dyn MemberSink,
     ) {
-        let pid = match self.parent_ids.get(name) {
-            Some(p) => *p,
+        let pid = match self.find_parent(name) {
+            Some(p) => p,
             None if labels.is_none() => return,
-            None => {
-                let id = alloc(&mut self.parents, &mut self.free_parents);
-                self.parents[id as usize] = Some(ParentData {
-                    name: name.to_string(),
-                    labels: None,
-                    endpoints: HashSet::default(),
-                });
-                self.parent_ids.insert(name.to_string(), id);
-                id
-            }
+            None => self.intern_parent(name),
         };
         let new_ids = labels.map(|l| self.interner.intern_labels(l));
         let Some(Some(pd)) = self.parents.get_mut(pid as usize) else {
@@ -640,7 +658,8 @@ impl IpSetIndex {
             return;
         }
         let old = std::mem::replace(&mut pd.labels, new_ids.clone());
-        let eps: Vec<u32> = pd.endpoints.iter().copied().collect();
+        let mut eps: Vec<u32> = Vec::new();
+        pd.for_each_endpoint(|e| eps.push(e));
         if let Some(old) = &old {
             self.parent_values.remove(pid, old);
             self.interner.release_labels(old);
@@ -657,36 +676,44 @@ impl IpSetIndex {
     /// Returns the parent id for `name`, taking one endpoint reference (the
     /// caller adds itself to `endpoints`).
     fn intern_parent(&mut self, name: &str) -> u32 {
-        if let Some(p) = self.parent_ids.get(name) {
-            return *p;
+        if let Some(p) = self.find_parent(name) {
+            return p;
         }
         let id = alloc(&mut self.parents, &mut self.free_parents);
+        let name = self.interner.intern(name);
         self.parents[id as usize] = Some(ParentData {
-            name: name.to_string(),
+            name,
             labels: None,
-            endpoints: HashSet::default(),
+            endpoints: None,
         });
-        self.parent_ids.insert(name.to_string(), id);
+        self.parent_ids.insert(name, id);
         id
+    }
+
+    /// The id of the parent called `name`, if held.
+    fn find_parent(&self, name: &str) -> Option<u32> {
+        let n = self.interner.get(name)?;
+        self.parent_ids.get(&n).copied()
     }
 
     /// Drops endpoint `ep` from parent `pid` (if given) and frees the
     /// parent when nothing refers to it.
     fn release_parent_ref(&mut self, pid: u32, ep: Option<u32>) {
         if let (Some(ep), Some(Some(pd))) = (ep, self.parents.get_mut(pid as usize)) {
-            pd.endpoints.remove(&ep);
+            pd.remove_endpoint(ep);
         }
         self.maybe_free_parent(pid);
     }
 
     fn maybe_free_parent(&mut self, pid: u32) {
         let free = match self.parents.get(pid as usize) {
-            Some(Some(pd)) => pd.labels.is_none() && pd.endpoints.is_empty(),
+            Some(Some(pd)) => pd.labels.is_none() && pd.endpoints.is_none(),
             _ => false,
         };
         if free {
             if let Some(pd) = self.parents[pid as usize].take() {
                 self.parent_ids.remove(&pd.name);
+                self.interner.release(pd.name);
                 self.free_parents.push(pid);
             }
         }
@@ -883,7 +910,7 @@ impl IpSetIndex {
         }
         self.parent_values.for_each_matching(choice, |p| {
             if let Some(Some(pd)) = self.parents.get(p as usize) {
-                out.extend(pd.endpoints.iter().copied());
+                pd.for_each_endpoint(|e| out.push(e));
             }
         });
         out.sort_unstable();
@@ -1046,6 +1073,45 @@ mod tests {
         idx.delete_endpoint(&k, &mut rec);
         idx.delete_ipset("s");
         assert_eq!(idx.num_endpoints(), 0);
+        assert_eq!(idx.num_parents(), 0);
+        assert_eq!(idx.num_interned(), 0, "every interned id released");
+    }
+
+    #[test]
+    fn a_profile_with_many_endpoints_rematches_them_all_and_is_freed_last() {
+        // 40 endpoints take the parent's endpoint set through its inline,
+        // short-list and bitmap forms; a label that is also a parent name
+        // shares the interner with it.
+        let mut idx = IpSetIndex::new();
+        let mut rec = Rec::default();
+        idx.update_ipset("s", def("team == 'kns.big'"), &mut rec);
+        let keys: Vec<LabelledKey> = (0..40)
+            .map(|i| {
+                let (k, v) = wep(
+                    &format!("w{i}"),
+                    &format!("10.1.0.{i}/32"),
+                    &[],
+                    &["kns.big"],
+                );
+                idx.update_endpoint(k.clone(), v, &mut rec);
+                k
+            })
+            .collect();
+        assert!(rec.0.is_empty());
+        let mut l = Labels::new();
+        l.insert("team".into(), "kns.big".into());
+        idx.update_parent_labels("kns.big", Some(&l), &mut rec);
+        assert_eq!(rec.0.iter().filter(|(added, ..)| *added).count(), 40);
+        // Endpoints leave one by one; the parent stays while it has labels.
+        for k in &keys[..39] {
+            idx.delete_endpoint(k, &mut rec);
+        }
+        assert_eq!(idx.num_parents(), 1);
+        idx.update_parent_labels("kns.big", None, &mut rec);
+        assert_eq!(rec.0.iter().filter(|(added, ..)| !*added).count(), 40);
+        assert_eq!(idx.num_parents(), 1, "still named by the last endpoint");
+        idx.delete_endpoint(&keys[39], &mut rec);
+        idx.delete_ipset("s");
         assert_eq!(idx.num_parents(), 0);
         assert_eq!(idx.num_interned(), 0, "every interned id released");
     }
