@@ -23,7 +23,7 @@
 //! * A delta is only sent for a set that was sent before and not removed;
 //!   a set (re)added in this flush is sent in full instead, and keeps no
 //!   member changes while it waits: its full update reads the members
-//!   current at flush time from the [`MemberSource`] (the IP-set index).
+//!   current at flush time from the [`FlushSource`] (the IP-set index).
 //! * Pending policies and profiles wait in their proto encoding
 //!   ([`Packed`]) and are decoded as they are emitted, so a start-of-day
 //!   flush holds the compact form of every active policy, not the decoded
@@ -57,9 +57,6 @@ pub struct HostInfo {
     pub labels: BTreeMap<String, String>,
 }
 
-/// Labels as sorted `(key, value)` pairs.
-type LabelPairs = Box<[(String, String)]>;
-
 /// An unordered set of members.
 type MemberSet = FastSet<Member>;
 
@@ -92,11 +89,20 @@ impl<M: prost::Message + Default> Packed<M> {
     }
 }
 
-/// Supplies a set's current members for its full update.
-pub trait MemberSource {
+/// What a flush reads from the graph's indexes instead of holding a copy:
+/// a set's members for its full update, and the labels of a namespace or
+/// service account (the labels of its `kns.` / `ksa.` profile, which the
+/// label index holds anyway).
+pub trait FlushSource {
     /// The members of active set `id`, in any order; empty if the set is
     /// not known to the source.
     fn current_members(&self, id: &str) -> Vec<Member>;
+    /// The current labels of namespace `name` (prefix removed); empty if
+    /// the source has none.
+    fn namespace_labels(&self, name: &str) -> BTreeMap<String, String>;
+    /// The current labels of service account `name` in `namespace`
+    /// (prefix removed); empty if the source has none.
+    fn service_account_labels(&self, namespace: &str, name: &str) -> BTreeMap<String, String>;
 }
 
 /// The members' wire forms in member order (deterministic output).
@@ -166,14 +172,13 @@ pub struct EventSequencer {
     pending_host_deletes: BTreeSet<String>,
     pending_pool_updates: BTreeMap<String, pb::IpamPool>,
     pending_pool_deletes: BTreeSet<String>,
-    /// Labels as sorted pairs: a large cluster has one pending namespace
-    /// per `kns.` profile at the first flush, and a `BTreeMap` node is
-    /// several times the size of the few labels a namespace has.  (Packing
-    /// them as for policies saved 10 MB at 100,000 namespaces but cost more
-    /// CPU in encoding and decoding than the saved page faults gave back.)
-    pending_ns_updates: BTreeMap<String, LabelPairs>,
+    /// Namespaces and service accounts to send, by name only: their labels
+    /// are read from the [`FlushSource`] at flush (a large cluster has one
+    /// pending namespace per `kns.` profile at the first flush, and the
+    /// label index holds those labels already).
+    pending_ns_updates: BTreeSet<String>,
     pending_ns_deletes: BTreeSet<String>,
-    pending_sa_updates: BTreeMap<(String, String), LabelPairs>,
+    pending_sa_updates: BTreeSet<(String, String)>,
     pending_sa_deletes: BTreeSet<(String, String)>,
     pending_route_updates: BTreeMap<String, pb::RouteUpdate>,
     pending_route_deletes: BTreeSet<String>,
@@ -270,7 +275,7 @@ impl EventSequencer {
 
     /// A member joined set `id`.  Ignored while the set waits for its
     /// full update: that update reads the members current at flush time
-    /// from the [`MemberSource`] (at start of day that is every endpoint in
+    /// from the [`FlushSource`] (at start of day that is every endpoint in
     /// the cluster, which is not worth buffering twice).
     pub fn on_member_added(&mut self, id: &str, m: Member) {
         if self.pending_added_sets.contains_key(id) {
@@ -385,39 +390,31 @@ impl EventSequencer {
         }
     }
 
-    pub fn on_namespace_update(&mut self, name: &str, labels: Option<BTreeMap<String, String>>) {
-        match labels {
-            Some(l) => {
-                self.pending_ns_deletes.remove(name);
-                self.pending_ns_updates
-                    .insert(name.to_string(), l.into_iter().collect());
-            }
-            None => {
-                self.pending_ns_updates.remove(name);
-                if self.sent_namespaces.contains(name) {
-                    self.pending_ns_deletes.insert(name.to_string());
-                }
+    /// Namespace `name` was added or changed (`present`) or removed.  Its
+    /// labels are read at flush, so they are always the current ones.
+    pub fn on_namespace_update(&mut self, name: &str, present: bool) {
+        if present {
+            self.pending_ns_deletes.remove(name);
+            self.pending_ns_updates.insert(name.to_string());
+        } else {
+            self.pending_ns_updates.remove(name);
+            if self.sent_namespaces.contains(name) {
+                self.pending_ns_deletes.insert(name.to_string());
             }
         }
     }
 
-    pub fn on_service_account_update(
-        &mut self,
-        namespace: &str,
-        name: &str,
-        labels: Option<BTreeMap<String, String>>,
-    ) {
+    /// Service account `name` in `namespace` was added or changed
+    /// (`present`) or removed; as for namespaces, labels are read at flush.
+    pub fn on_service_account_update(&mut self, namespace: &str, name: &str, present: bool) {
         let id = (namespace.to_string(), name.to_string());
-        match labels {
-            Some(l) => {
-                self.pending_sa_deletes.remove(&id);
-                self.pending_sa_updates.insert(id, l.into_iter().collect());
-            }
-            None => {
-                self.pending_sa_updates.remove(&id);
-                if self.sent_sas.contains(&id) {
-                    self.pending_sa_deletes.insert(id);
-                }
+        if present {
+            self.pending_sa_deletes.remove(&id);
+            self.pending_sa_updates.insert(id);
+        } else {
+            self.pending_sa_updates.remove(&id);
+            if self.sent_sas.contains(&id) {
+                self.pending_sa_deletes.insert(id);
             }
         }
     }
@@ -457,11 +454,11 @@ impl EventSequencer {
     /// Emits everything pending, in the order given in the module docs.
     /// `members` supplies the full membership of sets sent for the first
     /// time (or re-sent after a change of definition).
-    pub fn flush(&mut self, members: &dyn MemberSource, out: &mut dyn FnMut(Payload)) {
+    pub fn flush(&mut self, source: &dyn FlushSource, out: &mut dyn FnMut(Payload)) {
         if let Some(c) = self.pending_config.take() {
             out(Payload::ConfigUpdate(c));
         }
-        self.flush_added_sets(members, out);
+        self.flush_added_sets(source, out);
         self.flush_set_deltas(out);
         for (key, packed) in std::mem::take(&mut self.pending_policy_updates) {
             out(Payload::ActivePolicyUpdate(policy_update(
@@ -521,13 +518,14 @@ impl EventSequencer {
             }));
             self.sent_sas.remove(&id);
         }
-        for (id, labels) in std::mem::take(&mut self.pending_sa_updates) {
+        for id in std::mem::take(&mut self.pending_sa_updates) {
+            let labels = source.service_account_labels(&id.0, &id.1);
             out(Payload::ServiceAccountUpdate(pb::ServiceAccountUpdate {
                 id: Some(pb::ServiceAccountId {
                     namespace: id.0.clone(),
                     name: id.1.clone(),
                 }),
-                labels: labels.into_vec().into_iter().collect(),
+                labels,
             }));
             self.sent_sas.insert(id);
         }
@@ -537,10 +535,10 @@ impl EventSequencer {
             }));
             self.sent_namespaces.remove(&name);
         }
-        for (name, labels) in std::mem::take(&mut self.pending_ns_updates) {
+        for name in std::mem::take(&mut self.pending_ns_updates) {
             out(Payload::NamespaceUpdate(pb::NamespaceUpdate {
+                labels: source.namespace_labels(&name),
                 id: Some(pb::NamespaceId { name: name.clone() }),
-                labels: labels.into_vec().into_iter().collect(),
             }));
             self.sent_namespaces.insert(name);
         }
@@ -597,7 +595,7 @@ impl EventSequencer {
         }
     }
 
-    fn flush_added_sets(&mut self, source: &dyn MemberSource, out: &mut dyn FnMut(Payload)) {
+    fn flush_added_sets(&mut self, source: &dyn FlushSource, out: &mut dyn FnMut(Payload)) {
         for (id, t) in std::mem::take(&mut self.pending_added_sets) {
             let members = sorted_wire_forms(source.current_members(&id));
             out(Payload::IpsetUpdate(pb::IpSetUpdate {

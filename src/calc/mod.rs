@@ -58,6 +58,7 @@ pub mod validation;
 pub mod view;
 pub mod vxlan;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use felix_proto as pb;
@@ -69,7 +70,7 @@ use crate::model::{
 };
 use active_rules::{ActiveRulesCalculator, ArcEvent, ComputedListener};
 use config_batcher::ConfigBatcher;
-use event_sequencer::{EventSequencer, MemberSource};
+use event_sequencer::{EventSequencer, FlushSource};
 use labelindex::{IpSetIndex, LabelledKey, LabelledValue, Member, MemberSink};
 use live_migration::{LiveMigrationCalculator, LmAction};
 use passthru::Passthru;
@@ -93,9 +94,28 @@ pub enum EndpointValue {
     Host(Arc<HostEndpoint>),
 }
 
-impl MemberSource for IpSetIndex {
+/// The IP-set index holds every profile's labels, so a flush reads a
+/// namespace's or service account's labels from it rather than the
+/// sequencer keeping a copy of each.
+impl FlushSource for IpSetIndex {
     fn current_members(&self, id: &str) -> Vec<Member> {
         IpSetIndex::current_members(self, id)
+    }
+
+    fn namespace_labels(&self, name: &str) -> BTreeMap<String, String> {
+        let labels = self.parent_labels(&passthru::namespace_profile(name));
+        passthru::strip_label_prefix(
+            passthru::NAMESPACE_LABEL_PREFIX,
+            labels.into_iter().flatten(),
+        )
+    }
+
+    fn service_account_labels(&self, namespace: &str, name: &str) -> BTreeMap<String, String> {
+        let labels = self.parent_labels(&passthru::service_account_profile(namespace, name));
+        passthru::strip_label_prefix(
+            passthru::SERVICE_ACCOUNT_LABEL_PREFIX,
+            labels.into_iter().flatten(),
+        )
     }
 }
 
@@ -335,8 +355,7 @@ impl CalcGraph {
                 let mut ev = Vec::new();
                 self.arc.on_profile(&name, p.as_deref(), &mut ev);
                 self.route_arc(ev);
-                self.passthru
-                    .on_profile(&name, p.as_deref().map(|p| &p.labels), &mut self.seq);
+                self.passthru.on_profile(&name, p.is_some(), &mut self.seq);
                 self.ipsets.update_parent_labels(
                     &name,
                     p.as_deref().map(|p| &p.labels),
@@ -591,7 +610,7 @@ impl CalcGraph {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{LiveMigration, LiveMigrationKey, LiveMigrationTarget};
+    use crate::model::{LiveMigration, LiveMigrationKey, LiveMigrationTarget, Profile};
 
     fn wep_update(present: bool) -> Update {
         let key = Key::WorkloadEndpoint(WorkloadEndpointKey {
@@ -667,6 +686,83 @@ mod tests {
         assert_eq!(
             role_of(&out),
             Some((pb::LiveMigrationRole::Target as i32, "uid-1".to_string()))
+        );
+    }
+
+    fn profile_update(name: &str, labels: Option<&[(&str, &str)]>) -> Update {
+        let key = Key::Profile(name.to_string());
+        match labels {
+            Some(l) => {
+                let p = Profile {
+                    labels: l
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                    ..Default::default()
+                };
+                Update::set(key, Value::Profile(Arc::new(p)))
+            }
+            None => Update::delete(key),
+        }
+    }
+
+    fn ns_messages(out: &[Payload]) -> Vec<String> {
+        out.iter()
+            .filter_map(|p| match p {
+                Payload::NamespaceUpdate(u) => Some(format!(
+                    "ns+ {} {:?}",
+                    u.id.as_ref().map(|i| i.name.as_str()).unwrap_or(""),
+                    u.labels
+                )),
+                Payload::NamespaceRemove(r) => Some(format!(
+                    "ns- {}",
+                    r.id.as_ref().map(|i| i.name.as_str()).unwrap_or("")
+                )),
+                Payload::ServiceAccountUpdate(u) => {
+                    let id = u.id.clone().unwrap_or_default();
+                    Some(format!("sa+ {}/{} {:?}", id.namespace, id.name, u.labels))
+                }
+                Payload::ServiceAccountRemove(r) => {
+                    let id = r.id.clone().unwrap_or_default();
+                    Some(format!("sa- {}/{}", id.namespace, id.name))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The sequencer keeps only the names of pending namespaces and
+    /// service accounts; their labels come from the label index at flush.
+    /// So changes between flushes coalesce into one message with the
+    /// latest labels (prefix removed), a deletion of a never-sent object
+    /// emits nothing, and a delete-then-re-add in one batch is an update.
+    #[test]
+    fn namespace_and_service_account_labels_are_read_at_flush() {
+        let mut g = CalcGraph::new("node1");
+        g.on_status(SyncStatus::InSync);
+        g.on_update(profile_update("kns.a", Some(&[("pcns.env", "dev")])));
+        g.on_update(profile_update(
+            "kns.a",
+            Some(&[("pcns.env", "prod"), ("other", "x")]),
+        ));
+        g.on_update(profile_update("ksa.a.sa.1", Some(&[("pcsa.role", "web")])));
+        g.on_update(profile_update("kns.gone", Some(&[("pcns.k", "v")])));
+        g.on_update(profile_update("kns.gone", None));
+        let out = g.flush();
+        assert_eq!(
+            ns_messages(&out),
+            vec![
+                r#"sa+ a/sa.1 {"role": "web"}"#.to_string(),
+                r#"ns+ a {"env": "prod", "other": "x"}"#.to_string(),
+            ]
+        );
+        g.on_update(profile_update("kns.a", None));
+        g.on_update(profile_update("kns.a", Some(&[])));
+        g.on_update(profile_update("ksa.a.sa.1", None));
+        let out = g.flush();
+        assert_eq!(
+            ns_messages(&out),
+            vec!["sa- a/sa.1".to_string(), "ns+ a {}".to_string()]
         );
     }
 }

@@ -102,6 +102,19 @@ pub enum ProfileClass {
     Other,
 }
 
+/// The profile that stands for namespace `ns` (inverse of
+/// [`classify_profile`]).
+pub fn namespace_profile(ns: &str) -> String {
+    format!("{NAMESPACE_PROFILE_PREFIX}{ns}")
+}
+
+/// The profile that stands for service account `name` in `namespace`
+/// (inverse of [`classify_profile`]: the namespace part ends at the first
+/// dot, and a namespace name never contains one).
+pub fn service_account_profile(namespace: &str, name: &str) -> String {
+    format!("{SERVICE_ACCOUNT_PROFILE_PREFIX}{namespace}.{name}")
+}
+
 /// Classifies a profile name: `ksa.<ns>.<sa>` is a service account,
 /// `kns.<ns>` a namespace.
 pub fn classify_profile(name: &str) -> ProfileClass {
@@ -124,10 +137,20 @@ pub fn classify_profile(name: &str) -> ProfileClass {
     ProfileClass::Other
 }
 
-fn strip_label_prefix(prefix: &str, labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+/// A profile's labels as its namespace or service account carries them:
+/// `prefix` removed from the keys that have it.
+pub fn strip_label_prefix<'a>(
+    prefix: &str,
+    labels: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> BTreeMap<String, String> {
     labels
-        .iter()
-        .map(|(k, v)| (k.strip_prefix(prefix).unwrap_or(k).to_string(), v.clone()))
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                k.strip_prefix(prefix).unwrap_or(k).to_string(),
+                v.to_string(),
+            )
+        })
         .collect()
 }
 
@@ -137,25 +160,17 @@ impl Passthru {
     }
 
     /// The profile decoder: `kns.` / `ksa.` profiles become namespace and
-    /// service-account updates, with the `pcns.` / `pcsa.` label prefixes
-    /// removed.  This is the only source of those messages (the model's
-    /// `Namespace` / `ServiceAccount` keys are not needed for them).
-    pub fn on_profile(
-        &mut self,
-        name: &str,
-        labels: Option<&BTreeMap<String, String>>,
-        seq: &mut EventSequencer,
-    ) {
+    /// service-account updates.  This is the only source of those messages
+    /// (the model's `Namespace` / `ServiceAccount` keys are not needed for
+    /// them).  Their labels, with the `pcns.` / `pcsa.` prefixes removed,
+    /// are read from the label index when the sequencer flushes (see
+    /// [`namespace_profile`]).
+    pub fn on_profile(&mut self, name: &str, present: bool, seq: &mut EventSequencer) {
         match classify_profile(name) {
-            ProfileClass::Namespace(ns) => seq.on_namespace_update(
-                &ns,
-                labels.map(|l| strip_label_prefix(NAMESPACE_LABEL_PREFIX, l)),
-            ),
-            ProfileClass::ServiceAccount { namespace, name } => seq.on_service_account_update(
-                &namespace,
-                &name,
-                labels.map(|l| strip_label_prefix(SERVICE_ACCOUNT_LABEL_PREFIX, l)),
-            ),
+            ProfileClass::Namespace(ns) => seq.on_namespace_update(&ns, present),
+            ProfileClass::ServiceAccount { namespace, name } => {
+                seq.on_service_account_update(&namespace, &name, present)
+            }
             ProfileClass::Other => {}
         }
     }

@@ -673,6 +673,18 @@ impl IpSetIndex {
         self.maybe_free_parent(pid);
     }
 
+    /// The labels profile `name` applies, sorted by key; `None` if the
+    /// profile is not known (or was given no labels).
+    pub fn parent_labels(&self, name: &str) -> Option<impl Iterator<Item = (&str, &str)> + '_> {
+        let pid = self.find_parent(name)?;
+        let labels = self.parents.get(pid as usize)?.as_ref()?.labels.as_ref()?;
+        Some(
+            labels
+                .iter()
+                .map(|(k, v)| (self.interner.resolve(*k), self.interner.resolve(*v))),
+        )
+    }
+
     /// Returns the parent id for `name`, taking one endpoint reference (the
     /// caller adds itself to `endpoints`).
     fn intern_parent(&mut self, name: &str) -> u32 {
