@@ -25,7 +25,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::compact::CompactPolicy;
-use super::labelindex::{InheritIndex, MatchEvent};
+use super::labelindex::{InheritIndex, MatchEvent, ParentLabelSource};
 use super::EndpointKey;
 use crate::hash::FastMap as HashMap;
 use crate::model::{Action, Labels, Policy, PolicyKey, Profile, Rule};
@@ -150,10 +150,13 @@ impl ActiveRulesCalculator {
     }
 
     /// A local endpoint was added, changed (`Some`) or removed (`None`).
+    /// `source` supplies the labels of the profiles it names (the graph's
+    /// IP-set index, which holds every profile's).
     pub fn on_endpoint(
         &mut self,
         key: &EndpointKey,
         value: Option<(&Labels, &[String])>,
+        source: &dyn ParentLabelSource,
         out: &mut Vec<ArcEvent>,
     ) {
         let profiles: Vec<String> = value.map(|(_, p)| p.to_vec()).unwrap_or_default();
@@ -162,7 +165,7 @@ impl ActiveRulesCalculator {
         match value {
             Some((labels, parents)) => {
                 self.index
-                    .update_endpoint(key.clone(), labels, parents, &mut matches)
+                    .update_endpoint(key.clone(), labels, parents, source, &mut matches)
             }
             None => self.index.delete_endpoint(key, &mut matches),
         }

@@ -296,6 +296,7 @@ impl CalcGraph {
                     self.arc.on_endpoint(
                         &ek,
                         v.as_deref().map(|w| (&w.labels, w.profile_ids.as_slice())),
+                        &self.ipsets,
                         &mut ev,
                     );
                     self.route_arc(ev);
@@ -322,6 +323,7 @@ impl CalcGraph {
                     self.arc.on_endpoint(
                         &ek,
                         v.as_deref().map(|h| (&h.labels, h.profile_ids.as_slice())),
+                        &self.ipsets,
                         &mut ev,
                     );
                     self.route_arc(ev);

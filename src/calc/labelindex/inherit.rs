@@ -3,10 +3,19 @@
 //! calculator).
 //!
 //! Holds only this node's endpoints (a few hundred), every policy selector
-//! (thousands) and the labels of every profile.  Reports "selector S started
-//! / stopped matching endpoint E" transitions.
+//! (thousands) and the labels of the profiles those endpoints name.
+//! Reports "selector S started / stopped matching endpoint E" transitions.
+//!
+//! The labels of every profile in the cluster are held once, by the IP-set
+//! index; this index reads a profile's labels from a
+//! [`ParentLabelSource`] when a local endpoint starts to name it, and is
+//! told of later changes through [`InheritIndex::update_parent_labels`].
 //!
 //! Invariants:
+//! * `parent_labels` holds labels only for profiles some local endpoint
+//!   names (its keys are a subset of `parent_to_eps`'s), and those are the
+//!   profile's current labels, provided the caller reports every profile
+//!   change and the source is current when an endpoint is updated.
 //! * A (selector, endpoint) pair is reported started at most once before it
 //!   is reported stopped, and every started pair is stopped before either
 //!   side is forgotten: deleting a selector or an endpoint reports all of
@@ -33,10 +42,41 @@ struct LocalEp {
     parents: Vec<String>,
 }
 
-/// A profile's labels, sorted by key.  Every profile in the cluster is
-/// held (a local endpoint may name any of them), and a `BTreeMap` node is
-/// several times the size of the few labels a profile has.
+/// A profile's labels, sorted by key (a `BTreeMap` node is several times
+/// the size of the few labels a profile has).
 type ParentLabels = Box<[(Box<str>, Box<str>)]>;
+
+/// Supplies the current labels of any profile in the cluster.
+pub trait ParentLabelSource {
+    /// Calls `f` with each label of profile `name`, in any order; false
+    /// (and no calls) if the profile is not known.
+    fn for_each_parent_label(&self, name: &str, f: &mut dyn FnMut(&str, &str)) -> bool;
+}
+
+/// A plain map is a source (tests, and callers with few profiles).
+impl ParentLabelSource for std::collections::BTreeMap<String, Labels> {
+    fn for_each_parent_label(&self, name: &str, f: &mut dyn FnMut(&str, &str)) -> bool {
+        match self.get(name) {
+            Some(l) => {
+                for (k, v) in l {
+                    f(k, v);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Reads `name`'s labels from `source`, sorted by key.
+fn fetch_parent(source: &dyn ParentLabelSource, name: &str) -> Option<ParentLabels> {
+    let mut v: Vec<(Box<str>, Box<str>)> = Vec::new();
+    if !source.for_each_parent_label(name, &mut |k, val| v.push((k.into(), val.into()))) {
+        return None;
+    }
+    v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    Some(v.into_boxed_slice())
+}
 
 fn parent_get<'a>(labels: &'a [(Box<str>, Box<str>)], key: &str) -> Option<&'a str> {
     labels
@@ -128,12 +168,14 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         }
     }
 
-    /// Adds or replaces a local endpoint.
+    /// Adds or replaces a local endpoint.  A profile it is the first local
+    /// endpoint to name has its labels read from `source`.
     pub fn update_endpoint(
         &mut self,
         id: E,
         labels: &Labels,
         parents: &[String],
+        source: &dyn ParentLabelSource,
         out: &mut Vec<MatchEvent<S, E>>,
     ) {
         if let Some(old) = self.endpoints.get(&id) {
@@ -142,19 +184,17 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
             }
             let old_parents = old.parents.clone();
             for p in old_parents {
-                if let Some(set) = self.parent_to_eps.get_mut(&p) {
-                    set.remove(&id);
-                    if set.is_empty() {
-                        self.parent_to_eps.remove(&p);
-                    }
-                }
+                self.drop_parent_ref(&p, &id);
             }
         }
         for p in parents {
-            self.parent_to_eps
-                .entry(p.clone())
-                .or_default()
-                .insert(id.clone());
+            let users = self.parent_to_eps.entry(p.clone()).or_default();
+            if users.is_empty() {
+                if let Some(l) = fetch_parent(source, p) {
+                    self.parent_labels.insert(p.clone(), l);
+                }
+            }
+            users.insert(id.clone());
         }
         self.endpoints.insert(
             id.clone(),
@@ -172,12 +212,7 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
             return;
         };
         for p in &old.parents {
-            if let Some(set) = self.parent_to_eps.get_mut(p) {
-                set.remove(id);
-                if set.is_empty() {
-                    self.parent_to_eps.remove(p);
-                }
-            }
+            self.drop_parent_ref(p, id);
         }
         let before = self.ep_to_sels.get(id).cloned().unwrap_or_default();
         for s in &before {
@@ -185,13 +220,30 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         }
     }
 
-    /// Sets (`Some`) or clears (`None`) a profile's labels.
+    /// Endpoint `id` no longer names profile `p`; the profile's labels are
+    /// forgotten with its last local endpoint.
+    fn drop_parent_ref(&mut self, p: &str, id: &E) {
+        if let Some(set) = self.parent_to_eps.get_mut(p) {
+            set.remove(id);
+            if set.is_empty() {
+                self.parent_to_eps.remove(p);
+                self.parent_labels.remove(p);
+            }
+        }
+    }
+
+    /// Sets (`Some`) or clears (`None`) a profile's labels.  Only profiles
+    /// named by a local endpoint are kept (module docs).
     pub fn update_parent_labels(
         &mut self,
         name: &str,
         labels: Option<&Labels>,
         out: &mut Vec<MatchEvent<S, E>>,
     ) {
+        let Some(users) = self.parent_to_eps.get(name) else {
+            return;
+        };
+        let mut eps: Vec<E> = users.iter().cloned().collect();
         // A BTreeMap iterates in key order, so the pairs come out sorted.
         let labels: Option<ParentLabels> = labels.map(|l| {
             l.iter()
@@ -213,15 +265,16 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
                 self.parent_labels.remove(name);
             }
         }
-        let mut eps: Vec<E> = self
-            .parent_to_eps
-            .get(name)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default();
         eps.sort();
         for e in eps {
             self.rematch(&e, out);
         }
+    }
+
+    /// Number of profiles whose labels are held (those local endpoints
+    /// name).
+    pub fn num_parents_held(&self) -> usize {
+        self.parent_labels.len()
     }
 
     /// Endpoints currently matched by selector `id`.
@@ -313,5 +366,92 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
             }
             out.push(MatchEvent::Stopped(s.clone(), e.clone()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    type Idx = InheritIndex<&'static str, &'static str>;
+    type Events = Vec<MatchEvent<&'static str, &'static str>>;
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn source(profiles: &[(&str, &[(&str, &str)])]) -> BTreeMap<String, Labels> {
+        profiles
+            .iter()
+            .map(|(n, l)| (n.to_string(), labels(l)))
+            .collect()
+    }
+
+    fn sel(s: &str) -> Selector {
+        crate::selector::parse(s).expect("test selector parses")
+    }
+
+    /// Labels of a profile no local endpoint names are not held; the
+    /// first endpoint to name it reads them from the source, later changes
+    /// arrive by `update_parent_labels`, and the last endpoint to go takes
+    /// them with it.
+    #[test]
+    fn profile_labels_held_only_while_a_local_endpoint_names_them() {
+        let mut idx = Idx::new();
+        let mut out = Events::new();
+        idx.update_selector("s", sel("env == 'prod'"), &mut out);
+        // A profile change with no local user: nothing held, nothing out.
+        idx.update_parent_labels("kns.a", Some(&labels(&[("env", "dev")])), &mut out);
+        assert_eq!(idx.num_parents_held(), 0);
+        assert!(out.is_empty());
+        // The source is what is current when the endpoint arrives.
+        let src = source(&[("kns.a", &[("env", "prod")])]);
+        idx.update_endpoint("e1", &Labels::new(), &["kns.a".into()], &src, &mut out);
+        assert_eq!(out, vec![MatchEvent::Started("s", "e1")]);
+        assert_eq!(idx.num_parents_held(), 1);
+        out.clear();
+        // A second endpoint on the same profile does not re-read it.
+        let stale = source(&[("kns.a", &[("env", "dev")])]);
+        idx.update_endpoint("e2", &Labels::new(), &["kns.a".into()], &stale, &mut out);
+        assert_eq!(out, vec![MatchEvent::Started("s", "e2")]);
+        out.clear();
+        // A change while held rematches both endpoints.
+        idx.update_parent_labels("kns.a", Some(&labels(&[("env", "dev")])), &mut out);
+        assert_eq!(
+            out,
+            vec![
+                MatchEvent::Stopped("s", "e1"),
+                MatchEvent::Stopped("s", "e2")
+            ]
+        );
+        out.clear();
+        idx.delete_endpoint(&"e1", &mut out);
+        assert_eq!(idx.num_parents_held(), 1);
+        idx.update_endpoint("e2", &Labels::new(), &[], &src, &mut out);
+        assert_eq!(idx.num_parents_held(), 0);
+        assert!(out.is_empty());
+    }
+
+    /// An endpoint may name a profile before the profile exists: it
+    /// inherits nothing until the profile's labels arrive, and loses them
+    /// again when the profile is deleted.
+    #[test]
+    fn profile_created_after_its_endpoint() {
+        let mut idx = Idx::new();
+        let mut out = Events::new();
+        idx.update_selector("s", sel("has(env)"), &mut out);
+        let empty = source(&[]);
+        idx.update_endpoint("e1", &Labels::new(), &["p".into()], &empty, &mut out);
+        assert!(out.is_empty());
+        idx.update_parent_labels("p", Some(&labels(&[("env", "x")])), &mut out);
+        assert_eq!(out, vec![MatchEvent::Started("s", "e1")]);
+        out.clear();
+        idx.update_parent_labels("p", None, &mut out);
+        assert_eq!(out, vec![MatchEvent::Stopped("s", "e1")]);
+        assert_eq!(idx.num_parents_held(), 0);
     }
 }

@@ -673,8 +673,9 @@ impl IpSetIndex {
         self.maybe_free_parent(pid);
     }
 
-    /// The labels profile `name` applies, sorted by key; `None` if the
-    /// profile is not known (or was given no labels).
+    /// The labels profile `name` applies, in no particular order; `None`
+    /// if the profile is not known.  Every present profile has labels here
+    /// (perhaps none), whether or not any object names it.
     pub fn parent_labels(&self, name: &str) -> Option<impl Iterator<Item = (&str, &str)> + '_> {
         let pid = self.find_parent(name)?;
         let labels = self.parents.get(pid as usize)?.as_ref()?.labels.as_ref()?;
@@ -978,6 +979,22 @@ fn for_each_contribution(def: &IpSetDef, ep: &EpData, mut f: impl FnMut(Member))
                 proto,
                 port: p.port,
             });
+        }
+    }
+}
+
+/// The active-rules calculator's index reads profile labels from here
+/// (every profile's labels are held once, in this index).
+impl super::ParentLabelSource for IpSetIndex {
+    fn for_each_parent_label(&self, name: &str, f: &mut dyn FnMut(&str, &str)) -> bool {
+        match self.parent_labels(name) {
+            Some(labels) => {
+                for (k, v) in labels {
+                    f(k, v);
+                }
+                true
+            }
+            None => false,
         }
     }
 }

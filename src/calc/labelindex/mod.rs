@@ -15,6 +15,6 @@ pub mod ipsets;
 pub mod member;
 pub mod restriction;
 
-pub use inherit::{InheritIndex, MatchEvent};
+pub use inherit::{InheritIndex, MatchEvent, ParentLabelSource};
 pub use ipsets::{IpSetDef, IpSetIndex, LabelledKey, LabelledValue, MemberSink};
 pub use member::{Member, NpProtocol};
