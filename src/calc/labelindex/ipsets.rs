@@ -645,7 +645,7 @@ impl IpSetIndex {
         let pid = match self.find_parent(name) {
             Some(p) => p,
             None if labels.is_none() => return,
-            None => self.intern_parent(name),
+            None => self.create_parent(name),
         };
         let new_ids = labels.map(|l| self.interner.intern_labels(l));
         let Some(Some(pd)) = self.parents.get_mut(pid as usize) else {
@@ -689,9 +689,14 @@ impl IpSetIndex {
     /// Returns the parent id for `name`, taking one endpoint reference (the
     /// caller adds itself to `endpoints`).
     fn intern_parent(&mut self, name: &str) -> u32 {
-        if let Some(p) = self.find_parent(name) {
-            return p;
+        match self.find_parent(name) {
+            Some(p) => p,
+            None => self.create_parent(name),
         }
+    }
+
+    /// Adds parent `name`, which the caller has found absent.
+    fn create_parent(&mut self, name: &str) -> u32 {
         let id = alloc(&mut self.parents, &mut self.free_parents);
         let name = self.interner.intern(name);
         self.parents[id as usize] = Some(ParentData {
