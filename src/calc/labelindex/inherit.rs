@@ -40,6 +40,9 @@ pub enum MatchEvent<S, E> {
 struct LocalEp {
     labels: Labels,
     parents: Vec<String>,
+    /// Own labels plus inherited ones (own first, then parents in order,
+    /// the first to carry a key wins), as indexed in `ep_values`.
+    effective: Vec<(Box<str>, Box<str>)>,
 }
 
 /// A profile's labels, sorted by key (a `BTreeMap` node is several times
@@ -105,6 +108,10 @@ pub struct InheritIndex<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> 
     selectors: HashMap<S, Selector>,
     restrictions: RestrictionIndex<S>,
     endpoints: HashMap<E, LocalEp>,
+    /// Local endpoints by effective label key and value: a new selector
+    /// is evaluated only against the endpoints its restriction admits, so
+    /// start of day is not every policy times every local endpoint.
+    ep_values: HashMap<Box<str>, HashMap<Box<str>, HashSet<E>>>,
     parent_labels: HashMap<String, ParentLabels>,
     parent_to_eps: HashMap<String, HashSet<E>>,
     sel_to_eps: HashMap<S, BTreeSet<E>>,
@@ -117,6 +124,7 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> Default for Inherit
             selectors: HashMap::default(),
             restrictions: RestrictionIndex::default(),
             endpoints: HashMap::default(),
+            ep_values: HashMap::default(),
             parent_labels: HashMap::default(),
             parent_to_eps: HashMap::default(),
             sel_to_eps: HashMap::default(),
@@ -138,14 +146,14 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         if let Some(old) = self.selectors.get(&id) {
             self.restrictions.remove(&id, &Choice::for_selector(old));
         }
-        self.restrictions.add(&id, &Choice::for_selector(&sel));
-        // Scan the (few) local endpoints.
+        let choice = Choice::for_selector(&sel);
+        self.restrictions.add(&id, &choice);
         let mut now: BTreeSet<E> = BTreeSet::new();
-        for (ek, ep) in &self.endpoints {
+        self.for_each_candidate(&choice, |ek, ep| {
             if self.eval(&sel, ep) {
                 now.insert(ek.clone());
             }
-        }
+        });
         self.selectors.insert(id.clone(), sel);
         let before = self.sel_to_eps.get(&id).cloned().unwrap_or_default();
         for e in now.difference(&before) {
@@ -196,13 +204,19 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
             }
             users.insert(id.clone());
         }
+        let old_effective = self.endpoints.get(&id).map(|e| e.effective.clone());
+        if let Some(old) = old_effective {
+            self.unindex(&id, &old);
+        }
         self.endpoints.insert(
             id.clone(),
             LocalEp {
                 labels: labels.clone(),
                 parents: parents.to_vec(),
+                effective: Vec::new(),
             },
         );
+        self.reindex(&id);
         self.rematch(&id, out);
     }
 
@@ -211,6 +225,7 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         let Some(old) = self.endpoints.remove(id) else {
             return;
         };
+        self.unindex(id, &old.effective);
         for p in &old.parents {
             self.drop_parent_ref(p, id);
         }
@@ -267,7 +282,93 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         }
         eps.sort();
         for e in eps {
+            if let Some(old) = self.endpoints.get(&e).map(|ep| ep.effective.clone()) {
+                self.unindex(&e, &old);
+            }
+            self.reindex(&e);
             self.rematch(&e, out);
+        }
+    }
+
+    /// Calls `f` with each local endpoint that `choice` admits (all of
+    /// them for an unoptimised selector).
+    fn for_each_candidate(&self, choice: &Choice, mut f: impl FnMut(&E, &LocalEp)) {
+        let mut visit = |set: &HashSet<E>| {
+            for ek in set {
+                if let Some(ep) = self.endpoints.get(ek) {
+                    f(ek, ep);
+                }
+            }
+        };
+        match choice {
+            Choice::Values(k, vals) => {
+                if let Some(per_key) = self.ep_values.get(k.as_str()) {
+                    for v in vals {
+                        if let Some(set) = per_key.get(v.as_str()) {
+                            visit(set);
+                        }
+                    }
+                }
+            }
+            Choice::Present(k) => {
+                if let Some(per_key) = self.ep_values.get(k.as_str()) {
+                    per_key.values().for_each(visit);
+                }
+            }
+            Choice::Unoptimized => {
+                for (ek, ep) in &self.endpoints {
+                    f(ek, ep);
+                }
+            }
+        }
+    }
+
+    /// Recomputes endpoint `id`'s effective labels from its own and its
+    /// parents' current labels and adds them to `ep_values` (the caller
+    /// has removed the old ones).
+    fn reindex(&mut self, id: &E) {
+        let Some(ep) = self.endpoints.get(id) else {
+            return;
+        };
+        let mut effective: Vec<(Box<str>, Box<str>)> = ep
+            .labels
+            .iter()
+            .map(|(k, v)| (k.as_str().into(), v.as_str().into()))
+            .collect();
+        for p in &ep.parents {
+            for (k, v) in self.parent_labels.get(p).into_iter().flat_map(|l| l.iter()) {
+                if !effective.iter().any(|(ek, _)| ek == k) {
+                    effective.push((k.clone(), v.clone()));
+                }
+            }
+        }
+        for (k, v) in &effective {
+            self.ep_values
+                .entry(k.clone())
+                .or_default()
+                .entry(v.clone())
+                .or_default()
+                .insert(id.clone());
+        }
+        if let Some(ep) = self.endpoints.get_mut(id) {
+            ep.effective = effective;
+        }
+    }
+
+    /// Removes endpoint `id`'s `effective` labels from `ep_values`.
+    fn unindex(&mut self, id: &E, effective: &[(Box<str>, Box<str>)]) {
+        for (k, v) in effective {
+            if let Some(per_key) = self.ep_values.get_mut(k) {
+                if let Some(set) = per_key.get_mut(v) {
+                    set.remove(id);
+                    if set.is_empty() {
+                        per_key.remove(v);
+                    }
+                }
+                if per_key.is_empty() {
+                    self.ep_values.remove(k);
+                }
+            }
         }
     }
 
@@ -303,28 +404,13 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
             .iter()
             .filter_map(|p| self.parent_labels.get(p).map(|l| l.as_ref()))
             .collect();
-        let mut pairs: Vec<(&str, &str)> = ep
-            .labels
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        for (i, p) in parents.iter().enumerate() {
-            for (k, v) in p.iter() {
-                if ep.labels.contains_key(&**k)
-                    || parents[..i].iter().any(|q| parent_get(q, k).is_some())
-                {
-                    continue;
-                }
-                pairs.push((&**k, &**v));
-            }
-        }
         let lookup = View {
             own: &ep.labels,
             parents: &parents,
         };
         let mut now: BTreeSet<S> = BTreeSet::new();
         self.restrictions
-            .for_each_candidate(pairs.iter().copied(), |s| {
+            .for_each_candidate(ep.effective.iter().map(|(k, v)| (&**k, &**v)), |s| {
                 if let Some(sel) = self.selectors.get(s) {
                     if sel.evaluate(&lookup) {
                         now.insert(s.clone());
@@ -453,5 +539,76 @@ mod tests {
         idx.update_parent_labels("p", None, &mut out);
         assert_eq!(out, vec![MatchEvent::Stopped("s", "e1")]);
         assert_eq!(idx.num_parents_held(), 0);
+    }
+
+    /// A selector added after the endpoints finds them through the
+    /// effective-label index: own labels, inherited ones (own wins, then
+    /// the first parent), presence restrictions and unoptimised selectors;
+    /// and the index follows endpoint and profile changes.
+    #[test]
+    fn new_selectors_find_endpoints_by_effective_labels() {
+        let mut idx = Idx::new();
+        let mut out = Events::new();
+        let src = source(&[
+            ("p1", &[("env", "prod"), ("team", "a")]),
+            ("p2", &[("env", "dev"), ("zone", "z1")]),
+        ]);
+        idx.update_endpoint(
+            "own",
+            &labels(&[("env", "test")]),
+            &["p1".into()],
+            &src,
+            &mut out,
+        );
+        idx.update_endpoint(
+            "inh",
+            &Labels::new(),
+            &["p1".into(), "p2".into()],
+            &src,
+            &mut out,
+        );
+        idx.update_endpoint("p2only", &Labels::new(), &["p2".into()], &src, &mut out);
+        assert!(out.is_empty());
+        let started = |idx: &mut Idx, id: &'static str, s: &str| {
+            let mut out = Events::new();
+            idx.update_selector(id, sel(s), &mut out);
+            let mut eps: Vec<&str> = out
+                .iter()
+                .filter_map(|e| match e {
+                    MatchEvent::Started(_, ep) => Some(*ep),
+                    MatchEvent::Stopped(..) => None,
+                })
+                .collect();
+            eps.sort();
+            eps
+        };
+        assert_eq!(started(&mut idx, "s1", "env == 'prod'"), vec!["inh"]);
+        assert_eq!(started(&mut idx, "s2", "env == 'test'"), vec!["own"]);
+        assert_eq!(started(&mut idx, "s3", "has(zone)"), vec!["inh", "p2only"]);
+        assert_eq!(
+            started(&mut idx, "s4", "team == 'a' && has(zone)"),
+            vec!["inh"]
+        );
+        assert_eq!(started(&mut idx, "s5", "!has(team)"), vec!["p2only"]);
+        assert_eq!(
+            started(&mut idx, "s6", "all()"),
+            vec!["inh", "own", "p2only"]
+        );
+        // A profile change moves endpoints in the index.
+        idx.update_parent_labels("p2", Some(&labels(&[("env", "prod")])), &mut out);
+        assert_eq!(
+            started(&mut idx, "s7", "env == 'prod'"),
+            vec!["inh", "p2only"]
+        );
+        assert_eq!(started(&mut idx, "s8", "has(zone)"), Vec::<&str>::new());
+        // So does an endpoint change, and a deleted endpoint is gone.
+        idx.update_endpoint("own", &labels(&[("zone", "z9")]), &[], &src, &mut out);
+        assert_eq!(started(&mut idx, "s9", "has(zone)"), vec!["own"]);
+        idx.delete_endpoint(&"own", &mut out);
+        assert_eq!(started(&mut idx, "s10", "zone == 'z9'"), Vec::<&str>::new());
+        assert!(
+            !idx.ep_values.contains_key("zone"),
+            "index entries released"
+        );
     }
 }
