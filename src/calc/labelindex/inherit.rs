@@ -204,16 +204,18 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
             }
             users.insert(id.clone());
         }
-        let old_effective = self.endpoints.get(&id).map(|e| e.effective.clone());
-        if let Some(old) = old_effective {
-            self.unindex(&id, &old);
-        }
+        // The old effective labels stay until `reindex` replaces them.
+        let effective = self
+            .endpoints
+            .remove(&id)
+            .map(|e| e.effective)
+            .unwrap_or_default();
         self.endpoints.insert(
             id.clone(),
             LocalEp {
                 labels: labels.clone(),
                 parents: parents.to_vec(),
-                effective: Vec::new(),
+                effective,
             },
         );
         self.reindex(&id);
@@ -282,9 +284,6 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         }
         eps.sort();
         for e in eps {
-            if let Some(old) = self.endpoints.get(&e).map(|ep| ep.effective.clone()) {
-                self.unindex(&e, &old);
-            }
             self.reindex(&e);
             self.rematch(&e, out);
         }
@@ -324,9 +323,16 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
     }
 
     /// Recomputes endpoint `id`'s effective labels from its own and its
-    /// parents' current labels and adds them to `ep_values` (the caller
-    /// has removed the old ones).
+    /// parents' current labels, replacing its old ones in `ep_values`.
     fn reindex(&mut self, id: &E) {
+        let Some(old) = self
+            .endpoints
+            .get_mut(id)
+            .map(|ep| std::mem::take(&mut ep.effective))
+        else {
+            return;
+        };
+        self.unindex(id, &old);
         let Some(ep) = self.endpoints.get(id) else {
             return;
         };
