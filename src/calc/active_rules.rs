@@ -27,7 +27,7 @@ use std::sync::Arc;
 use super::compact::CompactPolicy;
 use super::labelindex::{InheritIndex, MatchEvent, ParentLabelSource};
 use super::EndpointKey;
-use crate::hash::FastMap as HashMap;
+use crate::hash::{FastMap as HashMap, FastSet as HashSet};
 use crate::model::{Action, Labels, Policy, PolicyKey, Profile, Rule};
 use crate::selector;
 
@@ -90,7 +90,9 @@ pub struct ActiveRulesCalculator {
     policies: HashMap<PolicyRef, CompactPolicy>,
     profile_rules: HashMap<String, Arc<ProfileRules>>,
     index: InheritIndex<SelectorOwner, EndpointKey>,
-    policy_matches: HashMap<PolicyRef, BTreeSet<MatchTarget>>,
+    /// What keeps each active policy active; only its emptiness is read,
+    /// so it is unordered.
+    policy_matches: HashMap<PolicyRef, HashSet<MatchTarget>>,
     endpoint_profiles: HashMap<EndpointKey, Vec<String>>,
     profile_users: HashMap<String, BTreeSet<EndpointKey>>,
     num_tiers: usize,

@@ -103,11 +103,26 @@ pub struct PolicyResolver {
     endpoints: HashMap<EndpointKey, EndpointValue>,
     policies: HashMap<PolicyRef, Arc<PolicyMeta>>,
     tiers: HashMap<String, TierMeta>,
-    ep_policies: HashMap<EndpointKey, BTreeSet<PolicyRef>>,
+    /// Unordered: [`PolicyResolver::resolve`] sorts each endpoint's
+    /// policies by a total order of its own.
+    ep_policies: HashMap<EndpointKey, HashSet<PolicyRef>>,
     policy_eps: HashMap<PolicyRef, HashSet<EndpointKey>>,
     computed: HashMap<WorkloadEndpointKey, EndpointComputed>,
     dirty: BTreeSet<EndpointKey>,
+    /// The endpoint most recently added to `dirty` (cleared with it):
+    /// matches arrive in runs for one endpoint, and re-inserting a key
+    /// already present costs a walk of string comparisons.
+    last_dirty: Option<EndpointKey>,
     in_sync: bool,
+}
+
+/// Whether two endpoint keys are equal, trying pointer identity first.
+fn same_endpoint(a: &EndpointKey, b: &EndpointKey) -> bool {
+    match (a, b) {
+        (EndpointKey::Workload(x), EndpointKey::Workload(y)) => Arc::ptr_eq(x, y) || x == y,
+        (EndpointKey::Host(x), EndpointKey::Host(y)) => Arc::ptr_eq(x, y) || x == y,
+        _ => false,
+    }
 }
 
 fn cmp_order(a: Option<f64>, b: Option<f64>) -> Ordering {
@@ -216,7 +231,20 @@ impl PolicyResolver {
             .entry(ep.clone())
             .or_default()
             .insert(policy.clone());
+        self.mark_dirty(ep);
+    }
+
+    /// Adds `ep` to the dirty set (cheaply when it was the last added).
+    fn mark_dirty(&mut self, ep: &EndpointKey) {
+        if self
+            .last_dirty
+            .as_ref()
+            .is_some_and(|l| same_endpoint(l, ep))
+        {
+            return;
+        }
         self.dirty.insert(ep.clone());
+        self.last_dirty = Some(ep.clone());
     }
 
     pub fn on_match_stopped(&mut self, policy: &PolicyRef, ep: &EndpointKey) {
@@ -232,7 +260,7 @@ impl PolicyResolver {
                 self.ep_policies.remove(ep);
             }
         }
-        self.dirty.insert(ep.clone());
+        self.mark_dirty(ep);
     }
 
     /// Emits the resolution of every dirty endpoint (nothing before
@@ -242,6 +270,7 @@ impl PolicyResolver {
             return Vec::new();
         }
         let dirty = std::mem::take(&mut self.dirty);
+        self.last_dirty = None;
         dirty
             .into_iter()
             .map(|key| {
@@ -271,24 +300,25 @@ impl PolicyResolver {
         let Some(pols) = self.ep_policies.get(key) else {
             return Vec::new();
         };
-        let mut by_tier: BTreeMap<&str, Vec<(&PolicyRef, &Arc<PolicyMeta>)>> = BTreeMap::new();
+        type Entry<'a> = (String, &'a PolicyRef, &'a Arc<PolicyMeta>);
+        let mut by_tier: BTreeMap<&str, Vec<Entry<'_>>> = BTreeMap::new();
         for pk in pols {
             // A match can precede the policy's metadata only transiently
             // within one update; such a policy is left out until known.
             if let Some(meta) = self.policies.get(pk) {
-                by_tier
-                    .entry(meta.tier.as_str())
-                    .or_default()
-                    .push((pk, meta));
+                by_tier.entry(meta.tier.as_str()).or_default().push((
+                    policy_sort_name(pk),
+                    pk,
+                    meta,
+                ));
             }
         }
         let mut tiers: Vec<ResolvedTier> = by_tier
             .into_iter()
             .map(|(name, mut pols)| {
-                pols.sort_by(|a, b| {
-                    cmp_order(a.1.order, b.1.order)
-                        .then_with(|| policy_sort_name(a.0).cmp(&policy_sort_name(b.0)))
-                });
+                // Names are unique, so this order is total: the result
+                // does not depend on the (hash) order of `ep_policies`.
+                pols.sort_by(|a, b| cmp_order(a.2.order, b.2.order).then_with(|| a.0.cmp(&b.0)));
                 ResolvedTier {
                     name: name.to_string(),
                     default_action: self
@@ -298,7 +328,7 @@ impl PolicyResolver {
                         .unwrap_or_default(),
                     policies: pols
                         .into_iter()
-                        .map(|(k, m)| (k.clone(), m.clone()))
+                        .map(|(_, k, m)| (k.clone(), m.clone()))
                         .collect(),
                 }
             })

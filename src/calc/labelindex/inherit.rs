@@ -27,7 +27,6 @@ use super::restriction::{Choice, RestrictionIndex};
 use crate::hash::{FastMap as HashMap, FastSet as HashSet};
 use crate::model::Labels;
 use crate::selector::{LabelSource, Selector};
-use std::collections::BTreeSet;
 use std::hash::Hash;
 
 /// A match transition.
@@ -114,8 +113,51 @@ pub struct InheritIndex<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> 
     ep_values: HashMap<Box<str>, HashMap<Box<str>, HashSet<E>>>,
     parent_labels: HashMap<String, ParentLabels>,
     parent_to_eps: HashMap<String, HashSet<E>>,
-    sel_to_eps: HashMap<S, BTreeSet<E>>,
-    ep_to_sels: HashMap<E, BTreeSet<S>>,
+    /// Current matches, both ways.  Unordered (these take one insert per
+    /// match, and ordered sets of string keys cost a walk of comparisons
+    /// each); events are still emitted in sorted order, see
+    /// [`sorted_changes`].
+    sel_to_eps: HashMap<S, HashSet<E>>,
+    ep_to_sels: HashMap<E, HashSet<S>>,
+}
+
+/// Sorts `v` and removes duplicates (a candidate can be offered more than
+/// once: several of its labels may admit it).
+fn sort_dedup<T: Ord>(v: &mut Vec<T>) {
+    v.sort_unstable();
+    v.dedup();
+}
+
+/// The members of `now` (sorted, without duplicates) not in `before`, and
+/// those of `before` not in `now`, each sorted (so the events built from
+/// them come in a deterministic order whatever the hash order of
+/// `before`).
+fn sorted_changes<T: Ord + Hash + Clone>(
+    now: &[T],
+    before: Option<&HashSet<T>>,
+) -> (Vec<T>, Vec<T>) {
+    let Some(before) = before else {
+        return (now.to_vec(), Vec::new());
+    };
+    let started = now
+        .iter()
+        .filter(|x| !before.contains(*x))
+        .cloned()
+        .collect();
+    let mut stopped: Vec<T> = before
+        .iter()
+        .filter(|x| now.binary_search(x).is_err())
+        .cloned()
+        .collect();
+    stopped.sort_unstable();
+    (started, stopped)
+}
+
+/// All of `set`, sorted.
+fn sorted<T: Ord + Clone>(set: Option<&HashSet<T>>) -> Vec<T> {
+    let mut v: Vec<T> = set.into_iter().flatten().cloned().collect();
+    v.sort_unstable();
+    v
 }
 
 impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> Default for InheritIndex<S, E> {
@@ -148,18 +190,19 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         }
         let choice = Choice::for_selector(&sel);
         self.restrictions.add(&id, &choice);
-        let mut now: BTreeSet<E> = BTreeSet::new();
+        let mut now: Vec<E> = Vec::new();
         self.for_each_candidate(&choice, |ek, ep| {
             if self.eval(&sel, ep) {
-                now.insert(ek.clone());
+                now.push(ek.clone());
             }
         });
+        sort_dedup(&mut now);
         self.selectors.insert(id.clone(), sel);
-        let before = self.sel_to_eps.get(&id).cloned().unwrap_or_default();
-        for e in now.difference(&before) {
+        let (started, stopped) = sorted_changes(&now, self.sel_to_eps.get(&id));
+        for e in &started {
             self.record(&id, e, true, out);
         }
-        for e in before.difference(&now) {
+        for e in &stopped {
             self.record(&id, e, false, out);
         }
     }
@@ -170,8 +213,7 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
             return;
         };
         self.restrictions.remove(id, &Choice::for_selector(&old));
-        let before = self.sel_to_eps.get(id).cloned().unwrap_or_default();
-        for e in &before {
+        for e in &sorted(self.sel_to_eps.get(id)) {
             self.record(id, e, false, out);
         }
     }
@@ -231,8 +273,7 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         for p in &old.parents {
             self.drop_parent_ref(p, id);
         }
-        let before = self.ep_to_sels.get(id).cloned().unwrap_or_default();
-        for s in &before {
+        for s in &sorted(self.ep_to_sels.get(id)) {
             self.record(s, id, false, out);
         }
     }
@@ -384,7 +425,7 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         self.parent_labels.len()
     }
 
-    /// Endpoints currently matched by selector `id`.
+    /// Endpoints currently matched by selector `id`, in no particular order.
     pub fn matches_of(&self, id: &S) -> impl Iterator<Item = &E> {
         self.sel_to_eps.get(id).into_iter().flatten()
     }
@@ -414,20 +455,21 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
             own: &ep.labels,
             parents: &parents,
         };
-        let mut now: BTreeSet<S> = BTreeSet::new();
+        let mut now: Vec<S> = Vec::new();
         self.restrictions
             .for_each_candidate(ep.effective.iter().map(|(k, v)| (&**k, &**v)), |s| {
                 if let Some(sel) = self.selectors.get(s) {
                     if sel.evaluate(&lookup) {
-                        now.insert(s.clone());
+                        now.push(s.clone());
                     }
                 }
             });
-        let before = self.ep_to_sels.get(id).cloned().unwrap_or_default();
-        for s in now.difference(&before) {
+        sort_dedup(&mut now);
+        let (started, stopped) = sorted_changes(&now, self.ep_to_sels.get(id));
+        for s in &started {
             self.record(s, id, true, out);
         }
-        for s in before.difference(&now) {
+        for s in &stopped {
             self.record(s, id, false, out);
         }
     }

@@ -23,7 +23,13 @@
 //!   half the text held, when the live strings are copied into fresh chunks
 //!   (ids do not change), so the chunks hold at most about twice the live
 //!   text;
-//! * the table holds exactly the ids whose count is not zero.
+//! * the table holds exactly the ids whose count is not zero;
+//! * a slot of the short-string front holds either nothing or a live id
+//!   together with the packing of that id's text: a slot is filled only
+//!   with an id just found or created for that text, and emptied when the
+//!   id it holds is freed (so a reused id is never reached through a
+//!   stale slot).  The packing of a string of at most 16 bytes determines
+//!   it, so a hit needs no comparison with the text.
 
 use std::hash::BuildHasher;
 
@@ -68,6 +74,67 @@ pub struct Interner {
     garbage: usize,
     /// Compaction waits for at least this much garbage.
     min_garbage: usize,
+    /// Direct-mapped front of `table` for strings of at most 16 bytes
+    /// (most label keys and values), see [`ShortKey`].
+    short: Box<[ShortSlot]>,
+}
+
+/// Slots in [`Interner::short`] (a power of two).
+const SHORT_SLOTS: usize = 1024;
+
+/// A string of at most 16 bytes, packed so that equal packings mean equal
+/// strings: its length plus its first and last 8 bytes (overlapping for
+/// 8-16 bytes), or its first and last 4 (4-7 bytes), or its bytes (0-3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct ShortKey {
+    len: u8,
+    words: [u64; 2],
+}
+
+impl ShortKey {
+    fn of(s: &[u8]) -> Option<ShortKey> {
+        fn four(c: Option<&[u8; 4]>) -> u64 {
+            c.map_or(0, |c| u64::from(u32::from_le_bytes(*c)))
+        }
+        fn eight(c: Option<&[u8; 8]>) -> u64 {
+            c.map_or(0, |c| u64::from_le_bytes(*c))
+        }
+        let words = match s.len() {
+            0..=3 => [s.iter().fold(0u64, |w, b| (w << 8) | u64::from(*b)), 0],
+            4..=7 => [four(s.first_chunk()) | (four(s.last_chunk()) << 32), 0],
+            8..=16 => [eight(s.first_chunk()), eight(s.last_chunk())],
+            _ => return None,
+        };
+        Some(ShortKey {
+            len: s.len() as u8,
+            words,
+        })
+    }
+
+    fn slot(&self) -> usize {
+        let h = (self.words[0] ^ self.words[1].rotate_left(29) ^ u64::from(self.len))
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> (64 - SHORT_SLOTS.trailing_zeros())) as usize
+    }
+}
+
+/// One slot of the short-string front: `id` is [`NO_ID`] or a live id
+/// whose text packs to `key`.
+#[derive(Clone, Copy, Debug)]
+struct ShortSlot {
+    key: ShortKey,
+    id: u32,
+}
+
+const NO_ID: u32 = u32::MAX;
+
+impl Default for ShortSlot {
+    fn default() -> Self {
+        ShortSlot {
+            key: ShortKey::default(),
+            id: NO_ID,
+        }
+    }
 }
 
 impl Default for Interner {
@@ -81,6 +148,7 @@ impl Default for Interner {
             free: Vec::new(),
             garbage: 0,
             min_garbage: MIN_COMPACT_GARBAGE,
+            short: vec![ShortSlot::default(); SHORT_SLOTS].into_boxed_slice(),
         }
     }
 }
@@ -119,17 +187,74 @@ fn push_text(arena: &mut Vec<String>, s: &str) -> (u32, u32) {
     (chunk as u32, off as u32)
 }
 
+/// Whether `e` in `arena` holds exactly the bytes `s`.  Lengths are
+/// compared before the text is touched; label keys and values are mostly
+/// short, and comparing them as one or two fixed-size words inline costs
+/// a fraction of a `memcmp` call (the interner's probes were half memcmp).
+fn holds(arena: &[String], e: &Entry, s: &[u8]) -> bool {
+    if e.len as usize != s.len() {
+        return false;
+    }
+    let off = e.off as usize;
+    arena
+        .get(e.chunk as usize)
+        .and_then(|c| c.as_bytes().get(off..off + s.len()))
+        .is_some_and(|t| same_bytes(t, s))
+}
+
+/// Byte equality of two slices of equal length, without a library call
+/// for lengths up to 16.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    fn words<const N: usize>(a: &[u8], b: &[u8]) -> Option<bool> {
+        Some(
+            a.first_chunk::<N>()? == b.first_chunk::<N>()?
+                && a.last_chunk::<N>()? == b.last_chunk::<N>()?,
+        )
+    }
+    match a.len() {
+        0..=3 => a.iter().zip(b).all(|(x, y)| x == y),
+        4..=7 => words::<4>(a, b).unwrap_or(false),
+        8..=16 => words::<8>(a, b).unwrap_or(false),
+        _ => a == b,
+    }
+}
+
 impl Interner {
     /// The table slot of `s`, if interned.
     fn find(&self, hash: u64, s: &str) -> Option<u32> {
         let (arena, entries) = (&self.arena, &self.entries);
+        let s = s.as_bytes();
         self.table
-            .find(hash, |id| text(arena, &entries[*id as usize]) == s)
+            .find(hash, |id| {
+                entries
+                    .get(*id as usize)
+                    .is_some_and(|e| holds(arena, e, s))
+            })
             .copied()
     }
 
     /// The id of `s`, adding a reference (creating the entry if needed).
     pub fn intern(&mut self, s: &str) -> u32 {
+        let short = ShortKey::of(s.as_bytes());
+        if let Some(id) = short.and_then(|k| self.short_hit(&k)) {
+            self.entries[id as usize].refs += 1;
+            return id;
+        }
+        let id = self.intern_slow(s);
+        if let Some(k) = short {
+            self.short[k.slot()] = ShortSlot { key: k, id };
+        }
+        id
+    }
+
+    /// The id the short-string front holds for `k`, if any.
+    fn short_hit(&self, k: &ShortKey) -> Option<u32> {
+        let slot = self.short.get(k.slot())?;
+        (slot.id != NO_ID && slot.key == *k).then_some(slot.id)
+    }
+
+    /// [`Interner::intern`] through the table.
+    fn intern_slow(&mut self, s: &str) -> u32 {
         let hash = self.hasher.hash_one(s);
         if let Some(id) = self.find(hash, s) {
             self.entries[id as usize].refs += 1;
@@ -181,6 +306,13 @@ impl Interner {
             return;
         }
         let e = *e;
+        if let Some(k) = ShortKey::of(text(&self.arena, &e).as_bytes()) {
+            if let Some(slot) = self.short.get_mut(k.slot()) {
+                if slot.id == id {
+                    *slot = ShortSlot::default();
+                }
+            }
+        }
         let hash = self.hasher.hash_one(text(&self.arena, &e));
         if let Ok(slot) = self.table.find_entry(hash, |x| *x == id) {
             slot.remove();
@@ -212,6 +344,9 @@ impl Interner {
 
     /// The id of `s`, if interned (no reference added).
     pub fn get(&self, s: &str) -> Option<u32> {
+        if let Some(id) = ShortKey::of(s.as_bytes()).and_then(|k| self.short_hit(&k)) {
+            return Some(id);
+        }
         self.find(self.hasher.hash_one(s), s)
     }
 
@@ -283,6 +418,92 @@ mod tests {
         let b = i.intern("b");
         assert_eq!(b, a, "freed id is reused");
         assert_eq!(i.resolve(b), "b");
+    }
+
+    #[test]
+    fn short_and_long_strings_compare_by_every_byte() {
+        // Every length class of `same_bytes`, with strings that differ only
+        // in their first, a middle or their last byte.
+        let mut i = Interner::default();
+        for len in 0..40usize {
+            let base: String = (0..len)
+                .map(|n| char::from(b'a' + (n % 26) as u8))
+                .collect();
+            let id = i.intern(&base);
+            assert_eq!(i.get(&base), Some(id), "len {len}");
+            let mut positions = vec![0, len / 2, len.saturating_sub(1)];
+            positions.dedup();
+            for pos in positions {
+                if len == 0 {
+                    continue;
+                }
+                let mut other = base.clone().into_bytes();
+                other[pos] = b'Z';
+                let other = String::from_utf8(other).expect("ascii");
+                assert_eq!(i.get(&other), None, "len {len}, byte {pos}");
+                let oid = i.intern(&other);
+                assert_ne!(oid, id);
+                assert_eq!(i.resolve(oid), other);
+            }
+            // A prefix is not equal to the longer string.
+            if len > 0 {
+                assert_ne!(i.get(&base[..len - 1]), Some(id));
+            }
+        }
+    }
+
+    #[test]
+    fn short_front_survives_collisions_and_id_reuse() {
+        // Far more short strings than front slots, so slots are shared and
+        // overwritten; freed ids are reused by new strings, which must not
+        // be reachable under the old text.
+        let mut i = Interner::default();
+        let name = |n: usize| format!("v{n}");
+        let mut live: std::collections::HashMap<String, u32> = Default::default();
+        for n in 0..5000 {
+            live.insert(name(n), i.intern(&name(n)));
+        }
+        for n in (0..5000).step_by(2) {
+            let id = live.remove(&name(n)).expect("interned");
+            i.release(id);
+        }
+        for n in 5000..7500 {
+            live.insert(name(n), i.intern(&name(n)));
+        }
+        for n in 0..7500 {
+            let got = i.get(&name(n));
+            assert_eq!(got, live.get(&name(n)).copied(), "{}", name(n));
+        }
+        for (text, id) in &live {
+            assert_eq!(i.resolve(*id), text);
+            // A second reference goes through the front and counts.
+            assert_eq!(i.intern(text), *id);
+            i.release(*id);
+            assert_eq!(i.get(text), Some(*id));
+        }
+        // Packing: equal packings only for equal strings of every length.
+        let words = [
+            "",
+            "a",
+            "ab",
+            "abc",
+            "abcd",
+            "abcde",
+            "abcdefg",
+            "abcdefgh",
+            "abcdefghi",
+            "abcdefghijklmnop",
+        ];
+        for a in words {
+            for b in words {
+                assert_eq!(
+                    ShortKey::of(a.as_bytes()) == ShortKey::of(b.as_bytes()),
+                    a == b,
+                    "{a:?} vs {b:?}"
+                );
+            }
+        }
+        assert_eq!(ShortKey::of(b"abcdefghijklmnopq"), None);
     }
 
     #[test]
