@@ -490,6 +490,9 @@ struct Running {
     addr: Addr<Supervisor<Payload>>,
     status: StatusHandle,
     events: mpsc::Receiver<(ApplyEvent, Instant)>,
+    /// Set by the supervisor's fatal hook: the dataplane gave up, so no
+    /// convergence will come and the benchmark must end with this message.
+    fatal: Arc<Mutex<Option<String>>>,
     system: System,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -499,6 +502,8 @@ impl Running {
         let (tx, rx) = mpsc::channel();
         let (fin_tx, events) = mpsc::channel();
         let cfg = cfg.clone();
+        let fatal: Arc<Mutex<Option<String>>> = Arc::default();
+        let fatal_slot = fatal.clone();
         let thread = std::thread::Builder::new()
             .name("dataplane".into())
             .spawn(move || {
@@ -515,7 +520,12 @@ impl Running {
                         crate::daemon::messages::state_key,
                     )
                     .observer(observer)
-                    .on_fatal(|f| tracing::error!("dataplane fatal: {}", f.message));
+                    .on_fatal(move |f| {
+                        tracing::error!("dataplane fatal: {}", f.message);
+                        if let Ok(mut slot) = fatal_slot.lock() {
+                            slot.get_or_insert_with(|| f.message.clone());
+                        }
+                    });
                     let b = crate::dataplane::wiring::register(b, &cfg, seam)
                         .map_err(|e| e.to_string())?;
                     b.start()
@@ -539,6 +549,7 @@ impl Running {
             addr,
             status,
             events,
+            fatal,
             system,
             thread: Some(thread),
         })
@@ -587,6 +598,9 @@ impl Running {
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     return Err(BenchError::Dataplane("dataplane thread ended".into()))
                 }
+            }
+            if let Some(msg) = self.fatal.lock().ok().and_then(|s| s.clone()) {
+                return Err(BenchError::Dataplane(format!("dataplane gave up: {msg}")));
             }
             if t0.elapsed() > CONVERGE_TIMEOUT {
                 return Err(BenchError::Dataplane(format!(

@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use super::nftlib::{script_request, NftRun, NftWorker};
+use super::restore_session::{RestoreSessions, SessionRun};
 use super::{KernelError, NoopHook, OpHook};
 
 /// One program invocation.
@@ -68,11 +69,14 @@ pub trait CommandSeam: Send + Sync {
 /// Runs real processes, optionally inside a named network namespace (by
 /// prefixing `ip netns exec <ns>`).  `nft -f -` scripts are served in
 /// process by libnftables when it can be loaded ([`super::nftlib`]); the
-/// binary is the fallback.
+/// binary is the fallback.  Delta scripts for `iptables-nft-restore
+/// --noflush` are written to a long-lived process
+/// ([`super::restore_session`]); a fresh process is the fallback.
 #[derive(Debug, Clone)]
 pub struct SystemCommands {
     netns: Option<String>,
     nft_inprocess: bool,
+    restore: Arc<RestoreSessions>,
     /// Started on the first script; `None` inside: unavailable, use the
     /// binary from then on.
     nft: Arc<OnceLock<Option<NftWorker>>>,
@@ -83,6 +87,7 @@ impl Default for SystemCommands {
         SystemCommands {
             netns: None,
             nft_inprocess: true,
+            restore: Arc::default(),
             nft: Arc::default(),
         }
     }
@@ -96,10 +101,30 @@ impl SystemCommands {
 
     /// Runs every command inside the named network namespace.
     pub fn in_netns(netns: impl Into<String>) -> Self {
+        let netns = netns.into();
         SystemCommands {
-            netns: Some(netns.into()),
+            restore: Arc::new(RestoreSessions::new(Some(netns.clone()))),
+            netns: Some(netns),
             ..SystemCommands::default()
         }
+    }
+
+    /// Never keeps a restore process between scripts (a fresh
+    /// `iptables-nft-restore` for each).
+    pub fn without_restore_sessions(self) -> Self {
+        self.restore.switch_off();
+        self
+    }
+
+    /// The long-lived restore processes (tests inspect them).
+    #[cfg(test)]
+    pub(crate) fn restore_sessions(&self) -> &RestoreSessions {
+        &self.restore
+    }
+
+    /// True if delta restore scripts may be served by a long-lived process.
+    pub fn restore_sessions_on(&self) -> bool {
+        self.restore.is_on()
     }
 
     /// Never serves `nft` scripts in process (always runs the binary).
@@ -195,6 +220,9 @@ impl CommandSeam for SystemCommands {
                     NftRun::NotPassable | NftRun::WorkerGone => {}
                 }
             }
+        }
+        if let SessionRun::Ran(out) = self.restore.run(req) {
+            return Ok(out);
         }
         self.exec_process(req)
     }

@@ -10,6 +10,7 @@ mod command;
 mod fake;
 mod hook;
 pub mod nftlib;
+pub mod restore_session;
 mod retry;
 #[cfg(test)]
 pub(crate) mod testns;
