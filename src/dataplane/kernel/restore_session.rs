@@ -66,12 +66,16 @@ pub enum SessionRun {
     NotPassable,
 }
 
+/// One command line's session slot: empty until first used and after its
+/// process ended.
+type Slot = Arc<Mutex<Option<Session>>>;
+
 /// The long-lived restore processes of one seam.
 #[derive(Debug, Default)]
 pub struct RestoreSessions {
     netns: Option<String>,
     off: AtomicBool,
-    sessions: Mutex<HashMap<Vec<String>, Arc<Mutex<Option<Session>>>>>,
+    sessions: Mutex<HashMap<Vec<String>, Slot>>,
 }
 
 impl RestoreSessions {
