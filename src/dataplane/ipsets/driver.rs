@@ -19,10 +19,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::dataplane::kernel::{Commands, KernelError, RetryPolicy};
-use crate::dataplane::nftables::canonical_member;
+use crate::dataplane::nftables::canonical_member_owned;
 
 use super::names::{IpSetType, IpVersionConfig};
 use super::parse::{parse_list, parse_names};
@@ -132,14 +133,16 @@ pub fn hash_size_for(members: usize) -> usize {
 struct Desired {
     set_type: IpSetType,
     max_size: u32,
-    members: BTreeSet<String>,
+    /// Shared with [`Dp::members`] once written, so recording what the
+    /// kernel holds costs no copy; changed copy-on-write.
+    members: Arc<BTreeSet<String>>,
 }
 
 /// Known kernel state of one set. `meta` / `members` `None` = unknown.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Dp {
     meta: Option<(IpSetType, u32)>,
-    members: Option<BTreeSet<String>>,
+    members: Option<Arc<BTreeSet<String>>>,
 }
 
 /// The IP-set driver for one IP version.
@@ -197,9 +200,10 @@ impl IpSets {
     }
 
     fn canon(&self, t: IpSetType, members: impl IntoIterator<Item = String>) -> BTreeSet<String> {
+        let (kind, ipv) = (t.nft_kind(), self.cfg.ip_version());
         members
             .into_iter()
-            .filter_map(|m| canonical_member(t.nft_kind(), self.cfg.ip_version(), &m))
+            .filter_map(|m| canonical_member_owned(kind, ipv, m))
             .collect()
     }
 
@@ -218,7 +222,7 @@ impl IpSets {
             Desired {
                 set_type: meta.set_type,
                 max_size: meta.max_size,
-                members,
+                members: Arc::new(members),
             },
         );
     }
@@ -229,7 +233,7 @@ impl IpSets {
         if let Some(t) = self.desired.get(&name).map(|d| d.set_type) {
             let add = self.canon(t, members);
             if let Some(d) = self.desired.get_mut(&name) {
-                d.members.extend(add);
+                Arc::make_mut(&mut d.members).extend(add);
             }
             self.dirty.insert(name);
         }
@@ -241,7 +245,7 @@ impl IpSets {
         if let Some(t) = self.desired.get(&name).map(|d| d.set_type) {
             let del = self.canon(t, members);
             if let Some(d) = self.desired.get_mut(&name) {
-                d.members.retain(|m| !del.contains(m));
+                Arc::make_mut(&mut d.members).retain(|m| !del.contains(m));
             }
             self.dirty.insert(name);
         }
@@ -267,7 +271,11 @@ impl IpSets {
         match self.dataplane.get(name) {
             None => true,
             Some(dp) => {
-                dp.meta != Some((d.set_type, d.max_size)) || dp.members.as_ref() != Some(&d.members)
+                dp.meta != Some((d.set_type, d.max_size))
+                    || !dp
+                        .members
+                        .as_ref()
+                        .is_some_and(|m| Arc::ptr_eq(m, &d.members) || m == &d.members)
             }
         }
     }
@@ -340,7 +348,7 @@ impl IpSets {
                             name.to_string(),
                             Dp {
                                 meta,
-                                members: l.members,
+                                members: l.members.map(Arc::new),
                             },
                         );
                         self.delete_failed.remove(name);
@@ -442,7 +450,14 @@ impl IpSets {
             return Ok(());
         }
         let fam = self.cfg.family();
-        let mut script = String::new();
+        // Sized for every member line up front: growing a script of tens
+        // of MiB by doubling copies it and faults in fresh pages each time.
+        let estimate: usize = dirty
+            .iter()
+            .filter_map(|n| self.desired.get(n))
+            .map(|d| (d.members.len() + 2) * (n_len_hint(d) + 8))
+            .sum();
+        let mut script = String::with_capacity(estimate);
         let mut new_dp: Vec<(String, Dp)> = Vec::new();
         let mut local = IpSetsStats::default();
         for name in dirty {
@@ -465,7 +480,7 @@ impl IpSets {
                 None => {
                     create(&mut script, name);
                     local.sets_created += 1;
-                    for m in &d.members {
+                    for m in d.members.iter() {
                         let _ = writeln!(script, "add {name} {m}");
                         local.member_lines += 1;
                     }
@@ -474,11 +489,11 @@ impl IpSets {
                     meta: Some(meta),
                     members: Some(cur),
                 }) if *meta == (d.set_type, d.max_size) => {
-                    for m in cur.difference(&d.members) {
+                    for m in cur.difference(d.members.as_ref()) {
                         let _ = writeln!(script, "del {name} {m} --exist");
                         local.member_lines += 1;
                     }
-                    for m in d.members.difference(cur) {
+                    for m in d.members.difference(cur.as_ref()) {
                         let _ = writeln!(script, "add {name} {m}");
                         local.member_lines += 1;
                     }
@@ -494,7 +509,7 @@ impl IpSets {
                     let _ = writeln!(script, "destroy {name}");
                     create(&mut script, name);
                     local.sets_created += 1;
-                    for m in &d.members {
+                    for m in d.members.iter() {
                         let _ = writeln!(script, "add {name} {m}");
                         local.member_lines += 1;
                     }
@@ -508,7 +523,7 @@ impl IpSets {
                         }
                     };
                     create(&mut script, &temp);
-                    for m in &d.members {
+                    for m in d.members.iter() {
                         let _ = writeln!(script, "add {temp} {m}");
                         local.member_lines += 1;
                     }
@@ -527,11 +542,11 @@ impl IpSets {
             ));
         }
         script.push_str("COMMIT\n");
-        self.cmds.run(
+        self.cmds.run_owned(
             "ipset-restore",
             "ipset",
             &["restore"],
-            Some(script.as_bytes()),
+            Some(script.into_bytes()),
         )?;
         stats.restores += 1;
         stats.sets_created += local.sets_created;
@@ -641,4 +656,11 @@ impl IpSets {
             || !self.must.is_empty()
             || (done > 0 && self.has_pending_deletions())
     }
+}
+
+/// Bytes of one `add <name> <member>` line beyond the member: the longest
+/// name (`cali40s:` + 23) plus `add` and spaces.  A hint for presizing.
+fn n_len_hint(d: &Desired) -> usize {
+    let member = d.members.iter().next().map_or(16, String::len);
+    member + 36
 }

@@ -182,19 +182,20 @@ impl SystemCommands {
         };
         let mut child = cmd.spawn().map_err(spawn_err)?;
         // Feed stdin from a separate thread so a program that writes a lot of
-        // output before reading all its input cannot deadlock us.
-        let writer = match (child.stdin.take(), req.stdin.clone()) {
-            (Some(mut pipe), Some(data)) => Some(std::thread::spawn(move || {
-                // A broken pipe means the program exited early; its exit
-                // status reports the real problem.
-                let _ = pipe.write_all(&data);
-            })),
-            _ => None,
-        };
-        let out = child.wait_with_output().map_err(spawn_err)?;
-        if let Some(w) = writer {
-            let _ = w.join();
-        }
+        // output before reading all its input cannot deadlock us.  The
+        // thread borrows the request's bytes (a start-of-day script is tens
+        // of MiB; no copy).
+        let out = std::thread::scope(|scope| {
+            if let (Some(mut pipe), Some(data)) = (child.stdin.take(), req.stdin.as_deref()) {
+                scope.spawn(move || {
+                    // A broken pipe means the program exited early; its exit
+                    // status reports the real problem.
+                    let _ = pipe.write_all(data);
+                });
+            }
+            child.wait_with_output()
+        })
+        .map_err(spawn_err)?;
         Ok(CommandOutput {
             status: out.status.code(),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -310,10 +311,22 @@ impl Commands {
         args: &[&str],
         stdin: Option<&[u8]>,
     ) -> Result<CommandOutput, KernelError> {
+        self.run_owned(op, program, args, stdin.map(<[u8]>::to_vec))
+    }
+
+    /// [`Commands::run`] taking the input by value (no copy of a large
+    /// script).
+    pub fn run_owned(
+        &self,
+        op: &str,
+        program: &str,
+        args: &[&str],
+        stdin: Option<Vec<u8>>,
+    ) -> Result<CommandOutput, KernelError> {
         let req = CommandRequest {
             program: program.to_string(),
             args: args.iter().map(|s| s.to_string()).collect(),
-            stdin: stdin.map(|s| s.to_vec()),
+            stdin,
         };
         let out = self.run_unchecked(op, &req)?;
         if out.success() {

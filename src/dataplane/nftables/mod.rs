@@ -13,5 +13,5 @@ mod tests;
 
 pub use cleanup::{IptablesNftCleanup, SHARED_TABLES};
 pub use render::{legalize_set_name, render_action, render_match_criteria, NftRenderer};
-pub use sets::{canonical_member, NftSetKind};
+pub use sets::{canonical_member, canonical_member_owned, NftSetKind};
 pub use table::{base_chain, BaseChain, NftFamily, NftablesMode, NftablesOptions, NftablesTable};

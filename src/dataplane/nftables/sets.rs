@@ -89,6 +89,33 @@ pub fn canonical_member(kind: NftSetKind, ipv: IpVersion, member: &str) -> Optio
     }
 }
 
+/// [`canonical_member`] for an owned member: an IPv4 address, or an IPv4
+/// `/32`, already in canonical form (the calculation graph's usual
+/// output) is returned in its own allocation (a `/32` suffix cut off)
+/// instead of being parsed into an address and printed again.
+///
+/// Invariant: the result equals `canonical_member(kind, ipv, &member)`.
+/// Rust's IPv4 parser accepts only the dotted-quad form without leading
+/// zeros, which is exactly what it prints, so a member that parses is
+/// already canonical.
+pub fn canonical_member_owned(
+    kind: NftSetKind,
+    ipv: IpVersion,
+    mut member: String,
+) -> Option<String> {
+    if ipv == IpVersion::V4 && matches!(kind, NftSetKind::Ip | NftSetKind::Net) {
+        let addr_len = match (kind, member.strip_suffix("/32")) {
+            (NftSetKind::Net, Some(a)) => a.len(),
+            _ => member.len(),
+        };
+        if member[..addr_len].parse::<std::net::Ipv4Addr>().is_ok() {
+            member.truncate(addr_len);
+            return Some(member);
+        }
+    }
+    canonical_member(kind, ipv, &member)
+}
+
 /// Renders a canonical member as an nft set element.
 pub(crate) fn element(kind: NftSetKind, canonical: &str) -> String {
     match kind {
@@ -129,6 +156,46 @@ pub(crate) fn in_element_order<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn owned_canonical_form_equals_the_parsed_one() {
+        let samples = [
+            "10.0.0.1",
+            "10.0.0.1/32",
+            "10.0.0.1/31",
+            "10.0.0.0/24",
+            "10.0.0.7/24",
+            "010.0.0.1",
+            "10.0.0.01/32",
+            " 10.0.0.1",
+            "10.0.0.1 ",
+            "10.0.0.1/32/32",
+            "10.0.0.256",
+            "1.2.3",
+            "junk",
+            "",
+            "/32",
+            "fd00::1",
+            "fd00::1/128",
+            "fd00:0::1",
+            "::ffff:1.2.3.4",
+            "10.0.0.1,tcp:80",
+            "10.0.0.1,6:80",
+            "10.0.0.1,udp:99999",
+            "[fd00::1],tcp:8080",
+        ];
+        for kind in [NftSetKind::Ip, NftSetKind::Net, NftSetKind::IpPort] {
+            for ipv in [IpVersion::V4, IpVersion::V6] {
+                for m in samples {
+                    assert_eq!(
+                        canonical_member_owned(kind, ipv, m.to_string()),
+                        canonical_member(kind, ipv, m),
+                        "{kind:?} {ipv:?} {m:?}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn elements_go_in_address_order() {

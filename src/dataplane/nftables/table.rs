@@ -22,7 +22,9 @@ use crate::dataplane::kernel::{Commands, KernelError, RetryPolicy};
 
 use super::json::{parse_table, ActualSet, NftState};
 use super::render::{legalize_set_name, NftRenderer};
-use super::sets::{canonical_member, element, in_element_order, NftSetKind};
+use super::sets::{
+    canonical_member, canonical_member_owned, element, in_element_order, NftSetKind,
+};
 
 /// nftables address family of a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -355,9 +357,9 @@ impl NftablesTable {
         let members: BTreeSet<String> = members
             .into_iter()
             .filter_map(|m| {
-                let c = canonical_member(kind, self.ipv, &m);
+                let c = canonical_member_owned(kind, self.ipv, m);
                 if c.is_none() {
-                    tracing::debug!(set = name, member = %m, "dropping unusable set member");
+                    tracing::debug!(set = name, "dropping unusable set member");
                 }
                 c
             })
@@ -383,7 +385,7 @@ impl NftablesTable {
             s.members.extend(
                 members
                     .into_iter()
-                    .filter_map(|m| canonical_member(kind, ipv, &m)),
+                    .filter_map(|m| canonical_member_owned(kind, ipv, m)),
             );
             self.dirty_sets.insert(legal);
         }
