@@ -24,7 +24,8 @@
 //! - Only the nft backend's restore (`iptables-nft-restore`,
 //!   `ip6tables-nft-restore`) with `--noflush`, a script of at most
 //!   [`MAX_SESSION_SCRIPT`] bytes made of whole `*table` ... `COMMIT`
-//!   blocks and without a whole-table listing (`-S` alone) is served here.
+//!   blocks and without any listing command (`-S`, `-L`: its output would
+//!   pass for the acknowledgement) is served here.
 //!   The legacy backend never is: its restore holds the xtables lock for as
 //!   long as it runs.
 //! - The tool re-reads the kernel's state for each block (verified by
@@ -195,7 +196,9 @@ fn passable(req: &CommandRequest) -> Option<(&[u8], &str)> {
                 return None;
             }
             open = false;
-        } else if line == "-S" {
+        } else if is_listing(line) {
+            // A listing in the script would print before the script's own
+            // commit and be taken for the acknowledgement.
             return None;
         }
     }
@@ -205,6 +208,12 @@ fn passable(req: &CommandRequest) -> Option<(&[u8], &str)> {
     let table = table?;
     let known = ["filter", "nat", "mangle", "raw"].contains(&table);
     known.then_some((script, table))
+}
+
+/// True for a listing command (`-S`, `-L`, with or without a chain).
+fn is_listing(line: &str) -> bool {
+    let cmd = line.split_whitespace().next().unwrap_or("");
+    matches!(cmd, "-S" | "-L" | "--list" | "--list-rules")
 }
 
 enum Outcome {

@@ -39,15 +39,16 @@ fn only_nft_backend_noflush_deltas_are_passable() {
     assert_eq!(ok("iptables-restore", &["--noflush"], DELTA), None);
     // Without --noflush every block would flush its table.
     assert_eq!(ok("iptables-nft-restore", &[], DELTA), None);
-    // A whole-table listing (start of day) and unbalanced blocks.
-    assert_eq!(
-        ok(
-            "iptables-nft-restore",
-            &["--noflush"],
-            "*filter\n-S\nCOMMIT\n"
-        ),
-        None
-    );
+    // Any listing (its output would pass for the acknowledgement), and
+    // unbalanced blocks.
+    for listing in ["-S", "-S OUTPUT", "-L INPUT", "--list-rules cali-x"] {
+        let script = format!("*filter\n{listing}\n-A cali-x -j ACCEPT\nCOMMIT\n");
+        assert_eq!(
+            ok("iptables-nft-restore", &["--noflush"], &script),
+            None,
+            "{listing}"
+        );
+    }
     for bad in [
         "*filter\n-A c -j ACCEPT\n",
         "-A c -j ACCEPT\nCOMMIT\n",
