@@ -455,7 +455,7 @@ impl IpSets {
         let estimate: usize = dirty
             .iter()
             .filter_map(|n| self.desired.get(n))
-            .map(|d| (d.members.len() + 2) * (n_len_hint(d) + 8))
+            .map(|d| (d.members.len() + 2) * line_len_hint(d))
             .sum();
         let mut script = String::with_capacity(estimate);
         let mut new_dp: Vec<(String, Dp)> = Vec::new();
@@ -658,9 +658,10 @@ impl IpSets {
     }
 }
 
-/// Bytes of one `add <name> <member>` line beyond the member: the longest
-/// name (`cali40s:` + 23) plus `add` and spaces.  A hint for presizing.
-fn n_len_hint(d: &Desired) -> usize {
+/// Bytes of one `add <name> <member>` line of `d`, for presizing: a
+/// member's length plus the longest name (`cali40s:` + 23), the verb,
+/// spaces and some slack.
+fn line_len_hint(d: &Desired) -> usize {
     let member = d.members.iter().next().map_or(16, String::len);
-    member + 36
+    member + 44
 }

@@ -160,14 +160,7 @@ impl SystemCommands {
     }
 
     fn exec_process(&self, req: &CommandRequest) -> Result<CommandOutput, KernelError> {
-        let mut cmd = match &self.netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns.as_str(), req.program.as_str()]);
-                c
-            }
-            None => Command::new(&req.program),
-        };
+        let mut cmd = command_in(self.netns.as_deref(), &req.program);
         cmd.args(&req.args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -229,17 +222,35 @@ impl CommandSeam for SystemCommands {
     }
 
     fn program_exists(&self, program: &str) -> bool {
-        if program.contains('/') {
-            return std::path::Path::new(program).is_file();
-        }
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        let mut dirs: Vec<std::path::PathBuf> = std::env::split_paths(&path).collect();
-        // Root's tools live in sbin directories that are not always on PATH.
-        for extra in ["/usr/sbin", "/sbin", "/usr/local/sbin"] {
-            dirs.push(extra.into());
-        }
-        dirs.iter().any(|d| d.join(program).is_file())
+        program_on_path(program)
     }
+}
+
+/// A command for `program`, prefixed with `ip netns exec <ns>` when a
+/// namespace is given.
+pub(super) fn command_in(netns: Option<&str>, program: &str) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, program]);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
+/// True if `program` is a path to a file, or is found on `PATH` or in the
+/// sbin directories (root's tools live there, not always on `PATH`).
+pub(super) fn program_on_path(program: &str) -> bool {
+    if program.contains('/') {
+        return std::path::Path::new(program).is_file();
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<std::path::PathBuf> = std::env::split_paths(&path).collect();
+    for extra in ["/usr/sbin", "/sbin", "/usr/local/sbin"] {
+        dirs.push(extra.into());
+    }
+    dirs.iter().any(|d| d.join(program).is_file())
 }
 
 /// A driver's handle on the command seam: every call goes through the

@@ -44,10 +44,11 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::command::{command_in, program_on_path};
 use super::{CommandOutput, CommandRequest};
 
 /// Largest script written to a long-lived process; bigger ones (start of
@@ -236,30 +237,20 @@ struct Session {
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     stderr: Arc<Mutex<String>>,
+    /// The thread draining stderr; joined once the process has ended, so
+    /// everything it wrote has been collected.
+    stderr_thread: Option<std::thread::JoinHandle<()>>,
     /// Lines written so far: the tool numbers lines across its whole input.
     lines: usize,
 }
 
 impl Session {
     fn start(netns: Option<&str>, req: &CommandRequest) -> std::io::Result<Session> {
-        if !["/usr/bin/stdbuf", "/bin/stdbuf"]
-            .iter()
-            .any(|p| std::path::Path::new(p).is_file())
-        {
+        if !program_on_path("stdbuf") {
             return Err(std::io::Error::other("stdbuf is not installed"));
         }
-        let mut cmd = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, "stdbuf", "-oL"]);
-                c
-            }
-            None => {
-                let mut c = Command::new("stdbuf");
-                c.arg("-oL");
-                c
-            }
-        };
+        let mut cmd = command_in(netns, "stdbuf");
+        cmd.arg("-oL");
         cmd.arg(&req.program)
             .args(&req.args)
             .stdin(Stdio::piped())
@@ -272,8 +263,9 @@ impl Session {
         let mut err_pipe = child.stderr.take().ok_or_else(missing)?;
         let stderr = Arc::new(Mutex::new(String::new()));
         let sink = stderr.clone();
-        // Drained continuously so the tool can never block on a full pipe.
-        std::thread::Builder::new()
+        // Drained continuously so the tool can never block on a full pipe;
+        // the thread ends when the process does.
+        let stderr_thread = std::thread::Builder::new()
             .name("restore-stderr".into())
             .spawn(move || {
                 let mut buf = [0u8; 4096];
@@ -291,6 +283,7 @@ impl Session {
             stdin: Some(stdin),
             stdout: BufReader::new(stdout),
             stderr,
+            stderr_thread: Some(stderr_thread),
             lines: 0,
         })
     }
@@ -333,15 +326,10 @@ impl Session {
         // The process ended (or its pipe broke) before acknowledging.
         self.stdin = None;
         let status = self.child.wait().ok().and_then(|s| s.code());
-        // Let the stderr thread see the end of the pipe.
-        let mut stderr = String::new();
-        for _ in 0..100 {
-            stderr = self.take_stderr();
-            if !stderr.is_empty() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
+        if let Some(t) = self.stderr_thread.take() {
+            let _ = t.join();
         }
+        let stderr = self.take_stderr();
         match failed_line(&stderr) {
             Some(n) if n > before + script_lines => Outcome::AckFailed(CommandOutput {
                 status,

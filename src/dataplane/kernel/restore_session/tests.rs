@@ -87,6 +87,15 @@ fn restore(sys: &SystemCommands, script: &str) -> CommandOutput {
         .unwrap()
 }
 
+/// A throwaway namespace and a seam running commands in it, or `None` if
+/// the tools are missing.  Bind as `(ns, sys)`: the seam (and its
+/// sessions) is dropped before the namespace.
+fn session_netns(tag: &str) -> Option<(TestNetns, SystemCommands)> {
+    let ns = TestNetns::create_tagged(tag, &["iptables-nft-restore", "stdbuf"])?;
+    let sys = SystemCommands::in_netns(&ns.name);
+    Some((ns, sys))
+}
+
 fn rules(ns: &TestNetns, chain: &str) -> Vec<String> {
     ns.sh("iptables-nft-save", &["-t", "filter"])
         .lines()
@@ -100,10 +109,9 @@ fn rules(ns: &TestNetns, chain: &str) -> Vec<String> {
 /// by other processes since the last one.
 #[test]
 fn kernel_restore_session_sees_changes_made_by_others() {
-    let Some(ns) = TestNetns::create_tagged("rsess", &["iptables-nft-restore", "stdbuf"]) else {
+    let Some((ns, sys)) = session_netns("rsess") else {
         return;
     };
-    let sys = SystemCommands::in_netns(&ns.name);
     let out = restore(
         &sys,
         "*filter\n:cali-x - -\n-A cali-x -s 10.0.0.1 -j ACCEPT\n-A cali-x -s 10.0.0.2 -j ACCEPT\nCOMMIT\n",
@@ -164,10 +172,9 @@ fn kernel_restore_session_sees_changes_made_by_others() {
 /// process.
 #[test]
 fn kernel_restore_session_failure_is_reported_and_recovered() {
-    let Some(ns) = TestNetns::create_tagged("rsessf", &["iptables-nft-restore", "stdbuf"]) else {
+    let Some((ns, sys)) = session_netns("rsessf") else {
         return;
     };
-    let sys = SystemCommands::in_netns(&ns.name);
     assert!(restore(&sys, "*filter\n:cali-y - -\nCOMMIT\n").success());
     let first = sys.restore_sessions().pids();
     let bad = restore(
@@ -205,10 +212,9 @@ fn kernel_restore_session_failure_is_reported_and_recovered() {
 /// process each and succeed.
 #[test]
 fn kernel_restore_session_killed_falls_back_to_processes() {
-    let Some(ns) = TestNetns::create_tagged("rsessk", &["iptables-nft-restore", "stdbuf"]) else {
+    let Some((ns, sys)) = session_netns("rsessk") else {
         return;
     };
-    let sys = SystemCommands::in_netns(&ns.name);
     assert!(restore(&sys, "*filter\n:cali-z - -\nCOMMIT\n").success());
     let pids = sys.restore_sessions().pids();
     assert_eq!(pids.len(), 1);
