@@ -27,16 +27,17 @@ use std::sync::Arc;
 use super::compact::CompactPolicy;
 use super::labelindex::{InheritIndex, MatchEvent, ParentLabelSource};
 use super::EndpointKey;
-use crate::hash::{FastMap as HashMap, FastSet as HashSet};
+use crate::hash::FastMap as HashMap;
 use crate::model::{Action, Labels, Policy, PolicyKey, Profile, Rule};
 use crate::selector;
 
 /// Performance hint that forces a policy to be programmed on every node.
 pub const HINT_ASSUME_NEEDED: &str = "AssumeNeededOnEveryNode";
 
-/// A policy's key, shared: one policy is named in several maps per
-/// matching endpoint, and a clone must not copy its strings.
-pub type PolicyRef = Arc<PolicyKey>;
+/// A policy's key, shared and pre-hashed (`shared_key.rs`): one policy is
+/// named in several maps per matching endpoint, and a clone must not copy
+/// its strings nor an insert hash them.
+pub type PolicyRef = super::shared_key::Shared<PolicyKey>;
 
 /// Selector IDs in the inherit index.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -77,10 +78,43 @@ pub enum ArcEvent {
 }
 
 /// Placeholder for the forced "match" of an always-programmed policy.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum MatchTarget {
     Endpoint(EndpointKey),
     Forced,
+}
+
+/// What keeps one policy active.  Matched endpoints are counted, not
+/// held: the inherit index reports each (selector, endpoint) pair started
+/// exactly once before it reports it stopped (its invariant), so a count
+/// is exact and costs no hashing of endpoint keys per match.
+#[derive(Default)]
+struct Activity {
+    endpoints: u32,
+    forced: bool,
+}
+
+impl Activity {
+    fn is_empty(&self) -> bool {
+        self.endpoints == 0 && !self.forced
+    }
+
+    fn add(&mut self, target: &MatchTarget) {
+        match target {
+            MatchTarget::Endpoint(_) => self.endpoints += 1,
+            MatchTarget::Forced => self.forced = true,
+        }
+    }
+
+    fn remove(&mut self, target: &MatchTarget) {
+        match target {
+            MatchTarget::Endpoint(_) => {
+                debug_assert!(self.endpoints > 0, "match stopped that never started");
+                self.endpoints = self.endpoints.saturating_sub(1);
+            }
+            MatchTarget::Forced => self.forced = false,
+        }
+    }
 }
 
 /// See the module docs.
@@ -90,9 +124,8 @@ pub struct ActiveRulesCalculator {
     policies: HashMap<PolicyRef, CompactPolicy>,
     profile_rules: HashMap<String, Arc<ProfileRules>>,
     index: InheritIndex<SelectorOwner, EndpointKey>,
-    /// What keeps each active policy active; only its emptiness is read,
-    /// so it is unordered.
-    policy_matches: HashMap<PolicyRef, HashSet<MatchTarget>>,
+    /// What keeps each active policy active (absent: inactive).
+    policy_matches: HashMap<PolicyRef, Activity>,
     endpoint_profiles: HashMap<EndpointKey, Vec<String>>,
     profile_users: HashMap<String, BTreeSet<EndpointKey>>,
     num_tiers: usize,
@@ -321,9 +354,9 @@ impl ActiveRulesCalculator {
     }
 
     fn match_started(&mut self, key: &PolicyRef, target: MatchTarget, out: &mut Vec<ArcEvent>) {
-        let set = self.policy_matches.entry(key.clone()).or_default();
-        let was_active = !set.is_empty();
-        set.insert(target.clone());
+        let activity = self.policy_matches.entry(key.clone()).or_default();
+        let was_active = !activity.is_empty();
+        activity.add(&target);
         if !was_active {
             if let Some(p) = self.policies.get(key) {
                 out.push(ArcEvent::PolicyActive(key.clone(), Arc::new(p.expand())));
@@ -336,9 +369,9 @@ impl ActiveRulesCalculator {
 
     fn match_stopped(&mut self, key: &PolicyRef, target: MatchTarget, out: &mut Vec<ArcEvent>) {
         let now_inactive = match self.policy_matches.get_mut(key) {
-            Some(set) => {
-                set.remove(&target);
-                set.is_empty()
+            Some(activity) => {
+                activity.remove(&target);
+                activity.is_empty()
             }
             None => false,
         };

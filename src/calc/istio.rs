@@ -76,7 +76,7 @@ mod tests {
 
     #[test]
     fn host_endpoints_are_never_marked() {
-        let h = EndpointKey::Host(std::sync::Arc::new(HostEndpointKey {
+        let h = EndpointKey::Host(crate::calc::shared_key::Shared::new(HostEndpointKey {
             hostname: "n".into(),
             endpoint_id: "e".into(),
         }));
@@ -87,7 +87,7 @@ mod tests {
             workload_id: "ns/p".into(),
             endpoint_id: "eth0".into(),
         };
-        let ek = EndpointKey::Workload(std::sync::Arc::new(w.clone()));
+        let ek = EndpointKey::Workload(crate::calc::shared_key::Shared::new(w.clone()));
         assert_eq!(
             on_match(&ek, false),
             Some((&w, ComputedUpdate::IstioAmbient(false)))

@@ -54,6 +54,7 @@ pub mod passthru;
 pub mod policy_resolver;
 pub mod routes;
 pub mod rule_scanner;
+pub mod shared_key;
 pub mod validation;
 pub mod view;
 pub mod vxlan;
@@ -76,15 +77,16 @@ use live_migration::{LiveMigrationCalculator, LmAction};
 use passthru::Passthru;
 use policy_resolver::PolicyResolver;
 use rule_scanner::{RuleScanner, ScanEvent};
+use shared_key::Shared;
 
-/// A local endpoint's identity.  Shared (`Arc`): the graph's nodes keep
-/// one entry per (policy, endpoint) match in several maps, and a clone must
-/// not copy the key's four strings each time (comparison, hashing and
-/// ordering are by value).
+/// A local endpoint's identity.  Shared and pre-hashed (`shared_key.rs`):
+/// the graph's nodes keep one entry per (policy, endpoint) match in several
+/// maps, and a clone must not copy the key's four strings nor an insert
+/// hash them (comparison and ordering are by value).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EndpointKey {
-    Workload(Arc<WorkloadEndpointKey>),
-    Host(Arc<HostEndpointKey>),
+    Workload(Shared<WorkloadEndpointKey>),
+    Host(Shared<HostEndpointKey>),
 }
 
 /// A local endpoint's value.
@@ -291,7 +293,7 @@ impl CalcGraph {
                     let mut la = Vec::new();
                     self.lmc.on_endpoint(&k, v.is_some(), &mut la);
                     self.route_lm(la);
-                    let ek = EndpointKey::Workload(Arc::new(k.clone()));
+                    let ek = EndpointKey::Workload(Shared::new(k.clone()));
                     let mut ev = Vec::new();
                     self.arc.on_endpoint(
                         &ek,
@@ -318,7 +320,7 @@ impl CalcGraph {
                     _ => None,
                 };
                 if k.hostname == self.hostname {
-                    let ek = EndpointKey::Host(Arc::new(k.clone()));
+                    let ek = EndpointKey::Host(Shared::new(k.clone()));
                     let mut ev = Vec::new();
                     self.arc.on_endpoint(
                         &ek,
@@ -370,7 +372,7 @@ impl CalcGraph {
                     _ => None,
                 };
                 let mut ev = Vec::new();
-                let k = Arc::new(k);
+                let k = Shared::new(k);
                 self.arc.on_policy(&k, p.clone(), &mut ev);
                 self.route_arc(ev);
                 self.resolver.on_policy(&k, p.as_deref());

@@ -38,10 +38,13 @@ pub struct PolicyMeta {
     pub apply_on_forward: bool,
     pub ingress: bool,
     pub egress: bool,
+    /// `name/namespace/kind`, the tie-break inside a tier, built once per
+    /// policy rather than once per (endpoint, policy) at every resolve.
+    pub sort_name: Box<str>,
 }
 
 impl PolicyMeta {
-    pub fn from_policy(p: &Policy) -> PolicyMeta {
+    pub fn from_policy(key: &PolicyKey, p: &Policy) -> PolicyMeta {
         let (mut ingress, mut egress) = (false, false);
         if p.types.is_empty() {
             ingress = true;
@@ -66,6 +69,7 @@ impl PolicyMeta {
             apply_on_forward: p.apply_on_forward,
             ingress,
             egress,
+            sort_name: policy_sort_name(key).into(),
         }
     }
 }
@@ -114,15 +118,6 @@ pub struct PolicyResolver {
     /// already present costs a walk of string comparisons.
     last_dirty: Option<EndpointKey>,
     in_sync: bool,
-}
-
-/// Whether two endpoint keys are equal, trying pointer identity first.
-fn same_endpoint(a: &EndpointKey, b: &EndpointKey) -> bool {
-    match (a, b) {
-        (EndpointKey::Workload(x), EndpointKey::Workload(y)) => Arc::ptr_eq(x, y) || x == y,
-        (EndpointKey::Host(x), EndpointKey::Host(y)) => Arc::ptr_eq(x, y) || x == y,
-        _ => false,
-    }
 }
 
 fn cmp_order(a: Option<f64>, b: Option<f64>) -> Ordering {
@@ -186,13 +181,15 @@ impl PolicyResolver {
         }
         if changed {
             self.dirty
-                .insert(EndpointKey::Workload(Arc::new(key.clone())));
+                .insert(EndpointKey::Workload(super::shared_key::Shared::new(
+                    key.clone(),
+                )));
         }
     }
 
     /// A policy changed: dirties its endpoints when its metadata changed.
     pub fn on_policy(&mut self, key: &PolicyRef, value: Option<&Policy>) {
-        let new = value.map(|v| Arc::new(PolicyMeta::from_policy(v)));
+        let new = value.map(|v| Arc::new(PolicyMeta::from_policy(key, v)));
         let old = match &new {
             Some(m) => self.policies.insert(key.clone(), m.clone()),
             None => self.policies.remove(key),
@@ -236,11 +233,7 @@ impl PolicyResolver {
 
     /// Adds `ep` to the dirty set (cheaply when it was the last added).
     fn mark_dirty(&mut self, ep: &EndpointKey) {
-        if self
-            .last_dirty
-            .as_ref()
-            .is_some_and(|l| same_endpoint(l, ep))
-        {
+        if self.last_dirty.as_ref().is_some_and(|l| l == ep) {
             return;
         }
         self.dirty.insert(ep.clone());
@@ -300,17 +293,16 @@ impl PolicyResolver {
         let Some(pols) = self.ep_policies.get(key) else {
             return Vec::new();
         };
-        type Entry<'a> = (String, &'a PolicyRef, &'a Arc<PolicyMeta>);
+        type Entry<'a> = (&'a str, &'a PolicyRef, &'a Arc<PolicyMeta>);
         let mut by_tier: BTreeMap<&str, Vec<Entry<'_>>> = BTreeMap::new();
         for pk in pols {
             // A match can precede the policy's metadata only transiently
             // within one update; such a policy is left out until known.
             if let Some(meta) = self.policies.get(pk) {
-                by_tier.entry(meta.tier.as_str()).or_default().push((
-                    policy_sort_name(pk),
-                    pk,
-                    meta,
-                ));
+                by_tier
+                    .entry(meta.tier.as_str())
+                    .or_default()
+                    .push((&meta.sort_name, pk, meta));
             }
         }
         let mut tiers: Vec<ResolvedTier> = by_tier
@@ -318,7 +310,7 @@ impl PolicyResolver {
             .map(|(name, mut pols)| {
                 // Names are unique, so this order is total: the result
                 // does not depend on the (hash) order of `ep_policies`.
-                pols.sort_by(|a, b| cmp_order(a.2.order, b.2.order).then_with(|| a.0.cmp(&b.0)));
+                pols.sort_by(|a, b| cmp_order(a.2.order, b.2.order).then_with(|| a.0.cmp(b.0)));
                 ResolvedTier {
                     name: name.to_string(),
                     default_action: self

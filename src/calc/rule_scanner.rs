@@ -18,16 +18,18 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use felix_proto as pb;
 
+use super::active_rules::PolicyRef;
 use super::ids::make_unique_id;
 use super::labelindex::{IpSetDef, NpProtocol};
-use crate::hash::FastMap as HashMap;
-use crate::model::{self, PolicyKey, Port, Protocol, Rule};
+use crate::hash::{FastMap as HashMap, FastSet as HashSet};
+use crate::model::{self, Port, Protocol, Rule};
 use crate::selector::{self, Selector};
 
 /// Identity of a rules owner.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RulesId {
-    Policy(PolicyKey),
+    /// Shared: each of a policy's IP sets names it as a user.
+    Policy(PolicyRef),
     Profile(String),
 }
 
@@ -61,7 +63,10 @@ pub enum ScanEvent {
 pub struct RuleScanner {
     sets_by_uid: HashMap<String, IpSetData>,
     uids_by_rules: HashMap<RulesId, BTreeSet<String>>,
-    rules_by_uid: HashMap<String, BTreeSet<RulesId>>,
+    /// Users of each active set; only emptiness is read, so unordered (an
+    /// ordered set cost a walk of key comparisons per insert, with
+    /// thousands of policies sharing one set).
+    rules_by_uid: HashMap<String, HashSet<RulesId>>,
     selectors: SelectorCache,
 }
 
@@ -128,7 +133,7 @@ impl RuleScanner {
     /// them in at flush).
     pub fn policy_active(
         &mut self,
-        key: &PolicyKey,
+        key: &PolicyRef,
         policy: &model::Policy,
         events: &mut Vec<ScanEvent>,
     ) -> pb::Policy {
@@ -155,7 +160,7 @@ impl RuleScanner {
     }
 
     /// A policy became inactive.
-    pub fn policy_inactive(&mut self, key: &PolicyKey, events: &mut Vec<ScanEvent>) {
+    pub fn policy_inactive(&mut self, key: &PolicyRef, events: &mut Vec<ScanEvent>) {
         self.update_rules(
             RulesId::Policy(key.clone()),
             &[],
