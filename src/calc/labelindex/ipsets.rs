@@ -37,6 +37,7 @@ use smallvec::SmallVec;
 
 use super::idset::IdSet;
 use super::interner::{lookup, IdLabels, Interner};
+use super::keyindex::KeyIndex;
 use super::member::{host_net, Member, NpProtocol};
 use super::restriction::Choice;
 use crate::hash::FastMap as HashMap;
@@ -52,20 +53,54 @@ pub enum LabelledKey {
 }
 
 /// A [`LabelledKey`] as the index stores it: the parts many keys share
-/// are interned (one reference each, released with the key).
+/// are interned (one reference each, released with the key).  `T` is the
+/// text of the rest: owned when stored, borrowed (`ObjKey<&str>`) for a
+/// lookup, which then allocates nothing.  Both forms hash alike (the
+/// derived hash of `Box<str>` and of `&str` is that of the `str`), and
+/// [`hashbrown::Equivalent`] compares them.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum ObjKey {
+enum ObjKey<T = Box<str>> {
     Workload {
         host: u32,
         orchestrator: u32,
         endpoint: u32,
-        workload: Box<str>,
+        workload: T,
     },
     Host {
         host: u32,
-        endpoint: Box<str>,
+        endpoint: T,
     },
-    NetworkSet(Box<str>),
+    NetworkSet(T),
+}
+
+impl hashbrown::Equivalent<ObjKey> for ObjKey<&str> {
+    fn equivalent(&self, key: &ObjKey) -> bool {
+        match (self, key) {
+            (
+                ObjKey::Workload {
+                    host,
+                    orchestrator,
+                    endpoint,
+                    workload,
+                },
+                ObjKey::Workload {
+                    host: h,
+                    orchestrator: o,
+                    endpoint: e,
+                    workload: w,
+                },
+            ) => host == h && orchestrator == o && endpoint == e && *workload == &**w,
+            (
+                ObjKey::Host { host, endpoint },
+                ObjKey::Host {
+                    host: h,
+                    endpoint: e,
+                },
+            ) => host == h && *endpoint == &**e,
+            (ObjKey::NetworkSet(n), ObjKey::NetworkSet(m)) => *n == &**m,
+            _ => false,
+        }
+    }
 }
 
 /// Small id lists (parents, matching sets): usually one or two entries,
@@ -370,7 +405,8 @@ impl LabelSource for IdView<'_> {
 pub struct IpSetIndex {
     interner: Interner,
 
-    ep_ids: HashMap<ObjKey, u32>,
+    /// Looked up by the borrowed key form (hashbrown's `Equivalent`).
+    ep_ids: KeyIndex<ObjKey>,
     eps: Vec<Option<EpData>>,
     free_eps: Vec<u32>,
     ep_values: IdValueIndex,
@@ -461,9 +497,7 @@ impl IpSetIndex {
         value: LabelledValue,
         sink: &mut dyn MemberSink,
     ) {
-        let known = self
-            .find_key(&key)
-            .and_then(|k| self.ep_ids.get(&k).copied());
+        let known = self.find_key(&key).and_then(|k| self.ep_ids.get(&k));
         let id = match known {
             Some(id) => id,
             None => {
@@ -530,10 +564,7 @@ impl IpSetIndex {
 
     /// Removes a labelled object (no-op if unknown).
     pub fn delete_endpoint(&mut self, key: &LabelledKey, sink: &mut dyn MemberSink) {
-        let Some((k, id)) = self
-            .find_key(key)
-            .and_then(|k| self.ep_ids.remove_entry(&k))
-        else {
+        let Some((k, id)) = self.find_key(key).and_then(|k| self.ep_ids.remove(&k)) else {
             return;
         };
         self.release_key(&k);
@@ -551,22 +582,22 @@ impl IpSetIndex {
         self.free_eps.push(id);
     }
 
-    /// The stored form of `key` if every interned part of it is known (no
-    /// references taken); `None` means the key is not held.
-    fn find_key(&self, key: &LabelledKey) -> Option<ObjKey> {
+    /// The stored form of `key`, borrowed, if every interned part of it
+    /// is known (no references taken); `None` means the key is not held.
+    fn find_key<'a>(&self, key: &'a LabelledKey) -> Option<ObjKey<&'a str>> {
         let i = &self.interner;
         Some(match key {
             LabelledKey::Workload(k) => ObjKey::Workload {
                 host: i.get(&k.hostname)?,
                 orchestrator: i.get(&k.orchestrator_id)?,
                 endpoint: i.get(&k.endpoint_id)?,
-                workload: k.workload_id.as_str().into(),
+                workload: k.workload_id.as_str(),
             },
             LabelledKey::Host(k) => ObjKey::Host {
                 host: i.get(&k.hostname)?,
-                endpoint: k.endpoint_id.as_str().into(),
+                endpoint: k.endpoint_id.as_str(),
             },
-            LabelledKey::NetworkSet(k) => ObjKey::NetworkSet(k.name.as_str().into()),
+            LabelledKey::NetworkSet(k) => ObjKey::NetworkSet(k.name.as_str()),
         })
     }
 

@@ -7,11 +7,13 @@
 //! * [`restriction`]: the candidate pre-filters both use to avoid
 //!   O(objects x selectors) work.
 //! * [`idset`]: the id sets behind the IP-set index's value index.
+//! * [`keyindex`]: the IP-set index's object ids by key.
 
 pub mod idset;
 pub mod inherit;
 pub mod interner;
 pub mod ipsets;
+pub mod keyindex;
 pub mod member;
 pub mod restriction;
 
