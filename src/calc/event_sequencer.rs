@@ -273,12 +273,18 @@ impl EventSequencer {
         self.pending_removed_members.remove(id);
     }
 
+    /// Whether set `id` waits for its full update (member changes to it
+    /// are ignored until then, see [`EventSequencer::on_member_added`]).
+    pub fn is_pending_full_update(&self, id: &str) -> bool {
+        self.pending_added_sets.contains_key(id)
+    }
+
     /// A member joined set `id`.  Ignored while the set waits for its
     /// full update: that update reads the members current at flush time
     /// from the [`FlushSource`] (at start of day that is every endpoint in
     /// the cluster, which is not worth buffering twice).
     pub fn on_member_added(&mut self, id: &str, m: Member) {
-        if self.pending_added_sets.contains_key(id) {
+        if self.is_pending_full_update(id) {
             return;
         }
         if let Some(set) = self.pending_removed_members.get_mut(id) {

@@ -128,6 +128,9 @@ impl MemberSink for EventSequencer {
     fn member_removed(&mut self, set_id: &str, member: Member) {
         self.on_member_removed(set_id, member);
     }
+    fn wants_initial_members(&self, set_id: &str) -> bool {
+        !self.is_pending_full_update(set_id)
+    }
 }
 
 /// Counters for metrics and introspection.

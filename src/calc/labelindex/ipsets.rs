@@ -40,6 +40,7 @@ use super::interner::{lookup, IdLabels, Interner};
 use super::keyindex::KeyIndex;
 use super::member::{host_net, Member, NpProtocol};
 use super::restriction::Choice;
+use super::slots::Slots;
 use crate::hash::FastMap as HashMap;
 use crate::model::{EndpointPort, HostEndpoint, Labels, NetworkSet, WorkloadEndpoint};
 use crate::selector::{LabelSource, Selector};
@@ -187,6 +188,14 @@ impl LabelledValue {
 pub trait MemberSink {
     fn member_added(&mut self, set_id: &str, member: Member);
     fn member_removed(&mut self, set_id: &str, member: Member);
+
+    /// Whether the members a set gets when it is first filled are wanted
+    /// one by one.  A sink that reads a new set's members whole (the
+    /// sequencer sends a new set in full at flush) answers false and is
+    /// spared one call per member; later changes are always reported.
+    fn wants_initial_members(&self, _set_id: &str) -> bool {
+        true
+    }
 }
 
 /// Definition of an active IP set.
@@ -407,7 +416,8 @@ pub struct IpSetIndex {
 
     /// Looked up by the borrowed key form (hashbrown's `Equivalent`).
     ep_ids: KeyIndex<ObjKey>,
-    eps: Vec<Option<EpData>>,
+    /// By id, in chunks that never move (`slots.rs`).
+    eps: Slots<EpData>,
     free_eps: Vec<u32>,
     ep_values: IdValueIndex,
 
@@ -501,7 +511,10 @@ impl IpSetIndex {
         let id = match known {
             Some(id) => id,
             None => {
-                let id = alloc(&mut self.eps, &mut self.free_eps);
+                let id = match self.free_eps.pop() {
+                    Some(id) => id,
+                    None => self.eps.push_empty(),
+                };
                 let k = self.intern_key(&key);
                 self.ep_ids.insert(k, id);
                 id
@@ -905,9 +918,16 @@ impl IpSetIndex {
             uid: uid.clone(),
             def,
             choice,
-            members: HashMap::default(),
+            // Usually one member per matched object.
+            members: HashMap::with_capacity_and_hasher(matched.len(), Default::default()),
         });
-        self.set_ids.insert(uid, idx);
+        self.set_ids.insert(uid.clone(), idx);
+        let mut quiet = NoSink;
+        let sink: &mut dyn MemberSink = if sink.wants_initial_members(&uid) {
+            sink
+        } else {
+            &mut quiet
+        };
         for ep in matched {
             let Some(data) = self.eps.get_mut(ep as usize).and_then(|e| e.take()) else {
                 continue;
@@ -994,6 +1014,15 @@ impl IpSetIndex {
             }
         });
     }
+}
+
+/// A sink that wants nothing (a new set's first fill, for a sink that
+/// reads it whole).
+struct NoSink;
+
+impl MemberSink for NoSink {
+    fn member_added(&mut self, _: &str, _: Member) {}
+    fn member_removed(&mut self, _: &str, _: Member) {}
 }
 
 /// Calls `f` with every member `ep` contributes to a set defined by `def`.
@@ -1117,6 +1146,41 @@ mod tests {
         );
     }
 
+    /// A sink that reads new sets whole is not told a new set's first
+    /// members, but is told every later change; the set's membership (and
+    /// its counts) are the same either way.
+    #[test]
+    fn first_fill_skips_a_sink_that_reads_sets_whole() {
+        struct Whole(Rec);
+        impl MemberSink for Whole {
+            fn member_added(&mut self, s: &str, m: Member) {
+                self.0.member_added(s, m);
+            }
+            fn member_removed(&mut self, s: &str, m: Member) {
+                self.0.member_removed(s, m);
+            }
+            fn wants_initial_members(&self, _: &str) -> bool {
+                false
+            }
+        }
+        let mut idx = IpSetIndex::new();
+        let mut sink = Whole(Rec::default());
+        let (k1, v1) = wep("w1", "10.0.0.1/32", &[("app", "a")], &[]);
+        idx.update_endpoint(k1.clone(), v1, &mut sink);
+        idx.update_ipset("s1", def("app == 'a'"), &mut sink);
+        assert!(sink.0 .0.is_empty(), "first fill reported: {:?}", sink.0 .0);
+        assert_eq!(idx.members("s1").map(|m| m.len()), Some(1));
+        let (k2, v2) = wep("w2", "10.0.0.2/32", &[("app", "a")], &[]);
+        idx.update_endpoint(k2, v2, &mut sink);
+        idx.delete_endpoint(&k1, &mut sink);
+        assert_eq!(
+            sink.0 .0,
+            vec![
+                (true, "s1".into(), "10.0.0.2/32".into()),
+                (false, "s1".into(), "10.0.0.1/32".into()),
+            ]
+        );
+    }
     #[test]
     fn inherited_labels_match_and_teardown_releases_everything() {
         let mut idx = IpSetIndex::new();

@@ -8,6 +8,7 @@
 //!   O(objects x selectors) work.
 //! * [`idset`]: the id sets behind the IP-set index's value index.
 //! * [`keyindex`]: the IP-set index's object ids by key.
+//! * [`slots`]: the IP-set index's objects by id.
 
 pub mod idset;
 pub mod inherit;
@@ -16,6 +17,7 @@ pub mod ipsets;
 pub mod keyindex;
 pub mod member;
 pub mod restriction;
+pub mod slots;
 
 pub use inherit::{InheritIndex, MatchEvent, ParentLabelSource};
 pub use ipsets::{IpSetDef, IpSetIndex, LabelledKey, LabelledValue, MemberSink};
