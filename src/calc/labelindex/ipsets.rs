@@ -41,7 +41,7 @@ use super::keyindex::KeyIndex;
 use super::member::{host_net, Member, NpProtocol};
 use super::restriction::Choice;
 use super::slots::Slots;
-use crate::hash::FastMap as HashMap;
+use crate::hash::{FastMap as HashMap, FastSet};
 use crate::model::{EndpointPort, HostEndpoint, Labels, NetworkSet, WorkloadEndpoint};
 use crate::selector::{LabelSource, Selector};
 
@@ -275,20 +275,27 @@ impl ParentData {
     }
 }
 
-/// Objects indexed by their own interned label values.
+/// Objects indexed by their own interned label values: one map keyed by
+/// (key, value), so adding an object costs one lookup per label, plus the
+/// values present under each key (for presence restrictions), which
+/// change only when a (key, value) pair appears or goes.
+///
+/// Invariant: `values[k]` lists exactly the `v` with `(k, v)` in `by_kv`
+/// (no key maps to an empty list), and no set in `by_kv` is empty.
 #[derive(Default)]
 struct IdValueIndex {
-    by_kv: HashMap<u32, HashMap<u32, IdSet>>,
+    by_kv: HashMap<(u32, u32), IdSet>,
+    values: HashMap<u32, FastSet<u32>>,
 }
 
 impl IdValueIndex {
     fn add(&mut self, id: u32, labels: &[(u32, u32)]) {
         for (k, v) in labels {
-            let per_key = self.by_kv.entry(*k).or_default();
-            match per_key.get_mut(v) {
-                Some(set) => set.insert(id),
-                None => {
-                    per_key.insert(*v, IdSet::One(id));
+            match self.by_kv.entry((*k, *v)) {
+                std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().insert(id),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(IdSet::One(id));
+                    self.values.entry(*k).or_default().insert(*v);
                 }
             }
         }
@@ -296,14 +303,18 @@ impl IdValueIndex {
 
     fn remove(&mut self, id: u32, labels: &[(u32, u32)]) {
         for (k, v) in labels {
-            if let Some(per_key) = self.by_kv.get_mut(k) {
-                if let Some(set) = per_key.get_mut(v) {
-                    if set.remove(id) {
-                        per_key.remove(v);
-                    }
-                }
-                if per_key.is_empty() {
-                    self.by_kv.remove(k);
+            let emptied = self
+                .by_kv
+                .get_mut(&(*k, *v))
+                .is_some_and(|set| set.remove(id));
+            if !emptied {
+                continue;
+            }
+            self.by_kv.remove(&(*k, *v));
+            if let Some(vals) = self.values.get_mut(k) {
+                vals.remove(v);
+                if vals.is_empty() {
+                    self.values.remove(k);
                 }
             }
         }
@@ -314,18 +325,16 @@ impl IdValueIndex {
     fn for_each_matching(&self, choice: &IdChoice, mut f: impl FnMut(u32)) -> bool {
         match choice {
             IdChoice::Values(k, vals) => {
-                if let Some(per_key) = self.by_kv.get(k) {
-                    for v in vals {
-                        if let Some(set) = per_key.get(v) {
-                            set.for_each(&mut f);
-                        }
+                for v in vals {
+                    if let Some(set) = self.by_kv.get(&(*k, *v)) {
+                        set.for_each(&mut f);
                     }
                 }
                 true
             }
             IdChoice::Present(k) => {
-                if let Some(per_key) = self.by_kv.get(k) {
-                    for set in per_key.values() {
+                for v in self.values.get(k).into_iter().flatten() {
+                    if let Some(set) = self.by_kv.get(&(*k, *v)) {
                         set.for_each(&mut f);
                     }
                 }

@@ -109,38 +109,30 @@ impl Member {
     }
 }
 
-/// `a.b.c.d/p`, formatted into a stack buffer.
+/// `a.b.c.d/p`, written straight into a string of the right capacity
+/// (this runs once per member of every IP set sent in full).
 pub fn v4_cidr_text(a: Ipv4Addr, prefix: u8) -> String {
-    let mut buf = [0u8; 18];
-    let mut n = 0;
+    let mut out = String::with_capacity(18);
     for (i, o) in a.octets().iter().enumerate() {
         if i > 0 {
-            buf[n] = b'.';
-            n += 1;
+            out.push('.');
         }
-        n += push_decimal(&mut buf[n..], *o);
+        push_decimal(&mut out, *o);
     }
-    buf[n] = b'/';
-    n += 1;
-    n += push_decimal(&mut buf[n..], prefix);
-    // Only ASCII digits, dots and a slash were written.
-    String::from_utf8(buf[..n].to_vec()).unwrap_or_default()
+    out.push('/');
+    push_decimal(&mut out, prefix);
+    out
 }
 
-/// Writes `v` in decimal at the start of `out` (which has room for three
-/// digits); returns the number of bytes written.
-fn push_decimal(out: &mut [u8], v: u8) -> usize {
-    let mut n = 0;
+/// Appends `v` in decimal.
+fn push_decimal(out: &mut String, v: u8) {
     if v >= 100 {
-        out[n] = b'0' + v / 100;
-        n += 1;
+        out.push(char::from(b'0' + v / 100));
     }
     if v >= 10 {
-        out[n] = b'0' + v / 10 % 10;
-        n += 1;
+        out.push(char::from(b'0' + v / 10 % 10));
     }
-    out[n] = b'0' + v % 10;
-    n + 1
+    out.push(char::from(b'0' + v % 10));
 }
 
 /// The host CIDR of an address.
