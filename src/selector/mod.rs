@@ -241,6 +241,17 @@ impl Selector {
         self.inner.root.evaluate(labels)
     }
 
+    /// The label key if this selector is exactly `has(key)`: then any
+    /// labels carrying `key` match, so an index whose candidates for
+    /// the key's presence restriction are exactly the objects carrying it
+    /// need not evaluate the selector on them.
+    pub fn presence_only(&self) -> Option<&str> {
+        match &self.inner.root {
+            ast::Node::Has(k) => Some(k),
+            _ => None,
+        }
+    }
+
     /// Per-label necessary conditions for a match, for index pre-filtering.
     ///
     /// Invariant: any labels that this selector matches satisfy every

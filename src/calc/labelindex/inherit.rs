@@ -191,8 +191,9 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         let choice = Choice::for_selector(&sel);
         self.restrictions.add(&id, &choice);
         let mut now: Vec<E> = Vec::new();
+        let exact = sel.presence_only().is_some() && matches!(choice, Choice::Present(_));
         self.for_each_candidate(&choice, |ek, ep| {
-            if self.eval(&sel, ep) {
+            if exact || self.eval(&sel, ep) {
                 now.push(ek.clone());
             }
         });
@@ -459,7 +460,10 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         self.restrictions
             .for_each_candidate(ep.effective.iter().map(|(k, v)| (&**k, &**v)), |s| {
                 if let Some(sel) = self.selectors.get(s) {
-                    if sel.evaluate(&lookup) {
+                    // A `has(k)` selector is indexed under the presence of
+                    // `k` alone, so it is offered exactly when the
+                    // effective labels carry `k`: it matches.
+                    if sel.presence_only().is_some() || sel.evaluate(&lookup) {
                         now.push(s.clone());
                     }
                 }
@@ -527,6 +531,46 @@ mod tests {
 
     fn sel(s: &str) -> Selector {
         crate::selector::parse(s).expect("test selector parses")
+    }
+
+    /// A bare `has(k)` (matched without evaluation, see `rematch`) matches
+    /// own and inherited keys alike, whichever side arrives first, and
+    /// stops when the inherited key goes.
+    #[test]
+    fn presence_selectors_follow_own_and_inherited_keys() {
+        let mut idx = Idx::new();
+        let mut out = Events::new();
+        let src = source(&[("kns.a", &[("team", "x")])]);
+        idx.update_selector("s", sel("has(team)"), &mut out);
+        idx.update_endpoint("own", &labels(&[("team", "y")]), &[], &src, &mut out);
+        idx.update_endpoint("inh", &Labels::new(), &["kns.a".into()], &src, &mut out);
+        idx.update_endpoint("none", &labels(&[("x", "1")]), &[], &src, &mut out);
+        assert_eq!(
+            out,
+            vec![
+                MatchEvent::Started("s", "own"),
+                MatchEvent::Started("s", "inh")
+            ]
+        );
+        out.clear();
+        // Selector second: same answer from the other side.
+        idx.update_selector("t", sel("has(team)"), &mut out);
+        assert_eq!(
+            out,
+            vec![
+                MatchEvent::Started("t", "inh"),
+                MatchEvent::Started("t", "own")
+            ]
+        );
+        out.clear();
+        idx.update_parent_labels("kns.a", Some(&labels(&[("other", "z")])), &mut out);
+        assert_eq!(
+            out,
+            vec![
+                MatchEvent::Stopped("s", "inh"),
+                MatchEvent::Stopped("t", "inh")
+            ]
+        );
     }
 
     /// Labels of a profile no local endpoint names are not held; the

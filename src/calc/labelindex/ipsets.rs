@@ -824,7 +824,7 @@ impl IpSetIndex {
         let mut out = Ids::new();
         let mut consider = |s: u32| {
             if let Some(Some(set)) = self.sets.get(s as usize) {
-                if set.def.selector.evaluate(&view) {
+                if presence_exact(set) || set.def.selector.evaluate(&view) {
                     out.push(s);
                 }
             }
@@ -907,11 +907,17 @@ impl IpSetIndex {
         let choice = self.intern_choice(Choice::for_selector(&def.selector));
 
         let candidates = self.candidate_endpoints(&choice);
+        let exact =
+            def.selector.presence_only().is_some() && matches!(choice, IdChoice::Present(_));
         let mut matched = Vec::new();
         for ep in candidates {
             let Some(Some(data)) = self.eps.get(ep as usize) else {
                 continue;
             };
+            if exact {
+                matched.push(ep);
+                continue;
+            }
             let parents = parent_labels(&self.parents, &data.parents);
             let view = IdView {
                 interner: &self.interner,
@@ -1023,6 +1029,15 @@ impl IpSetIndex {
             }
         });
     }
+}
+
+/// Whether `set`'s candidates are exactly its matches: its selector is
+/// `has(k)` and it is indexed under the presence of `k` (its only
+/// restriction).  An object is a candidate for a presence restriction
+/// exactly when it carries the key, own or inherited, which is when
+/// `has(k)` matches; evaluating it again would look the key up again.
+fn presence_exact(set: &SetData) -> bool {
+    set.def.selector.presence_only().is_some() && matches!(set.choice, IdChoice::Present(_))
 }
 
 /// A sink that wants nothing (a new set's first fill, for a sink that
@@ -1190,6 +1205,32 @@ mod tests {
             ]
         );
     }
+    /// A bare `has(k)` set (filled without evaluating its selector, see
+    /// `presence_exact`) holds exactly the objects carrying `k`, own or
+    /// inherited, both when the set comes first and when the objects do.
+    #[test]
+    fn presence_sets_hold_own_and_inherited_carriers() {
+        let mut idx = IpSetIndex::new();
+        let mut rec = Rec::default();
+        let mut team = Labels::new();
+        team.insert("team".into(), "x".into());
+        idx.update_parent_labels("kns.ns1", Some(&team), &mut rec);
+        let (k1, v1) = wep("own", "10.0.0.1/32", &[("team", "y")], &[]);
+        let (k2, v2) = wep("inh", "10.0.0.2/32", &[], &["kns.ns1"]);
+        let (k3, v3) = wep("none", "10.0.0.3/32", &[("other", "y")], &[]);
+        idx.update_endpoint(k1, v1, &mut rec);
+        idx.update_endpoint(k2, v2, &mut rec);
+        idx.update_endpoint(k3, v3, &mut rec);
+        idx.update_ipset("s", def("has(team)"), &mut rec);
+        let strings = |idx: &IpSetIndex| member_strings(&idx.members("s").unwrap_or_default());
+        assert_eq!(strings(&idx), ["10.0.0.1/32", "10.0.0.2/32"]);
+        let (k4, v4) = wep("late", "10.0.0.4/32", &[], &["kns.ns1"]);
+        idx.update_endpoint(k4, v4, &mut rec);
+        assert_eq!(strings(&idx), ["10.0.0.1/32", "10.0.0.2/32", "10.0.0.4/32"]);
+        idx.update_parent_labels("kns.ns1", None, &mut rec);
+        assert_eq!(strings(&idx), ["10.0.0.1/32"]);
+    }
+
     #[test]
     fn inherited_labels_match_and_teardown_releases_everything() {
         let mut idx = IpSetIndex::new();

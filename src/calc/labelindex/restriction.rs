@@ -349,3 +349,33 @@ impl<I: Copy + Eq + Hash> SmallSet<I> {
         self.for_each_ref(&mut |id| f(*id));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sel(s: &str) -> Selector {
+        crate::selector::parse(s).expect("test selector parses")
+    }
+
+    /// The label indexes skip evaluating a bare `has(k)` on the
+    /// candidates of its restriction; that is sound only because such a
+    /// selector is indexed under the presence of `k` and nothing else.
+    #[test]
+    fn a_bare_presence_selector_is_indexed_under_its_key_alone() {
+        for key in ["a", "calico/FizzBuzz", "x.y/z-w"] {
+            let s = sel(&format!("has({key})"));
+            assert_eq!(s.presence_only(), Some(key));
+            assert_eq!(Choice::for_selector(&s), Choice::Present(key.to_string()));
+        }
+        for other in [
+            "has(a) && has(b)",
+            "!has(a)",
+            "a == 'x'",
+            "all()",
+            "has(a) || has(b)",
+        ] {
+            assert_eq!(sel(other).presence_only(), None, "{other}");
+        }
+    }
+}
