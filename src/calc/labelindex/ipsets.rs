@@ -824,7 +824,9 @@ impl IpSetIndex {
         let mut out = Ids::new();
         let mut consider = |s: u32| {
             if let Some(Some(set)) = self.sets.get(s as usize) {
-                if presence_exact(set) || set.def.selector.evaluate(&view) {
+                if presence_exact(&set.def.selector, &set.choice)
+                    || set.def.selector.evaluate(&view)
+                {
                     out.push(s);
                 }
             }
@@ -907,8 +909,7 @@ impl IpSetIndex {
         let choice = self.intern_choice(Choice::for_selector(&def.selector));
 
         let candidates = self.candidate_endpoints(&choice);
-        let exact =
-            def.selector.presence_only().is_some() && matches!(choice, IdChoice::Present(_));
+        let exact = presence_exact(&def.selector, &choice);
         let mut matched = Vec::new();
         for ep in candidates {
             let Some(Some(data)) = self.eps.get(ep as usize) else {
@@ -1031,13 +1032,13 @@ impl IpSetIndex {
     }
 }
 
-/// Whether `set`'s candidates are exactly its matches: its selector is
+/// Whether a set's candidates are exactly its matches: its selector is
 /// `has(k)` and it is indexed under the presence of `k` (its only
 /// restriction).  An object is a candidate for a presence restriction
 /// exactly when it carries the key, own or inherited, which is when
 /// `has(k)` matches; evaluating it again would look the key up again.
-fn presence_exact(set: &SetData) -> bool {
-    set.def.selector.presence_only().is_some() && matches!(set.choice, IdChoice::Present(_))
+fn presence_exact(selector: &Selector, choice: &IdChoice) -> bool {
+    selector.presence_only().is_some() && matches!(choice, IdChoice::Present(_))
 }
 
 /// A sink that wants nothing (a new set's first fill, for a sink that
