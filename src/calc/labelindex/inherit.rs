@@ -200,12 +200,7 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         sort_dedup(&mut now);
         self.selectors.insert(id.clone(), sel);
         let (started, stopped) = sorted_changes(&now, self.sel_to_eps.get(&id));
-        for e in &started {
-            self.record(&id, e, true, out);
-        }
-        for e in &stopped {
-            self.record(&id, e, false, out);
-        }
+        self.record_for_selector(&id, &started, &stopped, out);
     }
 
     /// Removes selector `id`, emitting a stop for each of its matches.
@@ -214,9 +209,8 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
             return;
         };
         self.restrictions.remove(id, &Choice::for_selector(&old));
-        for e in &sorted(self.sel_to_eps.get(id)) {
-            self.record(id, e, false, out);
-        }
+        let stopped = sorted(self.sel_to_eps.get(id));
+        self.record_for_selector(id, &[], &stopped, out);
     }
 
     /// Adds or replaces a local endpoint.  A profile it is the first local
@@ -274,9 +268,8 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         for p in &old.parents {
             self.drop_parent_ref(p, id);
         }
-        for s in &sorted(self.ep_to_sels.get(id)) {
-            self.record(s, id, false, out);
-        }
+        let stopped = sorted(self.ep_to_sels.get(id));
+        self.record_for_endpoint(id, &[], &stopped, out);
     }
 
     /// Endpoint `id` no longer names profile `p`; the profile's labels are
@@ -470,39 +463,91 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
             });
         sort_dedup(&mut now);
         let (started, stopped) = sorted_changes(&now, self.ep_to_sels.get(id));
-        for s in &started {
-            self.record(s, id, true, out);
+        self.record_for_endpoint(id, &started, &stopped, out);
+    }
+
+    /// Records selector `s` starting to match each of `started` and
+    /// stopping to match each of `stopped`, emitting the events in that
+    /// order.  The selector's own set is looked up once, not per match.
+    fn record_for_selector(
+        &mut self,
+        s: &S,
+        started: &[E],
+        stopped: &[E],
+        out: &mut Vec<MatchEvent<S, E>>,
+    ) {
+        if started.is_empty() && stopped.is_empty() {
+            return;
         }
-        for s in &stopped {
-            self.record(s, id, false, out);
+        let mine = self.sel_to_eps.entry(s.clone()).or_default();
+        mine.reserve(started.len());
+        for e in started {
+            mine.insert(e.clone());
+        }
+        for e in stopped {
+            mine.remove(e);
+        }
+        if mine.is_empty() {
+            self.sel_to_eps.remove(s);
+        }
+        for e in started {
+            link(&mut self.ep_to_sels, e, s, true);
+            out.push(MatchEvent::Started(s.clone(), e.clone()));
+        }
+        for e in stopped {
+            link(&mut self.ep_to_sels, e, s, false);
+            out.push(MatchEvent::Stopped(s.clone(), e.clone()));
         }
     }
 
-    fn record(&mut self, s: &S, e: &E, started: bool, out: &mut Vec<MatchEvent<S, E>>) {
-        if started {
-            self.sel_to_eps
-                .entry(s.clone())
-                .or_default()
-                .insert(e.clone());
-            self.ep_to_sels
-                .entry(e.clone())
-                .or_default()
-                .insert(s.clone());
+    /// [`InheritIndex::record_for_selector`] seen from endpoint `e`: its
+    /// own set is looked up once.
+    fn record_for_endpoint(
+        &mut self,
+        e: &E,
+        started: &[S],
+        stopped: &[S],
+        out: &mut Vec<MatchEvent<S, E>>,
+    ) {
+        if started.is_empty() && stopped.is_empty() {
+            return;
+        }
+        let mine = self.ep_to_sels.entry(e.clone()).or_default();
+        mine.reserve(started.len());
+        for s in started {
+            mine.insert(s.clone());
+        }
+        for s in stopped {
+            mine.remove(s);
+        }
+        if mine.is_empty() {
+            self.ep_to_sels.remove(e);
+        }
+        for s in started {
+            link(&mut self.sel_to_eps, s, e, true);
             out.push(MatchEvent::Started(s.clone(), e.clone()));
-        } else {
-            if let Some(set) = self.sel_to_eps.get_mut(s) {
-                set.remove(e);
-                if set.is_empty() {
-                    self.sel_to_eps.remove(s);
-                }
-            }
-            if let Some(set) = self.ep_to_sels.get_mut(e) {
-                set.remove(s);
-                if set.is_empty() {
-                    self.ep_to_sels.remove(e);
-                }
-            }
+        }
+        for s in stopped {
+            link(&mut self.sel_to_eps, s, e, false);
             out.push(MatchEvent::Stopped(s.clone(), e.clone()));
+        }
+    }
+}
+
+/// Adds (`add`) or removes `to` in `from`'s set of `map`; a set that
+/// becomes empty is dropped (so a key is present exactly while it has a
+/// match: the invariant both match maps keep).
+fn link<A, B>(map: &mut HashMap<A, HashSet<B>>, from: &A, to: &B, add: bool)
+where
+    A: Clone + Eq + Hash,
+    B: Clone + Eq + Hash,
+{
+    if add {
+        map.entry(from.clone()).or_default().insert(to.clone());
+    } else if let Some(set) = map.get_mut(from) {
+        set.remove(to);
+        if set.is_empty() {
+            map.remove(from);
         }
     }
 }
