@@ -14,6 +14,7 @@
 //!   `<selector ID>,<protocol>,<port name>`; service sets use `svc:` /
 //!   `svcnoport:`.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use felix_proto as pb;
@@ -259,11 +260,14 @@ impl RuleScanner {
 /// Combines a positive and a negated selector into one where that is
 /// valid (a positive selector limits the rule to known endpoints anyway),
 /// as upstream does to keep IP sets fewer and smaller.
-fn combine(positive: &str, negated: &str) -> (String, String) {
+fn combine<'a>(positive: &'a str, negated: &'a str) -> (Cow<'a, str>, Cow<'a, str>) {
     if positive.is_empty() || negated.is_empty() {
-        return (positive.to_string(), negated.to_string());
+        return (Cow::Borrowed(positive), Cow::Borrowed(negated));
     }
-    (format!("({positive}) && (!({negated}))"), String::new())
+    (
+        Cow::Owned(format!("({positive}) && (!({negated}))")),
+        Cow::Borrowed(""),
+    )
 }
 
 fn selector_set(sel: &Selector) -> IpSetData {
@@ -324,11 +328,16 @@ fn split_ports(ports: &[Port]) -> (Vec<pb::PortRange>, Vec<&str>) {
     (numeric, named)
 }
 
-fn collect(sets: &[IpSetData], current: &mut BTreeMap<String, IpSetData>) -> Vec<String> {
-    sets.iter()
+/// The ids of `sets`, recording each set in `current` (moved there: the
+/// first rule naming a set provides its definition).
+fn collect(sets: Vec<IpSetData>, current: &mut BTreeMap<String, IpSetData>) -> Vec<String> {
+    sets.into_iter()
         .map(|s| {
-            current.entry(s.uid.clone()).or_insert_with(|| s.clone());
-            s.uid.clone()
+            let uid = s.uid.clone();
+            if !current.contains_key(&uid) {
+                current.insert(uid.clone(), s);
+            }
+            uid
         })
         .collect()
 }
@@ -393,22 +402,22 @@ fn convert_rule(
         protocol: rule.protocol.as_ref().map(proto_protocol),
         src_net: nets(&rule.src_nets),
         src_ports: src_num,
-        src_named_port_ip_set_ids: collect(&src_np, current),
+        src_named_port_ip_set_ids: collect(src_np, current),
         dst_net: nets(&rule.dst_nets),
         dst_ports: dst_num,
-        dst_named_port_ip_set_ids: collect(&dst_np, current),
-        src_ip_set_ids: collect(&src_sets, current),
-        dst_ip_set_ids: collect(&dst_sets, current),
-        dst_ip_port_set_ids: collect(&dst_ip_port_sets, current),
+        dst_named_port_ip_set_ids: collect(dst_np, current),
+        src_ip_set_ids: collect(src_sets, current),
+        dst_ip_set_ids: collect(dst_sets, current),
+        dst_ip_port_set_ids: collect(dst_ip_port_sets, current),
         not_protocol: rule.not_protocol.as_ref().map(proto_protocol),
         not_src_net: nets(&rule.not_src_nets),
         not_src_ports: not_src_num,
         not_dst_net: nets(&rule.not_dst_nets),
         not_dst_ports: not_dst_num,
-        not_src_ip_set_ids: collect(&not_src_sets, current),
-        not_dst_ip_set_ids: collect(&not_dst_sets, current),
-        not_src_named_port_ip_set_ids: collect(&not_src_np, current),
-        not_dst_named_port_ip_set_ids: collect(&not_dst_np, current),
+        not_src_ip_set_ids: collect(not_src_sets, current),
+        not_dst_ip_set_ids: collect(not_dst_sets, current),
+        not_src_named_port_ip_set_ids: collect(not_src_np, current),
+        not_dst_named_port_ip_set_ids: collect(not_dst_np, current),
         original_src_selector: rule.original_src_selector.clone(),
         original_dst_selector: rule.original_dst_selector.clone(),
         original_src_namespace_selector: rule.original_src_namespace_selector.clone(),
