@@ -35,6 +35,7 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use smallvec::SmallVec;
 
+use super::cidrs::Cidrs;
 use super::idset::IdSet;
 use super::interner::{lookup, IdLabels, Interner};
 use super::keyindex::KeyIndex;
@@ -74,6 +75,30 @@ enum ObjKey<T = Box<str>> {
     NetworkSet(T),
 }
 
+impl ObjKey<&str> {
+    /// The stored form (same interned ids, which it then owns).
+    fn to_owned_key(&self) -> ObjKey {
+        match *self {
+            ObjKey::Workload {
+                host,
+                orchestrator,
+                endpoint,
+                workload,
+            } => ObjKey::Workload {
+                host,
+                orchestrator,
+                endpoint,
+                workload: workload.into(),
+            },
+            ObjKey::Host { host, endpoint } => ObjKey::Host {
+                host,
+                endpoint: endpoint.into(),
+            },
+            ObjKey::NetworkSet(name) => ObjKey::NetworkSet(name.into()),
+        }
+    }
+}
+
 impl hashbrown::Equivalent<ObjKey> for ObjKey<&str> {
     fn equivalent(&self, key: &ObjKey) -> bool {
         match (self, key) {
@@ -107,9 +132,6 @@ impl hashbrown::Equivalent<ObjKey> for ObjKey<&str> {
 /// Small id lists (parents, matching sets): usually one or two entries,
 /// kept inline.
 type Ids = SmallVec<[u32; 2]>;
-
-/// An object's CIDRs: usually one address, kept inline.
-type Cidrs = SmallVec<[IpNet; 1]>;
 
 /// The value of a labelled object, as it arrives.
 #[derive(Clone, Debug)]
@@ -149,7 +171,7 @@ impl LabelledValue {
     /// a network set's nets with host bits cleared and a /0 split into two
     /// halves (the Linux dataplane cannot hold a zero-length prefix).
     fn cidrs(&self) -> Cidrs {
-        let mut out = Cidrs::new();
+        let mut out = Cidrs::default();
         match self {
             LabelledValue::Workload(w) => {
                 for n in w.ipv4_nets.iter().chain(w.ipv6_nets.iter()) {
@@ -228,7 +250,9 @@ struct SetData {
 struct EpData {
     labels: IdLabels,
     cidrs: Cidrs,
-    ports: Box<[EndpointPort]>,
+    /// Named ports (`None` for none, as for nearly every object: boxed
+    /// twice so that case takes one word).
+    ports: Option<Box<Box<[EndpointPort]>>>,
     parents: Ids,
     /// Indices of the active sets this object matches (sorted).
     matching: Ids,
@@ -516,19 +540,18 @@ impl IpSetIndex {
         value: LabelledValue,
         sink: &mut dyn MemberSink,
     ) {
-        let known = self.find_key(&key).and_then(|k| self.ep_ids.get(&k));
-        let id = match known {
-            Some(id) => id,
-            None => {
-                let id = match self.free_eps.pop() {
-                    Some(id) => id,
-                    None => self.eps.push_empty(),
-                };
-                let k = self.intern_key(&key);
-                self.ep_ids.insert(k, id);
-                id
-            }
-        };
+        // The key's shared parts are interned first (one reference each),
+        // so the id is found or made with one hash and one probe; a key
+        // already held keeps its own references.
+        let probe = self.intern_key(&key);
+        let (eps, free_eps) = (&mut self.eps, &mut self.free_eps);
+        let (id, new) = self.ep_ids.get_or_insert_with(&probe, || {
+            let id = free_eps.pop().unwrap_or_else(|| eps.push_empty());
+            (probe.to_owned_key(), id)
+        });
+        if !new {
+            self.release_key(&probe);
+        }
         let parents: Ids = value
             .profile_ids()
             .iter()
@@ -538,7 +561,10 @@ impl IpSetIndex {
         let new = EpData {
             labels,
             cidrs: value.cidrs(),
-            ports: value.ports().into(),
+            ports: match value.ports() {
+                [] => None,
+                ports => Some(Box::new(ports.into())),
+            },
             parents,
             matching: Ids::new(),
         };
@@ -623,26 +649,27 @@ impl IpSetIndex {
         })
     }
 
-    /// The stored form of `key`, taking a reference on each interned part.
-    fn intern_key(&mut self, key: &LabelledKey) -> ObjKey {
+    /// `key` with its shared parts interned, taking a reference on each
+    /// (borrowing the rest: [`ObjKey::to_owned_key`] makes the stored form).
+    fn intern_key<'a>(&mut self, key: &'a LabelledKey) -> ObjKey<&'a str> {
         let i = &mut self.interner;
         match key {
             LabelledKey::Workload(k) => ObjKey::Workload {
                 host: i.intern(&k.hostname),
                 orchestrator: i.intern(&k.orchestrator_id),
                 endpoint: i.intern(&k.endpoint_id),
-                workload: k.workload_id.as_str().into(),
+                workload: k.workload_id.as_str(),
             },
             LabelledKey::Host(k) => ObjKey::Host {
                 host: i.intern(&k.hostname),
-                endpoint: k.endpoint_id.as_str().into(),
+                endpoint: k.endpoint_id.as_str(),
             },
-            LabelledKey::NetworkSet(k) => ObjKey::NetworkSet(k.name.as_str().into()),
+            LabelledKey::NetworkSet(k) => ObjKey::NetworkSet(k.name.as_str()),
         }
     }
 
     /// Releases what [`IpSetIndex::intern_key`] took.
-    fn release_key(&mut self, key: &ObjKey) {
+    fn release_key<T>(&mut self, key: &ObjKey<T>) {
         match key {
             ObjKey::Workload {
                 host,
@@ -1054,11 +1081,11 @@ impl MemberSink for NoSink {
 fn for_each_contribution(def: &IpSetDef, ep: &EpData, mut f: impl FnMut(Member)) {
     if def.np_protocol == NpProtocol::None {
         for n in ep.cidrs.iter() {
-            f(Member::Net(*n));
+            f(Member::Net(n));
         }
         return;
     }
-    for p in ep.ports.iter() {
+    for p in ep.ports.iter().flat_map(|p| p.iter()) {
         if p.name != def.np_name || !def.np_protocol.matches(&p.protocol) {
             continue;
         }

@@ -21,10 +21,13 @@ use std::hash::{BuildHasher, Hash};
 
 use hashbrown::{Equivalent, HashTable};
 
+use super::slots::Slots;
+
 /// See the module docs.
 pub struct KeyIndex<K> {
     table: HashTable<(u32, u32)>,
-    keys: Vec<Option<K>>,
+    /// By id, in fixed chunks: growth never copies the keys held.
+    keys: Slots<K>,
     hasher: foldhash::fast::RandomState,
 }
 
@@ -32,7 +35,7 @@ impl<K> Default for KeyIndex<K> {
     fn default() -> Self {
         KeyIndex {
             table: HashTable::new(),
-            keys: Vec::new(),
+            keys: Slots::default(),
             hasher: Default::default(),
         }
     }
@@ -78,11 +81,35 @@ impl<K: Hash + Eq> KeyIndex<K> {
         let d = self.digest(&key);
         self.table
             .insert_unique(spread(d), (d, id), |&(ed, _)| spread(ed));
-        let slot = id as usize;
-        if self.keys.len() <= slot {
-            self.keys.resize_with(slot + 1, || None);
+        *self.keys.grow_to(id as usize) = Some(key);
+    }
+
+    /// The id of `key`, holding it first if it is not held: `make` then
+    /// gives the owned key and its id (an id not held).  Returns the id
+    /// and whether the key was new.  One hash and one probe either way.
+    pub fn get_or_insert_with<Q: Hash + Equivalent<K> + ?Sized>(
+        &mut self,
+        key: &Q,
+        make: impl FnOnce() -> (K, u32),
+    ) -> (u32, bool) {
+        let d = self.digest(key);
+        let keys = &self.keys;
+        let entry = self.table.entry(
+            spread(d),
+            |&(ed, id)| ed == d && held(keys, id).is_some_and(|k| key.equivalent(k)),
+            |&(ed, _)| spread(ed),
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(e) => (e.get().1, false),
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                let (owned, id) = make();
+                debug_assert!(key.equivalent(&owned), "made key differs");
+                e.insert((d, id));
+                debug_assert!(held(&self.keys, id).is_none(), "id inserted twice");
+                *self.keys.grow_to(id as usize) = Some(owned);
+                (id, true)
+            }
         }
-        self.keys[slot] = Some(key);
     }
 
     /// Forgets `key`, returning the stored key and its id.
@@ -106,7 +133,7 @@ impl<K: Hash + Eq> KeyIndex<K> {
     }
 }
 
-fn held<K>(keys: &[Option<K>], id: u32) -> Option<&K> {
+fn held<K>(keys: &Slots<K>, id: u32) -> Option<&K> {
     keys.get(id as usize).and_then(|k| k.as_ref())
 }
 
@@ -137,6 +164,26 @@ mod tests {
         assert_eq!(keys, ["b", "c"]);
     }
 
+    /// `get_or_insert_with` makes a key only when it is absent, and then
+    /// holds it exactly as `insert` would.
+    #[test]
+    fn get_or_insert_with_makes_only_absent_keys() {
+        let mut idx: KeyIndex<String> = KeyIndex::default();
+        let made = std::cell::Cell::new(0);
+        let make = |k: &str, id: u32| {
+            made.set(made.get() + 1);
+            (k.to_string(), id)
+        };
+        assert_eq!(idx.get_or_insert_with("a", || make("a", 3)), (3, true));
+        assert_eq!(idx.get_or_insert_with("a", || make("a", 9)), (3, false));
+        assert_eq!(idx.get_or_insert_with("b", || make("b", 0)), (0, true));
+        assert_eq!(made.get(), 2);
+        assert_eq!(idx.len(), 2);
+        assert_eq!(idx.get("a"), Some(3));
+        assert_eq!(idx.remove("b"), Some(("b".to_string(), 0)));
+        assert_eq!(idx.get_or_insert_with("b", || make("b", 0)), (0, true));
+    }
+
     // Any sequence of inserts and removals answers as a map does.
     proptest! {
         #[test]
@@ -146,12 +193,20 @@ mod tests {
             let mut next = 0u32;
             for (k, add) in ops {
                 let key = format!("key-{k}");
-                if add {
+                if add && k % 2 == 0 {
                     if idx.get(key.as_str()).is_none() {
                         idx.insert(key.clone(), next);
                         model.insert(key, next);
                         next += 1;
                     }
+                } else if add {
+                    let (id, new) = idx.get_or_insert_with(key.as_str(), || (key.clone(), next));
+                    prop_assert_eq!(new, !model.contains_key(&key));
+                    if new {
+                        model.insert(key, next);
+                        next += 1;
+                    }
+                    prop_assert_eq!(model.get(&format!("key-{k}")), Some(&id));
                 } else {
                     prop_assert_eq!(idx.remove(key.as_str()).map(|(_, id)| id), model.remove(&key));
                 }

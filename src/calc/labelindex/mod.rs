@@ -6,10 +6,12 @@
 //! * [`InheritIndex`]: this node's endpoints against policy selectors.
 //! * [`restriction`]: the candidate pre-filters both use to avoid
 //!   O(objects x selectors) work.
+//! * [`cidrs`]: an object's CIDRs, compact for the one-address case.
 //! * [`idset`]: the id sets behind the IP-set index's value index.
 //! * [`keyindex`]: the IP-set index's object ids by key.
 //! * [`slots`]: the IP-set index's objects by id.
 
+pub mod cidrs;
 pub mod idset;
 pub mod inherit;
 pub mod interner;

@@ -49,6 +49,14 @@ impl<T> Slots<T> {
         (self.len - 1) as u32
     }
 
+    /// Slot `i`, adding empty slots up to it first if it does not exist.
+    pub fn grow_to(&mut self, i: usize) -> &mut Option<T> {
+        while self.len <= i {
+            self.push_empty();
+        }
+        &mut self[i]
+    }
+
     pub fn get(&self, i: usize) -> Option<&Option<T>> {
         if i >= self.len {
             return None;
@@ -108,5 +116,20 @@ mod tests {
             *slot = None;
         }
         assert_eq!(s.iter().flatten().count(), CHUNK * 2 + 2);
+    }
+
+    /// `grow_to` adds exactly the missing slots, empty, and leaves the
+    /// filled ones alone.
+    #[test]
+    fn grow_to_adds_empty_slots() {
+        let mut s: Slots<u32> = Slots::default();
+        *s.grow_to(2) = Some(2);
+        assert_eq!(s.len(), 3);
+        assert_eq!(s.iter().cloned().collect::<Vec<_>>(), [None, None, Some(2)]);
+        *s.grow_to(CHUNK + 1) = Some(9);
+        assert_eq!(s.len(), CHUNK + 2);
+        assert_eq!(s.grow_to(2), &mut Some(2));
+        assert_eq!(s.len(), CHUNK + 2);
+        assert_eq!(s.iter().flatten().count(), 2);
     }
 }
