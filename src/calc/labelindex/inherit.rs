@@ -476,28 +476,14 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         stopped: &[E],
         out: &mut Vec<MatchEvent<S, E>>,
     ) {
-        if started.is_empty() && stopped.is_empty() {
-            return;
-        }
-        let mine = self.sel_to_eps.entry(s.clone()).or_default();
-        mine.reserve(started.len());
-        for e in started {
-            mine.insert(e.clone());
-        }
-        for e in stopped {
-            mine.remove(e);
-        }
-        if mine.is_empty() {
-            self.sel_to_eps.remove(s);
-        }
-        for e in started {
-            link(&mut self.ep_to_sels, e, s, true);
-            out.push(MatchEvent::Started(s.clone(), e.clone()));
-        }
-        for e in stopped {
-            link(&mut self.ep_to_sels, e, s, false);
-            out.push(MatchEvent::Stopped(s.clone(), e.clone()));
-        }
+        record_one_side(
+            &mut self.sel_to_eps,
+            &mut self.ep_to_sels,
+            s,
+            started,
+            stopped,
+            |start, e| out.push(MatchEvent::new(start, s.clone(), e.clone())),
+        );
     }
 
     /// [`InheritIndex::record_for_selector`] seen from endpoint `e`: its
@@ -509,27 +495,60 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> 
         stopped: &[S],
         out: &mut Vec<MatchEvent<S, E>>,
     ) {
-        if started.is_empty() && stopped.is_empty() {
-            return;
+        record_one_side(
+            &mut self.ep_to_sels,
+            &mut self.sel_to_eps,
+            e,
+            started,
+            stopped,
+            |start, s| out.push(MatchEvent::new(start, s.clone(), e.clone())),
+        );
+    }
+}
+
+impl<S, E> MatchEvent<S, E> {
+    fn new(started: bool, s: S, e: E) -> Self {
+        if started {
+            MatchEvent::Started(s, e)
+        } else {
+            MatchEvent::Stopped(s, e)
         }
-        let mine = self.ep_to_sels.entry(e.clone()).or_default();
-        mine.reserve(started.len());
-        for s in started {
-            mine.insert(s.clone());
-        }
-        for s in stopped {
-            mine.remove(s);
-        }
-        if mine.is_empty() {
-            self.ep_to_sels.remove(e);
-        }
-        for s in started {
-            link(&mut self.sel_to_eps, s, e, true);
-            out.push(MatchEvent::Started(s.clone(), e.clone()));
-        }
-        for s in stopped {
-            link(&mut self.sel_to_eps, s, e, false);
-            out.push(MatchEvent::Stopped(s.clone(), e.clone()));
+    }
+}
+
+/// Records `a`'s matches with each of `started` beginning and with each of
+/// `stopped` ending, in both match maps (`mine` keyed by `a`'s side,
+/// `theirs` by the other), and calls `event` for each, started first.
+/// `a`'s own set is looked up once.
+fn record_one_side<A, B>(
+    mine: &mut HashMap<A, HashSet<B>>,
+    theirs: &mut HashMap<B, HashSet<A>>,
+    a: &A,
+    started: &[B],
+    stopped: &[B],
+    mut event: impl FnMut(bool, &B),
+) where
+    A: Clone + Eq + Hash,
+    B: Clone + Eq + Hash,
+{
+    if started.is_empty() && stopped.is_empty() {
+        return;
+    }
+    let own = mine.entry(a.clone()).or_default();
+    own.reserve(started.len());
+    for b in started {
+        own.insert(b.clone());
+    }
+    for b in stopped {
+        own.remove(b);
+    }
+    if own.is_empty() {
+        mine.remove(a);
+    }
+    for (start, list) in [(true, started), (false, stopped)] {
+        for b in list {
+            link(theirs, b, a, start);
+            event(start, b);
         }
     }
 }
