@@ -334,9 +334,7 @@ fn collect(sets: Vec<IpSetData>, current: &mut BTreeMap<String, IpSetData>) -> V
     sets.into_iter()
         .map(|s| {
             let uid = s.uid.clone();
-            if !current.contains_key(&uid) {
-                current.insert(uid.clone(), s);
-            }
+            current.entry(uid.clone()).or_insert(s);
             uid
         })
         .collect()
