@@ -42,7 +42,7 @@ fn daemon_on_etcd_serves_the_same_view_as_felix_calc_on_the_files() {
     // children[0] is etcd; the guard kills the daemon too on failure.
     topo.children.push(child);
     let admin = |what: &str| admin(&socket, what);
-    let start = Instant::now();
+    let start = felix_actors::clock::real_now();
     while admin("status").is_none_or(|s| s["inSync"] != Value::Bool(true)) {
         if let Ok(Some(st)) = topo.children[1].try_wait() {
             panic!(
@@ -69,7 +69,7 @@ fn daemon_on_etcd_serves_the_same_view_as_felix_calc_on_the_files() {
         .status()
         .unwrap()
         .success());
-    let start = Instant::now();
+    let start = felix_actors::clock::real_now();
     let st = loop {
         if let Some(st) = topo.children[1].try_wait().unwrap() {
             break st;

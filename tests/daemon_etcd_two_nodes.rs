@@ -70,7 +70,7 @@ fn two_daemons_on_one_etcd_each_compute_their_own_node() {
 
     let mut views = Vec::new();
     for (i, (node, socket, log)) in daemons.iter().enumerate() {
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         while admin(socket, "status").is_none_or(|s| s["inSync"] != Value::Bool(true)) {
             // children[0] is etcd; daemon i is children[i + 1].
             if let Ok(Some(st)) = topo.children[i + 1].try_wait() {
@@ -116,7 +116,7 @@ fn two_daemons_on_one_etcd_each_compute_their_own_node() {
             .success());
     }
     for i in 1..=2 {
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         let st = loop {
             if let Some(st) = topo.children[i].try_wait().unwrap() {
                 break st;

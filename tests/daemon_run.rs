@@ -89,7 +89,7 @@ impl Daemon {
 
     /// Polls `f` until it returns `Some`, failing (with the log) at the deadline.
     fn wait_for<T>(&mut self, what: &str, mut f: impl FnMut(&Daemon) -> Option<T>) -> T {
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         loop {
             if let Some(v) = f(self) {
                 return v;
@@ -120,7 +120,7 @@ impl Daemon {
         let pid = self.child.id().to_string();
         let ok = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(ok.success());
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {
                 return st;

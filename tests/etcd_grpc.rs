@@ -193,7 +193,7 @@ fn unreachable_etcd_is_unavailable_and_restart_is_reconnected() {
         .port();
     let url = format!("http://127.0.0.1:{port}");
     let c = EtcdClient::new(std::slice::from_ref(&url), None).unwrap();
-    let t = Instant::now();
+    let t = felix_actors::clock::real_now();
     match c.range(b"/", b"0", 0, 1) {
         Err(EtcdError::Unavailable(m)) => assert!(m.contains(&url), "{m}"),
         other => panic!("expected Unavailable, got {other:?}"),

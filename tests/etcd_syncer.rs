@@ -272,7 +272,7 @@ fn etcd_restart_mid_stream_loses_nothing_and_applies_offline_deletions() {
             .unwrap();
     })
     .unwrap();
-    let back = Instant::now();
+    let back = felix_actors::clock::real_now();
     assert!(consumer
         .wait_until(|s| !s.has_tier("a") && s.tier_order("b") == Some(2.0) && s.has_tier("e")));
     eprintln!("converged {:?} after etcd came back", back.elapsed());
@@ -358,7 +358,7 @@ fn stop_is_prompt_while_watching_or_waiting() {
     let etcd = server();
     let (syncer, mut consumer) = start(config(&etcd), 4);
     consumer.wait_in_sync();
-    let t = Instant::now();
+    let t = felix_actors::clock::real_now();
     syncer.stop();
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 
@@ -373,7 +373,7 @@ fn stop_is_prompt_while_watching_or_waiting() {
     cfg.batch_size = 1;
     let (syncer, consumer) = start(cfg, 1);
     std::thread::sleep(Duration::from_millis(300));
-    let t = Instant::now();
+    let t = felix_actors::clock::real_now();
     syncer.stop();
     assert!(t.elapsed() < Duration::from_secs(2));
     drop(consumer);
@@ -388,8 +388,8 @@ fn thread_ends_when_the_receiver_is_dropped() {
     etcd.client()
         .put(tier_key("x").as_bytes(), tier("x", 1).as_bytes())
         .unwrap();
-    let deadline = Instant::now() + WAIT;
-    while !syncer.is_finished() && Instant::now() < deadline {
+    let deadline = felix_actors::clock::real_now() + WAIT;
+    while !syncer.is_finished() && felix_actors::clock::real_now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(syncer.is_finished());

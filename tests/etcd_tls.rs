@@ -240,7 +240,7 @@ fn wrong_ca_or_missing_client_cert_is_a_clear_error_naming_the_endpoint() {
     };
     let (tx, rx) = mpsc::sync_channel(16);
     let syncer = EtcdSyncer::start(EtcdSyncerConfig::new(config), tx).unwrap();
-    let t = Instant::now();
+    let t = felix_actors::clock::real_now();
     let mut statuses = Vec::new();
     while t.elapsed() < Duration::from_secs(3) {
         match rx.recv_timeout(Duration::from_millis(100)) {

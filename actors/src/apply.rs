@@ -31,7 +31,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix::Addr;
 use futures_util::future::{join, join_all};
@@ -187,7 +187,7 @@ fn all_ok(replies: &[(usize, DriverReply)]) -> bool {
 
 /// Runs one apply; see the module docs for order and dependency rules.
 pub(crate) async fn run_apply<M: Clone + Send + 'static>(plan: ApplyPlan<M>) -> ApplyOutcome {
-    let start = Instant::now();
+    let start = crate::clock::real_now();
     let seq = plan.seq;
     let obs = plan.observer.clone();
     emit(&obs, seq, ApplyEventKind::Started);

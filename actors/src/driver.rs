@@ -2,8 +2,9 @@
 //!
 //! A driver owns one kind of kernel state (the IPv4 IP sets, the filter table, a routing
 //! table...). Managers never call it: they write its [`DesiredInput`], a shared versioned
-//! cell. During an apply the runtime calls [`Driver::apply`] with the current desired value and
-//! an [`ActorSeam`], through which every kernel operation must pass.
+//! cell. The runtime builds every driver instance with its [`ActorSeam`] (the factory receives
+//! it), through which every kernel operation must pass; during an apply it calls
+//! [`Driver::apply`] with the current desired value.
 //!
 //! Contract:
 //! * **Declarative.** `apply` gets the whole desired value; the driver diffs it against what
@@ -16,7 +17,10 @@
 //!   resync, work that failed last time). The runtime adds input changes on top: a driver is
 //!   dirty while its input version differs from the last version it applied successfully.
 //! * **Failure.** On error the driver keeps the failed work pending so the next apply retries
-//!   it; it should still attempt unrelated resources (minimise blast radius). A driver that
+//!   it; it should still attempt unrelated resources (minimise blast radius). Errors stay typed
+//!   ([`DriverError::Op`] names the operation, the [`FailureKind`] and keeps the cause) so the
+//!   supervisor can log the kernel's own message once per distinct failure and `/status` can
+//!   show the last one per driver. A driver that
 //!   can no longer trust its own memory returns [`DriverError::NeedsRestart`] (or panics): the
 //!   runtime then rebuilds it from its factory, which re-reads the full desired input.
 //! * **Threading.** `apply`, `apply_deletions` run on the blocking pool, never on an arbiter.
@@ -25,7 +29,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::seam::{ActorSeam, SeamError};
+use crate::seam::{ActorSeam, Injected};
 
 /// Where a driver runs in the apply sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -45,17 +49,34 @@ pub enum Phase {
     IpSetDeletions,
 }
 
+/// What kind of failure a driver operation met (shown in `/status` and logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    /// An armed fault made the operation fail without running it.
+    Injected,
+    /// The kernel or the tool refused the operation (non-zero exit, syscall error).
+    Refused,
+    /// The operation could not be started (missing tool, socket or syscall unavailable).
+    Unavailable,
+    /// The kernel's answer could not be understood.
+    Unreadable,
+}
+
 /// Why a driver apply did not complete.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
-    /// A kernel operation failed (including injected failures).
-    #[error(transparent)]
-    Seam(#[from] SeamError),
-    /// Other transient failure; the work stays pending.
-    #[error("{reason}")]
-    Failed {
-        /// Human-readable cause.
-        reason: String,
+    /// A kernel operation failed; the work stays pending.
+    #[error("{op}: {source}")]
+    Op {
+        /// The seam operation that failed (e.g. `nft-apply`, `restore`).
+        op: String,
+        /// What kind of failure.
+        kind: FailureKind,
+        /// The operation's own error (command, exit status and the tool's message, or the OS
+        /// error).
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
     /// The driver's memory cannot be trusted: rebuild it from its factory.
     #[error("driver needs restart: {reason}")]
@@ -65,6 +86,47 @@ pub enum DriverError {
     },
 }
 
+impl DriverError {
+    /// A failed operation `op` of `kind` caused by `source`.
+    pub fn op(
+        op: impl Into<String>,
+        kind: FailureKind,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        DriverError::Op {
+            op: op.into(),
+            kind,
+            source: source.into(),
+        }
+    }
+
+    /// The failed operation's name, if this is an operation failure.
+    pub fn operation(&self) -> Option<&str> {
+        match self {
+            DriverError::Op { op, .. } => Some(op),
+            DriverError::NeedsRestart { .. } => None,
+        }
+    }
+
+    /// The failure's kind, if this is an operation failure.
+    pub fn kind(&self) -> Option<FailureKind> {
+        match self {
+            DriverError::Op { kind, .. } => Some(*kind),
+            DriverError::NeedsRestart { .. } => None,
+        }
+    }
+}
+
+impl From<Injected> for DriverError {
+    fn from(e: Injected) -> Self {
+        DriverError::Op {
+            op: e.op.clone(),
+            kind: FailureKind::Injected,
+            source: Box::new(e),
+        }
+    }
+}
+
 /// A driver; see the module docs.
 pub trait Driver: Send + 'static {
     /// The declarative desired state a manager writes.
@@ -72,15 +134,11 @@ pub trait Driver: Send + 'static {
 
     /// Reconciles the kernel with `desired` (creates/updates; for `IpSets` drivers, deletions
     /// wait for [`Driver::apply_deletions`]).
-    fn apply(&mut self, desired: &Self::Desired, seam: &ActorSeam) -> Result<(), DriverError>;
+    fn apply(&mut self, desired: &Self::Desired) -> Result<(), DriverError>;
 
     /// Deferred deletions, called after the tables phase. Only `IpSets` drivers get this call.
-    fn apply_deletions(
-        &mut self,
-        desired: &Self::Desired,
-        seam: &ActorSeam,
-    ) -> Result<(), DriverError> {
-        let _ = (desired, seam);
+    fn apply_deletions(&mut self, desired: &Self::Desired) -> Result<(), DriverError> {
+        let _ = desired;
         Ok(())
     }
 
@@ -165,7 +223,7 @@ pub(crate) enum DriverStep {
 
 /// Object-safe view of a driver bound to its input.
 pub(crate) trait ErasedDriver: Send {
-    fn run(&mut self, step: DriverStep, seam: &ActorSeam) -> Result<(), DriverError>;
+    fn run(&mut self, step: DriverStep) -> Result<(), DriverError>;
     fn queue_resync(&mut self);
     fn is_dirty(&self, step: DriverStep) -> bool;
 }
@@ -179,12 +237,12 @@ struct Bound<D: Driver> {
 }
 
 impl<D: Driver> ErasedDriver for Bound<D> {
-    fn run(&mut self, step: DriverStep, seam: &ActorSeam) -> Result<(), DriverError> {
+    fn run(&mut self, step: DriverStep) -> Result<(), DriverError> {
         let driver = &mut self.driver;
         let (res, version) = self.input.with_versioned(|desired, version| {
             let r = match step {
-                DriverStep::Main => driver.apply(desired, seam),
-                DriverStep::Deletions => driver.apply_deletions(desired, seam),
+                DriverStep::Main => driver.apply(desired),
+                DriverStep::Deletions => driver.apply_deletions(desired),
             };
             (r, version)
         });
@@ -216,8 +274,9 @@ impl<D: Driver> ErasedDriver for Bound<D> {
     }
 }
 
-/// Factory producing fresh, memory-less driver instances bound to one input.
-pub(crate) type ErasedFactory = Arc<dyn Fn() -> Box<dyn ErasedDriver> + Send + Sync>;
+/// Factory producing fresh, memory-less driver instances bound to one input, each given the
+/// driver's seam.
+pub(crate) type ErasedFactory = Arc<dyn Fn(&ActorSeam) -> Box<dyn ErasedDriver> + Send + Sync>;
 
 /// Registration of one driver: stable name, phase, input and factory.
 #[derive(Clone)]
@@ -238,16 +297,16 @@ impl std::fmt::Debug for DriverSpec {
 
 impl DriverSpec {
     /// Registers driver `name` (e.g. `driver/ipsets-v4`) in `phase`, reading `input`; the
-    /// runtime calls `factory` at start and on every restart.
+    /// runtime calls `factory` with the driver's seam at start and on every restart.
     pub fn new<D, F>(name: &str, phase: Phase, input: DesiredInput<D::Desired>, factory: F) -> Self
     where
         D: Driver,
-        F: Fn() -> D + Send + Sync + 'static,
+        F: Fn(&ActorSeam) -> D + Send + Sync + 'static,
     {
         let two_step = phase == Phase::IpSets;
-        let factory: ErasedFactory = Arc::new(move || {
+        let factory: ErasedFactory = Arc::new(move |seam: &ActorSeam| {
             Box::new(Bound {
-                driver: factory(),
+                driver: factory(seam),
                 input: input.clone(),
                 applied: None,
                 deletions_applied: None,

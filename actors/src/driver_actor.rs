@@ -10,8 +10,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use crate::driver::{DriverError, DriverStep, ErasedDriver};
-use crate::seam::ActorSeam;
+use crate::driver::{DriverError, DriverStep, ErasedDriver, FailureKind};
 
 /// One driver call from the supervisor.
 #[derive(Debug, Message)]
@@ -32,11 +31,46 @@ pub(crate) enum DriverReply {
     /// Work ran successfully; `dirty` if the driver still reports pending work.
     Applied { dirty: bool },
     /// Work failed and stays pending.
-    Failed { reason: String, needs_restart: bool },
+    Failed {
+        failure: Failure,
+        needs_restart: bool,
+    },
     /// Not run because a dependency failed.
     Skipped { dirty: bool },
     /// The driver panicked or its actor is gone.
     Died { reason: String },
+}
+
+/// A failed driver call, as the supervisor logs it and `/status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failure {
+    /// The seam operation that failed, when the driver named one.
+    pub op: Option<String>,
+    /// Its kind, when known.
+    pub kind: Option<FailureKind>,
+    /// The whole message, the kernel's or tool's own text included.
+    pub message: String,
+}
+
+impl From<&DriverError> for Failure {
+    fn from(e: &DriverError) -> Self {
+        // The whole chain: the tool's stderr or the OS error is at the end of it.
+        let mut message = e.to_string();
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            let text = c.to_string();
+            if !message.contains(&text) {
+                message.push_str(": ");
+                message.push_str(&text);
+            }
+            cause = c.source();
+        }
+        Failure {
+            op: e.operation().map(str::to_string),
+            kind: e.kind(),
+            message,
+        }
+    }
 }
 
 impl DriverReply {
@@ -56,15 +90,13 @@ impl DriverReply {
 pub(crate) struct DriverActor {
     name: Arc<str>,
     driver: Option<Box<dyn ErasedDriver>>,
-    seam: ActorSeam,
 }
 
 impl DriverActor {
-    pub(crate) fn new(name: &str, driver: Box<dyn ErasedDriver>, seam: ActorSeam) -> Self {
+    pub(crate) fn new(name: &str, driver: Box<dyn ErasedDriver>) -> Self {
         Self {
             name: Arc::from(name),
             driver: Some(driver),
-            seam,
         }
     }
 }
@@ -116,10 +148,9 @@ impl Handler<DriverRequest> for DriverActor {
                 DriverReply::Clean
             });
         }
-        let seam = self.seam.clone();
         let step = req.step;
         let work = tokio::task::spawn_blocking(move || {
-            let r = drv.run(step, &seam);
+            let r = drv.run(step);
             let dirty = drv.is_dirty(step);
             (drv, r, dirty)
         });
@@ -128,13 +159,9 @@ impl Handler<DriverRequest> for DriverActor {
                 act.driver = Some(drv);
                 match r {
                     Ok(()) => DriverReply::Applied { dirty },
-                    Err(DriverError::NeedsRestart { reason }) => DriverReply::Failed {
-                        reason,
-                        needs_restart: true,
-                    },
                     Err(e) => DriverReply::Failed {
-                        reason: e.to_string(),
-                        needs_restart: false,
+                        failure: Failure::from(&e),
+                        needs_restart: matches!(e, DriverError::NeedsRestart { .. }),
                     },
                 }
             }

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde::Serialize;
 
+use crate::clock::SharedClock;
 use crate::http::{Handler, Request, Response};
 use crate::server::{spawn_server, Listener, ServerHandle};
 
@@ -68,9 +69,22 @@ struct Inner {
 }
 
 /// Shared health aggregator. Cloning shares it.
-#[derive(Debug, Clone, Default)]
+///
+/// Reports age on its [`Clock`] (the real clock unless [`Health::with_clock`]), so a test
+/// can let a reporter's timeout pass without sleeping.
+#[derive(Debug, Clone)]
 pub struct Health {
     inner: Arc<Mutex<Inner>>,
+    clock: SharedClock,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            inner: Arc::default(),
+            clock: crate::clock::system(),
+        }
+    }
 }
 
 /// Per-reporter line of a health answer.
@@ -100,6 +114,14 @@ impl Health {
     /// An aggregator with no reporters and no latches (live and ready).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An aggregator reading time from `clock`.
+    pub fn with_clock(clock: SharedClock) -> Self {
+        Health {
+            inner: Arc::default(),
+            clock,
+        }
     }
 
     /// Registers (or re-registers) reporter `name`.
@@ -150,7 +172,7 @@ impl Health {
 
     /// Current liveness.
     pub fn liveness(&self) -> HealthView {
-        let (reporters, held) = self.views(Instant::now());
+        let (reporters, held) = self.views(self.clock.now());
         HealthView {
             healthy: reporters.iter().all(|r| r.live),
             startup_latches_held: held,
@@ -160,7 +182,7 @@ impl Health {
 
     /// Current readiness.
     pub fn readiness(&self) -> HealthView {
-        let (reporters, held) = self.views(Instant::now());
+        let (reporters, held) = self.views(self.clock.now());
         HealthView {
             healthy: held == 0 && reporters.iter().all(|r| r.ready),
             startup_latches_held: held,
@@ -197,7 +219,7 @@ impl HealthReporter {
     /// Records a report now.
     pub fn report(&self, live: bool, ready: bool) {
         if let Some(r) = self.health.inner.lock().reporters.get_mut(&self.name) {
-            r.last = Some((Instant::now(), live, ready));
+            r.last = Some((self.health.clock.now(), live, ready));
         }
     }
 }

@@ -8,6 +8,7 @@
 //! * [`admin`], [`health`], [`metrics`], [`status`] — the admin socket (INTERFACES.md §4),
 //!   health port, Prometheus metrics and the status record.
 //! * [`http`], [`server`] — the small HTTP/1.1 server/client they use.
+//! * [`clock`] — the injected clock timing logic reads (tests drive a manual one).
 //!
 //! The runtime is generic over the update message type `M: Clone + Send + 'static`; the
 //! daemon instantiates it with the calc graph's dataplane messages.
@@ -17,6 +18,7 @@
 
 pub mod admin;
 pub mod apply;
+pub mod clock;
 pub mod driver;
 mod driver_actor;
 pub mod health;
@@ -31,14 +33,14 @@ pub mod supervisor;
 
 pub use admin::{admin_request, start_admin_server, AdminContext, DataplaneView};
 pub use apply::{ApplyEvent, ApplyEventKind, ApplyObserver, ApplyStep};
-pub use driver::{DesiredInput, Driver, DriverError, DriverSpec, Phase};
+pub use driver::{DesiredInput, Driver, DriverError, DriverSpec, FailureKind, Phase};
 pub use health::{
     start_health_server, Health, HealthConfig, HealthReporter, ReporterSpec, StartupLatch,
 };
 pub use manager::{ApplyCtx, ApplyError, CrossManagerMsg, Manager};
 pub use metrics::Metrics;
-pub use seam::{ActorSeam, Fault, FaultAction, FaultRegistry, KernelSeam, SeamError};
-pub use status::{ActorState, ActorStatus, Role, StatusHandle, StatusSnapshot};
+pub use seam::{ActorSeam, Fault, FaultAction, FaultRegistry, Injected, Seam};
+pub use status::{ActorState, ActorStatus, LastError, Role, StatusHandle, StatusSnapshot};
 pub use supervisor::{
     BuildError, Fatal, FatalKind, GetStatus, InSync, KernelChanged, ManagerSpec, StateKey,
     Supervisor, SupervisorBuilder, SupervisorConfig, SupervisorHandle, Update, UpdateBatch,

@@ -1,20 +1,37 @@
-//! The kernel seam: the one narrow gate every driver kernel operation passes through.
+//! The seam: the one gate every kernel operation of the dataplane passes through.
+//!
+//! One concept, one name per layer:
+//!
+//! | layer | type | what it is |
+//! |---|---|---|
+//! | runtime (this crate) | [`Seam`] | the shared gate: fault registry + metrics; cheap to clone |
+//! | runtime (this crate) | [`ActorSeam`] | the gate bound to one actor name; every driver and the interface monitor hold one |
+//! | dataplane (`felix::dataplane::kernel`) | `CommandRunner` | what actually runs a command behind the gate (real processes, or a scripted fake in tests) |
+//! | dataplane | `Commands` | a driver's command handle: an [`ActorSeam`] plus a `CommandRunner` |
 //!
 //! A driver never talks to the kernel directly. Each operation (an `ipset restore`, an
-//! `iptables-restore`, a netlink route add, a BPF map write...) is wrapped in
-//! [`KernelSeam::op`] (or the actor-bound [`ActorSeam::op`]) with the driver's stable actor
-//! name and a short operation name. The seam is where three cross-cutting concerns attach:
+//! `iptables-restore`, a netlink dump, a BPF syscall) is one call of [`ActorSeam::op`] with a
+//! short operation name, made on the thread that performs it (no thread-local, no side
+//! channel). Three cross-cutting concerns attach there:
 //!
-//! * **fault injection** — a [`FaultRegistry`] holds armed [`Fault`]s; the next `count`
-//!   operations matching `(target, op)` fail with [`SeamError::Injected`], panic, or stall for
-//!   `delayMs` before running. `op = "*"` matches every operation of the target.
-//! * **metrics** — every call is counted per `(actor, op)` with errors and total duration
+//! * **fault injection**: a [`FaultRegistry`] holds armed [`Fault`]s; the next `count`
+//!   operations matching `(target, op)` fail with [`Injected`], panic, or stall for `delayMs`
+//!   before running. `op = "*"` matches every operation of the target.
+//! * **metrics**: every call is counted per `(actor, op)` with errors and total duration
 //!   (rendered by [`crate::metrics::Metrics`] as `felix_seam_*` families).
-//! * **tracing** — a `kernel_op` span carrying the `actor` and `op` fields wraps the call.
+//! * **tracing**: a `kernel_op` span carrying the `actor` and `op` fields wraps the call.
+//!
+//! How a test fakes the kernel: build the driver over a scripted `CommandRunner` (or any
+//! closure passed to [`ActorSeam::op`]) and an [`ActorSeam`] from [`Seam::default`]; arm faults
+//! on that seam's registry to fail the next N calls.
+//!
+//! Errors stay typed: [`ActorSeam::op`] returns the operation's own error type, which must be
+//! able to represent an injected failure (`E: From<Injected>`), so the caller keeps the failing
+//! operation and its OS error up to the edge.
 //!
 //! Invariant: seam calls block the calling thread (the wrapped operation is synchronous and an
 //! injected delay sleeps), so they must only run inside driver work, which the runtime executes
-//! on the blocking pool — never on an arbiter thread.
+//! on the blocking pool, never on an arbiter thread.
 //!
 //! The registry's JSON form is the body of `POST /faults` in INTERFACES.md §4:
 //! `{"target": "driver/ipsets-v4", "op": "restore", "action": "error", "count": 1, "delayMs": 0}`.
@@ -22,7 +39,7 @@
 //! [`FaultRegistry::take`] (for example target `supervisor`, op `apply`, action `delay`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -33,7 +50,7 @@ use crate::metrics::Metrics;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FaultAction {
-    /// The operation is not run and fails with [`SeamError::Injected`].
+    /// The operation is not run and fails with [`Injected`].
     Error,
     /// The calling thread panics (exercises supervision/restart).
     Panic,
@@ -141,38 +158,24 @@ impl FaultRegistry {
     }
 }
 
-/// Error returned by a seam operation.
-#[derive(Debug, thiserror::Error)]
-pub enum SeamError {
-    /// An armed fault made the operation fail without running it.
-    #[error("{actor}: injected failure of kernel operation {op}")]
-    Injected {
-        /// Actor name.
-        actor: String,
-        /// Operation name.
-        op: String,
-    },
-    /// The wrapped kernel operation itself failed.
-    #[error("{actor}: kernel operation {op} failed: {source}")]
-    Kernel {
-        /// Actor name.
-        actor: String,
-        /// Operation name.
-        op: String,
-        /// The operation's own error (OS error, tool exit status, ...).
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync + 'static>,
-    },
+/// An operation that an armed fault made fail without running it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{actor}: injected failure of operation {op}")]
+pub struct Injected {
+    /// Actor name.
+    pub actor: Arc<str>,
+    /// Operation name.
+    pub op: String,
 }
 
 /// The shared seam: fault registry plus metrics. Cheap to clone.
 #[derive(Debug, Clone, Default)]
-pub struct KernelSeam {
+pub struct Seam {
     faults: FaultRegistry,
     metrics: Metrics,
 }
 
-impl KernelSeam {
+impl Seam {
     /// A seam consulting `faults` and recording into `metrics`.
     pub fn new(faults: FaultRegistry, metrics: Metrics) -> Self {
         Self { faults, metrics }
@@ -183,36 +186,72 @@ impl KernelSeam {
         &self.faults
     }
 
-    /// Runs one kernel operation `op` on behalf of `actor` through the seam.
+    /// The seam bound to one actor name.
+    pub fn for_actor(&self, actor: &str) -> ActorSeam {
+        ActorSeam {
+            seam: self.clone(),
+            actor: Arc::from(actor),
+        }
+    }
+}
+
+/// A [`Seam`] bound to one actor: what a driver (or the interface monitor) holds.
+#[derive(Debug, Clone)]
+pub struct ActorSeam {
+    seam: Seam,
+    actor: Arc<str>,
+}
+
+impl Default for ActorSeam {
+    /// A seam of its own (no armed faults, private metrics) for actor `test`.
+    fn default() -> Self {
+        Seam::default().for_actor("test")
+    }
+}
+
+impl ActorSeam {
+    /// The actor name this seam records under.
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+
+    /// The same shared seam under another actor name.
+    pub fn renamed(&self, actor: &str) -> ActorSeam {
+        self.seam.for_actor(actor)
+    }
+
+    /// The underlying shared seam.
+    pub fn shared(&self) -> &Seam {
+        &self.seam
+    }
+
+    /// Runs one operation `op` through the seam.
     ///
-    /// Applies a matching armed fault first (error: `f` is not run; panic: panics; delay:
-    /// sleeps then runs `f`), then records count, error and duration metrics.
-    pub fn op<T, E>(
-        &self,
-        actor: &str,
-        op: &str,
-        f: impl FnOnce() -> Result<T, E>,
-    ) -> Result<T, SeamError>
+    /// Applies a matching armed fault first (error: `f` is not run and the result is
+    /// [`Injected`] converted into `E`; panic: panics; delay: sleeps, then runs `f`), then
+    /// records count, error and duration metrics. The operation's own error is returned as it
+    /// is.
+    pub fn op<T, E>(&self, op: &str, f: impl FnOnce() -> Result<T, E>) -> Result<T, E>
     where
-        E: std::error::Error + Send + Sync + 'static,
+        E: From<Injected>,
     {
+        let actor = &*self.actor;
+        let metrics = &self.seam.metrics;
         let span = tracing::debug_span!("kernel_op", actor = actor, op = op);
         let _entered = span.enter();
-        let start = Instant::now();
-        if let Some(fired) = self.faults.take(actor, op) {
+        let start = crate::clock::real_now();
+        if let Some(fired) = self.seam.faults.take(actor, op) {
             match fired.action {
                 FaultAction::Error => {
-                    self.metrics
-                        .record_seam_op(actor, op, start.elapsed(), false);
+                    metrics.record_seam_op(actor, op, start.elapsed(), false);
                     tracing::warn!("injected kernel operation failure");
-                    return Err(SeamError::Injected {
-                        actor: actor.to_string(),
+                    return Err(E::from(Injected {
+                        actor: self.actor.clone(),
                         op: op.to_string(),
-                    });
+                    }));
                 }
                 FaultAction::Panic => {
-                    self.metrics
-                        .record_seam_op(actor, op, start.elapsed(), false);
+                    metrics.record_seam_op(actor, op, start.elapsed(), false);
                     panic!("{actor}: injected panic in kernel operation {op}");
                 }
                 FaultAction::Delay => {
@@ -222,51 +261,8 @@ impl KernelSeam {
             }
         }
         let result = f();
-        self.metrics
-            .record_seam_op(actor, op, start.elapsed(), result.is_ok());
-        result.map_err(|e| {
-            tracing::debug!(error = %e, "kernel operation failed");
-            SeamError::Kernel {
-                actor: actor.to_string(),
-                op: op.to_string(),
-                source: Box::new(e),
-            }
-        })
-    }
-
-    /// A seam bound to one actor name.
-    pub fn for_actor(&self, actor: &str) -> ActorSeam {
-        ActorSeam {
-            seam: self.clone(),
-            actor: Arc::from(actor),
-        }
-    }
-}
-
-/// A [`KernelSeam`] bound to one actor; what a driver receives in `apply`.
-#[derive(Debug, Clone)]
-pub struct ActorSeam {
-    seam: KernelSeam,
-    actor: Arc<str>,
-}
-
-impl ActorSeam {
-    /// The actor name this seam records under.
-    pub fn actor(&self) -> &str {
-        &self.actor
-    }
-
-    /// Runs kernel operation `op` through the seam (see [`KernelSeam::op`]).
-    pub fn op<T, E>(&self, op: &str, f: impl FnOnce() -> Result<T, E>) -> Result<T, SeamError>
-    where
-        E: std::error::Error + Send + Sync + 'static,
-    {
-        self.seam.op(&self.actor, op, f)
-    }
-
-    /// The underlying shared seam.
-    pub fn shared(&self) -> &KernelSeam {
-        &self.seam
+        metrics.record_seam_op(actor, op, start.elapsed(), result.is_ok());
+        result
     }
 }
 
@@ -274,9 +270,14 @@ impl ActorSeam {
 mod tests {
     use super::*;
 
-    #[derive(Debug, thiserror::Error)]
-    #[error("boom")]
-    struct Boom;
+    /// A test operation's error: its own failure, or an injected one.
+    #[derive(Debug, PartialEq, thiserror::Error)]
+    enum TestError {
+        #[error("boom")]
+        Boom,
+        #[error(transparent)]
+        Injected(#[from] Injected),
+    }
 
     #[test]
     fn fault_json_matches_admin_body() {
@@ -303,29 +304,40 @@ mod tests {
             delay_ms: 0,
         })
         .unwrap();
-        let seam = KernelSeam::new(reg.clone(), Metrics::new());
-        assert!(seam.op("driver/a", "y", || Ok::<_, Boom>(1)).is_ok());
-        assert!(seam.op("driver/b", "x", || Ok::<_, Boom>(1)).is_ok());
+        let seam = Seam::new(reg.clone(), Metrics::new());
+        let (a, b) = (seam.for_actor("driver/a"), seam.for_actor("driver/b"));
+        assert!(a.op("y", || Ok::<_, TestError>(1)).is_ok());
+        assert!(b.op("x", || Ok::<_, TestError>(1)).is_ok());
         assert!(matches!(
-            seam.op("driver/a", "x", || Ok::<_, Boom>(1)),
-            Err(SeamError::Injected { .. })
+            a.op("x", || Ok::<_, TestError>(1)),
+            Err(TestError::Injected(Injected { .. }))
         ));
         assert_eq!(reg.list()[0].count, 1);
-        assert!(seam.op("driver/a", "x", || Ok::<_, Boom>(1)).is_err());
+        assert!(a.op("x", || Ok::<_, TestError>(1)).is_err());
         assert!(reg.list().is_empty());
-        assert_eq!(seam.op("driver/a", "x", || Ok::<_, Boom>(7)).unwrap(), 7);
+        assert_eq!(a.op("x", || Ok::<_, TestError>(7)).unwrap(), 7);
     }
 
     #[test]
-    fn kernel_error_is_wrapped_with_names() {
-        let seam = KernelSeam::default();
-        let err = seam
-            .for_actor("driver/r")
-            .op("add", || Err::<(), _>(Boom))
-            .unwrap_err();
+    fn operation_errors_keep_their_type_and_injected_ones_name_actor_and_op() {
+        let reg = FaultRegistry::new();
+        let seam = Seam::new(reg.clone(), Metrics::new()).for_actor("driver/r");
+        assert_eq!(
+            seam.op("add", || Err::<(), _>(TestError::Boom)),
+            Err(TestError::Boom)
+        );
+        reg.arm(Fault {
+            target: "driver/r".into(),
+            op: "add".into(),
+            action: FaultAction::Error,
+            count: 1,
+            delay_ms: 0,
+        })
+        .unwrap();
+        let err = seam.op("add", || Ok::<(), TestError>(())).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "driver/r: kernel operation add failed: boom"
+            "driver/r: injected failure of operation add"
         );
     }
 
@@ -356,9 +368,9 @@ mod tests {
             delay_ms: 0,
         })
         .unwrap();
-        let seam = KernelSeam::new(reg, Metrics::new());
+        let seam = Seam::new(reg, Metrics::new()).for_actor("driver/a");
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            seam.op("driver/a", "z", || Ok::<_, Boom>(()))
+            seam.op("z", || Ok::<_, TestError>(()))
         }));
         assert!(r.is_err());
     }

@@ -34,8 +34,23 @@ pub enum ActorState {
     Stopped,
 }
 
+/// The last failure of a driver, as `/status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastError {
+    /// The seam operation that failed, when known.
+    pub op: Option<String>,
+    /// `injected`, `refused`, `unavailable` or `unreadable`, when known.
+    pub kind: Option<crate::driver::FailureKind>,
+    /// The whole message, the kernel's or tool's own text included.
+    pub message: String,
+    /// When it happened, RFC 3339 UTC.
+    pub at: String,
+}
+
 /// One row of the `actors` list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ActorStatus {
     /// Stable name, e.g. `driver/ipsets-v4`.
     pub name: String,
@@ -47,6 +62,9 @@ pub struct ActorStatus {
     pub restarts: u64,
     /// Has pending work.
     pub dirty: bool,
+    /// The last failure (drivers only; kept after a later success, see its `at`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<LastError>,
 }
 
 /// The last finished apply.
@@ -114,27 +132,7 @@ impl StatusHandle {
 
 /// Formats `t` as RFC 3339 UTC with millisecond precision.
 pub fn rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil-from-days (proleptic Gregorian), after H. Hinnant's published algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60,
-        d.subsec_millis()
-    )
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 #[cfg(test)]
@@ -168,6 +166,12 @@ mod tests {
                 state: ActorState::Running,
                 restarts: 1,
                 dirty: false,
+                last_error: Some(LastError {
+                    op: Some("nft-apply".into()),
+                    kind: Some(crate::driver::FailureKind::Refused),
+                    message: "Error: Could not process rule".into(),
+                    at: "x".into(),
+                }),
             }],
         };
         let v = serde_json::to_value(&s).unwrap();
@@ -176,5 +180,7 @@ mod tests {
         assert_eq!(v["actors"][0]["role"], "driver");
         assert_eq!(v["actors"][0]["state"], "running");
         assert_eq!(v["actors"][0]["restarts"], 1);
+        assert_eq!(v["actors"][0]["lastError"]["kind"], "refused");
+        assert_eq!(v["actors"][0]["lastError"]["op"], "nft-apply");
     }
 }

@@ -46,15 +46,16 @@ use crate::admin::AdminContext;
 use crate::apply::{
     run_apply, ApplyObserver, ApplyOutcome, ApplyPlan, ManagerResult, PlanDriver, PlanManager,
 };
+use crate::clock::SharedClock;
 use crate::driver::{DriverSpec, Phase};
-use crate::driver_actor::{DriverActor, DriverReply};
+use crate::driver_actor::{DriverActor, DriverReply, Failure};
 use crate::health::{Health, HealthReporter, ReporterSpec, StartupLatch};
 use crate::manager::{ApplyError, Manager};
 use crate::manager_actor::{ManagerActor, OnUpdate};
 use crate::metrics::Metrics;
-use crate::seam::{FaultRegistry, KernelSeam};
+use crate::seam::{FaultRegistry, Seam};
 use crate::status::{
-    rfc3339, ActorState, ActorStatus, LastApply, Role, StatusHandle, StatusSnapshot,
+    rfc3339, ActorState, ActorStatus, LastApply, LastError, Role, StatusHandle, StatusSnapshot,
 };
 
 /// Supervisor settings. `Default` gives upstream-like values.
@@ -242,6 +243,31 @@ struct DriverSlot {
     restarts: u64,
     resync: bool,
     dirty: bool,
+    /// The last failure, shown in `/status`; its message is logged at error level only when it
+    /// differs from the one before (one log line per distinct failure, not per retry).
+    last_error: Option<LastError>,
+}
+
+impl DriverSlot {
+    /// Records a failed apply: logs the kernel's own message once per distinct failure.
+    fn note_failure(&mut self, failure: &Failure) {
+        let repeated = self
+            .last_error
+            .as_ref()
+            .is_some_and(|e| e.message == failure.message);
+        let op = failure.op.as_deref().unwrap_or("apply");
+        if repeated {
+            tracing::debug!(actor = %self.spec.name, op, error = %failure.message, "driver apply failed again; will retry");
+        } else {
+            tracing::error!(actor = %self.spec.name, op, kind = ?failure.kind, error = %failure.message, "driver apply failed; will retry");
+        }
+        self.last_error = Some(LastError {
+            op: failure.op.clone(),
+            kind: failure.kind,
+            message: failure.message.clone(),
+            at: rfc3339(SystemTime::now()),
+        });
+    }
 }
 
 /// The supervisor actor; build it with [`SupervisorBuilder`].
@@ -267,13 +293,14 @@ pub struct Supervisor<M: Clone + Send + 'static> {
     fatal: Option<Fatal>,
     on_fatal: FatalCallback,
     limiter: DefaultDirectRateLimiter,
-    seam: KernelSeam,
+    seam: Seam,
     faults: FaultRegistry,
     metrics: Metrics,
     status: StatusHandle,
     reporter: HealthReporter,
     latch: Option<StartupLatch>,
     observer: Option<ApplyObserver>,
+    clock: SharedClock,
 }
 
 /// What [`SupervisorBuilder::start`] returns.
@@ -312,6 +339,7 @@ pub struct SupervisorBuilder<M: Clone + Send + 'static> {
     metrics: Metrics,
     health: Health,
     observer: Option<ApplyObserver>,
+    clock: SharedClock,
 }
 
 impl<M: Clone + Send + 'static> SupervisorBuilder<M> {
@@ -330,7 +358,14 @@ impl<M: Clone + Send + 'static> SupervisorBuilder<M> {
             metrics: Metrics::new(),
             health: Health::new(),
             observer: None,
+            clock: crate::clock::system(),
         }
+    }
+
+    /// Reads time (the restart window, the in-sync instant) from `clock`.
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Adds a manager (programming pass order = registration order).
@@ -409,7 +444,7 @@ impl<M: Clone + Send + 'static> SupervisorBuilder<M> {
     /// system).
     pub fn start(self) -> Result<SupervisorHandle<M>, BuildError> {
         let (rate, burst) = self.validate()?;
-        let seam = KernelSeam::new(self.faults.clone(), self.metrics.clone());
+        let seam = Seam::new(self.faults.clone(), self.metrics.clone());
         let faults = self.faults.clone();
         let managers = self
             .managers
@@ -426,12 +461,13 @@ impl<M: Clone + Send + 'static> SupervisorBuilder<M> {
             .drivers
             .into_iter()
             .map(|spec| DriverSlot {
-                addr: DriverActor::new(&spec.name, (spec.factory)(), seam.for_actor(&spec.name))
+                addr: DriverActor::new(&spec.name, (spec.factory)(&seam.for_actor(&spec.name)))
                     .start(),
                 spec,
                 restarts: 0,
                 resync: true,
                 dirty: true,
+                last_error: None,
             })
             .collect();
         let status = StatusHandle::new(StatusSnapshot {
@@ -479,6 +515,7 @@ impl<M: Clone + Send + 'static> SupervisorBuilder<M> {
             reporter,
             latch,
             observer: self.observer,
+            clock: self.clock,
         };
         sup.publish_status();
         let addr = sup.start();
@@ -506,6 +543,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             state,
             restarts: 0,
             dirty: self.needs_apply,
+            last_error: None,
         }];
         actors.extend(self.managers.iter().map(|m| ActorStatus {
             name: m.spec.name.clone(),
@@ -513,6 +551,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             state,
             restarts: m.restarts,
             dirty: m.dirty,
+            last_error: None,
         }));
         actors.extend(self.drivers.iter().map(|d| ActorStatus {
             name: d.spec.name.clone(),
@@ -520,6 +559,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             state,
             restarts: d.restarts,
             dirty: d.dirty || d.resync,
+            last_error: d.last_error.clone(),
         }));
         self.status.publish(StatusSnapshot {
             in_sync: self.in_sync,
@@ -549,7 +589,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
 
     /// Records a restart of `name`; escalates past the limit. Returns false if fatal.
     fn note_restart(&mut self, name: &str, reason: &str) -> bool {
-        let now = Instant::now();
+        let now = self.clock.now();
         let window = self.cfg.restart_window;
         let log = self.restart_log.entry(name.to_string()).or_default();
         log.push_back(now);
@@ -610,7 +650,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
         }
         let slot = &mut self.drivers[idx];
         slot.addr =
-            DriverActor::new(&name, (slot.spec.factory)(), self.seam.for_actor(&name)).start();
+            DriverActor::new(&name, (slot.spec.factory)(&self.seam.for_actor(&name))).start();
         slot.restarts += 1;
         slot.resync = true;
         slot.dirty = true;
@@ -747,14 +787,17 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             let slot = &mut self.drivers[*idx];
             slot.dirty = r.dirty();
             match r {
-                DriverReply::Died { reason }
-                | DriverReply::Failed {
-                    reason,
+                DriverReply::Died { reason } => self.restart_driver(*idx, reason),
+                DriverReply::Failed {
+                    failure,
                     needs_restart: true,
-                } => self.restart_driver(*idx, reason),
-                DriverReply::Failed { reason, .. } => {
+                } => {
+                    slot.note_failure(failure);
+                    self.restart_driver(*idx, &failure.message)
+                }
+                DriverReply::Failed { failure, .. } => {
                     slot.resync = false;
-                    tracing::warn!(actor = %slot.spec.name, error = %reason, "driver apply failed; will retry");
+                    slot.note_failure(failure);
                 }
                 _ => slot.resync = false,
             }
@@ -784,7 +827,9 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
         });
         if out.ok && !self.first_apply_done {
             self.first_apply_done = true;
-            let since = self.in_sync_at.map_or(out.duration, |t| t.elapsed());
+            let since = self.in_sync_at.map_or(out.duration, |t| {
+                self.clock.now().saturating_duration_since(t)
+            });
             self.metrics.set_initial_resync(since);
             self.latch = None;
             tracing::info!(
@@ -896,7 +941,7 @@ impl<M: Clone + Send + 'static> Handler<InSync> for Supervisor<M> {
         }
         tracing::info!("datastore in sync; dataplane programming may begin");
         self.in_sync = true;
-        self.in_sync_at = Some(Instant::now());
+        self.in_sync_at = Some(self.clock.now());
         for d in &mut self.drivers {
             d.resync = true;
         }

@@ -64,7 +64,7 @@ struct Rendezvous {
 impl Rendezvous {
     fn meet(mine: &AtomicBool, theirs: &AtomicBool, met: &AtomicBool) {
         mine.store(true, Ordering::SeqCst);
-        let start = Instant::now();
+        let start = clock::real_now();
         while start.elapsed() < Duration::from_secs(3) {
             if theirs.load(Ordering::SeqCst) {
                 met.store(true, Ordering::SeqCst);
@@ -145,16 +145,13 @@ enum DRole {
 }
 
 struct FakeDriver {
+    seam: ActorSeam,
     name: &'static str,
     role: DRole,
     known: Option<Map>,
     resync: bool,
     world: World,
 }
-
-#[derive(Debug, thiserror::Error)]
-#[error("never")]
-struct Never;
 
 impl FakeDriver {
     fn kernel_view(&self) -> Map {
@@ -170,13 +167,14 @@ impl FakeDriver {
 impl Driver for FakeDriver {
     type Desired = Map;
 
-    fn apply(&mut self, desired: &Map, seam: &ActorSeam) -> Result<(), DriverError> {
+    fn apply(&mut self, desired: &Map) -> Result<(), DriverError> {
+        let seam = self.seam.clone();
         let w = self.world.clone();
         let name = self.name;
         if self.resync || self.known.is_none() {
             let view = seam.op("list", || {
                 w.push(Ev::Op(name, "list"));
-                Ok::<_, Never>(self.kernel_view())
+                Ok::<_, DriverError>(self.kernel_view())
             })?;
             self.known = Some(view);
             self.resync = false;
@@ -189,7 +187,7 @@ impl Driver for FakeDriver {
                         seam.op("create", || {
                             w.push(Ev::Op(name, "create"));
                             w.kernel.lock().ipsets.insert(*k, *v);
-                            Ok::<_, Never>(())
+                            Ok::<_, DriverError>(())
                         })?;
                         known.insert(*k, *v);
                     }
@@ -211,7 +209,7 @@ impl Driver for FakeDriver {
                             }
                         }
                         k.rules = desired.clone();
-                        Ok::<_, Never>(())
+                        Ok::<_, DriverError>(())
                     })?;
                     *known = desired.clone();
                 }
@@ -224,7 +222,7 @@ impl Driver for FakeDriver {
                     seam.op("sync", || {
                         w.push(Ev::Op(name, "sync"));
                         w.kernel.lock().routes = desired.clone();
-                        Ok::<_, Never>(())
+                        Ok::<_, DriverError>(())
                     })?;
                     *known = desired.clone();
                 }
@@ -233,7 +231,8 @@ impl Driver for FakeDriver {
         Ok(())
     }
 
-    fn apply_deletions(&mut self, desired: &Map, seam: &ActorSeam) -> Result<(), DriverError> {
+    fn apply_deletions(&mut self, desired: &Map) -> Result<(), DriverError> {
+        let seam = self.seam.clone();
         let w = self.world.clone();
         let name = self.name;
         let Some(known) = self.known.as_mut() else {
@@ -254,7 +253,7 @@ impl Driver for FakeDriver {
                         .push(format!("deleted set {set} still referenced"));
                 }
                 k.ipsets.remove(&set);
-                Ok::<_, Never>(())
+                Ok::<_, DriverError>(())
             })?;
             known.remove(&set);
         }
@@ -293,11 +292,22 @@ fn build(
     faults: FaultRegistry,
     fatal: Arc<Mutex<Vec<Fatal>>>,
 ) -> SupervisorHandle<Msg> {
+    build_with_clock(world, cfg, faults, fatal, clock::system())
+}
+
+fn build_with_clock(
+    world: &World,
+    cfg: SupervisorConfig,
+    faults: FaultRegistry,
+    fatal: Arc<Mutex<Vec<Fatal>>>,
+    clock: clock::SharedClock,
+) -> SupervisorHandle<Msg> {
     let mut b = SupervisorBuilder::new(cfg, |m: &Msg| match m {
         Msg::Set { kind, id, .. } => StateKey::Set(format!("{kind:?}/{id}")),
         Msg::Remove { kind, id } => StateKey::Remove(format!("{kind:?}/{id}")),
     })
     .faults(faults)
+    .clock(clock)
     .on_fatal(move |f| fatal.lock().push(f));
     let w = world.clone();
     b = b.observer(Arc::new(move |e: &ApplyEvent| {
@@ -342,13 +352,19 @@ fn build(
                     }) as Box<dyn Manager<Msg>>
                 },
             ))
-            .driver(DriverSpec::new(drv, phase, input, move || FakeDriver {
-                name: drv,
-                role,
-                known: None,
-                resync: false,
-                world: wd.clone(),
-            }));
+            .driver(DriverSpec::new(
+                drv,
+                phase,
+                input,
+                move |seam: &ActorSeam| FakeDriver {
+                    seam: seam.clone(),
+                    name: drv,
+                    role,
+                    known: None,
+                    resync: false,
+                    world: wd.clone(),
+                },
+            ));
     }
     b.start().unwrap()
 }
@@ -358,7 +374,7 @@ async fn wait_for(
     timeout: Duration,
     pred: impl Fn(&StatusSnapshot) -> bool,
 ) -> StatusSnapshot {
-    let start = Instant::now();
+    let start = clock::real_now();
     loop {
         let s = h.addr.send(GetStatus).await.unwrap();
         if pred(&s) {
@@ -563,7 +579,7 @@ async fn burst_of_10000_messages_is_coalesced_into_few_applies() {
     let h = build(&world, cfg, FaultRegistry::new(), Default::default());
     world.push(Ev::InSyncSent);
     h.addr.do_send(InSync);
-    let start = Instant::now();
+    let start = clock::real_now();
     for i in 0..10_000u32 {
         if i % 50 == 0 {
             // Let the supervisor run between chunks, as a real calc-graph stream would.
@@ -794,6 +810,59 @@ async fn manager_panic_restarts_it_with_replayed_state() {
     assert_eq!(world.kernel.lock().ipsets, expected);
 }
 
+/// Restarts that fall out of the window (on the injected clock) no longer count towards the
+/// limit: the same two panics are fatal within the window and harmless 61 s apart.
+#[actix_rt::test]
+async fn restart_window_slides_on_the_injected_clock() {
+    for advance in [Duration::ZERO, Duration::from_secs(61)] {
+        let world = World::default();
+        let faults = FaultRegistry::new();
+        let fatal = Arc::new(Mutex::new(Vec::new()));
+        let manual = clock::ManualClock::new();
+        let cfg = SupervisorConfig {
+            max_restarts: 1,
+            restart_window: Duration::from_secs(60),
+            ..fast_cfg()
+        };
+        let h = build_with_clock(
+            &world,
+            cfg,
+            faults.clone(),
+            fatal.clone(),
+            Arc::new(manual.clone()),
+        );
+        h.addr.do_send(InSync);
+        for id in 1..=2u32 {
+            faults
+                .arm(fault(ROUTES, "*", FaultAction::Panic, 1, 0))
+                .unwrap();
+            h.addr.do_send(Update(Msg::Set {
+                kind: Kind::Route,
+                id,
+                val: 0,
+            }));
+            let restarts = u64::from(id);
+            let s = wait_for(&h, Duration::from_secs(10), |s| {
+                !fatal.lock().is_empty()
+                    || s.actors
+                        .iter()
+                        .any(|a| a.name == ROUTES && a.restarts >= restarts)
+            })
+            .await;
+            if id == 1 {
+                assert!(fatal.lock().is_empty(), "{s:?}");
+                manual.advance(advance);
+            }
+        }
+        let fatal_now = !fatal.lock().is_empty();
+        assert_eq!(
+            fatal_now,
+            advance.is_zero(),
+            "two restarts {advance:?} apart with a limit of 1 per 60 s"
+        );
+    }
+}
+
 #[actix_rt::test]
 async fn repeated_panics_past_the_limit_are_fatal_with_a_clear_message() {
     let world = World::default();
@@ -814,7 +883,7 @@ async fn repeated_panics_past_the_limit_are_fatal_with_a_clear_message() {
         val: 0,
     }));
     h.addr.do_send(InSync);
-    let start = Instant::now();
+    let start = clock::real_now();
     while fatal.lock().is_empty() {
         assert!(
             start.elapsed() < Duration::from_secs(10),
@@ -860,7 +929,7 @@ async fn persistent_tables_failure_fails_closed() {
         val: NO_SET,
     }));
     h.addr.do_send(InSync);
-    let start = Instant::now();
+    let start = clock::real_now();
     while fatal.lock().is_empty() {
         assert!(
             start.elapsed() < Duration::from_secs(10),
@@ -935,7 +1004,7 @@ async fn status_and_liveness_answer_within_100ms_while_a_driver_is_stalled() {
     }));
     h.addr.do_send(InSync);
     // Wait until the tables step has begun (the driver is now sleeping in the seam).
-    let start = Instant::now();
+    let start = clock::real_now();
     while !world.log.lock().iter().any(|e| {
         matches!(
             e,
@@ -948,11 +1017,11 @@ async fn status_and_liveness_answer_within_100ms_while_a_driver_is_stalled() {
     actix_rt::time::sleep(Duration::from_millis(100)).await;
     let mut worst = Duration::ZERO;
     for _ in 0..5 {
-        let t = Instant::now();
+        let t = clock::real_now();
         let (code, body) = get(&sock, "/status").await;
         let d1 = t.elapsed();
         assert_eq!(code, 200, "{body}");
-        let t = Instant::now();
+        let t = clock::real_now();
         let stream = tokio::net::TcpStream::connect(health.local_addr())
             .await
             .unwrap();
@@ -983,7 +1052,7 @@ struct FlagDriver {
 impl Driver for FlagDriver {
     type Desired = Map;
 
-    fn apply(&mut self, _desired: &Map, _seam: &ActorSeam) -> Result<(), DriverError> {
+    fn apply(&mut self, _desired: &Map) -> Result<(), DriverError> {
         self.flag.store(false, Ordering::SeqCst);
         self.applied.fetch_add(1, Ordering::SeqCst);
         Ok(())
@@ -1010,7 +1079,7 @@ async fn kernel_changed_schedules_an_apply_that_reaches_a_driver_with_outside_wo
             "driver/flag",
             Phase::Routes,
             DesiredInput::new(Map::new()),
-            move || FlagDriver {
+            move |_: &ActorSeam| FlagDriver {
                 flag: f.clone(),
                 applied: a.clone(),
             },
@@ -1030,7 +1099,7 @@ async fn kernel_changed_schedules_an_apply_that_reaches_a_driver_with_outside_wo
     // away, only KernelChanged can get it applied.
     flag.store(true, Ordering::SeqCst);
     h.addr.send(KernelChanged).await.unwrap();
-    let start = Instant::now();
+    let start = clock::real_now();
     while applied.load(Ordering::SeqCst) == after_sync {
         assert!(
             start.elapsed() < Duration::from_secs(10),

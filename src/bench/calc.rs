@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ipnet::{IpNet, Ipv4Net};
 
@@ -486,7 +486,7 @@ impl Timed {
     /// (`valgrind --tool=callgrind --toggle-collect='*Timed::time*'`).
     #[inline(never)]
     fn time(&mut self, f: impl FnOnce(&mut CalcGraph, &mut Counts)) {
-        let t = Instant::now();
+        let t = felix_actors::clock::real_now();
         let c = crate::cputime::thread_cpu_time();
         f(&mut self.graph, &mut self.counts);
         self.cpu += crate::cputime::thread_cpu_time().saturating_sub(c);

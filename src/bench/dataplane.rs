@@ -50,9 +50,7 @@ use ipnet::{IpNet, Ipv4Net};
 use super::netns::{self, Netns};
 use crate::calc::view::DataplaneView;
 use crate::calc::CalcGraph;
-use crate::dataplane::kernel::{
-    CommandOutput, CommandRequest, CommandSeam, KernelError, SystemCommands,
-};
+use crate::dataplane::kernel::{CommandOutput, CommandRequest, CommandRunner, SystemCommands};
 use crate::model::{
     Action, Key, NetworkSet, NetworkSetKey, Policy, PolicyKey, Port, Profile, Protocol, Rule,
     SyncStatus, Update, Value, WorkloadEndpoint, WorkloadEndpointKey,
@@ -393,9 +391,9 @@ impl RecordingCommands {
     }
 }
 
-impl CommandSeam for RecordingCommands {
-    fn exec(&self, req: &CommandRequest) -> Result<CommandOutput, KernelError> {
-        let start = Instant::now();
+impl CommandRunner for RecordingCommands {
+    fn exec(&self, req: &CommandRequest) -> std::io::Result<CommandOutput> {
+        let start = felix_actors::clock::real_now();
         let r = self.inner.exec(req);
         let elapsed = start.elapsed();
         if let (Some(dir), Some(input)) = (std::env::var_os("FELIX_BENCH_DUMP"), &req.stdin) {
@@ -511,7 +509,7 @@ impl Running {
                 let fin_tx = Mutex::new(fin_tx);
                 let observer: felix_actors::ApplyObserver = Arc::new(move |e: &ApplyEvent| {
                     if let Ok(t) = fin_tx.lock() {
-                        let _ = t.send((*e, Instant::now()));
+                        let _ = t.send((*e, felix_actors::clock::real_now()));
                     }
                 });
                 let started = sys.block_on(async move {
@@ -568,7 +566,7 @@ impl Running {
         let mut started: BTreeMap<String, Instant> = BTreeMap::new();
         let mut steps: BTreeMap<String, Duration> = BTreeMap::new();
         let before = self.status.snapshot().applies;
-        let t0 = Instant::now();
+        let t0 = felix_actors::clock::real_now();
         if !payloads.is_empty() {
             self.addr.do_send(UpdateBatch(payloads));
         }
@@ -610,7 +608,7 @@ impl Running {
             // The status is published just after the observer's event; poll
             // it briefly until it reflects the apply we saw.
             let Some(end) = last_end else { continue };
-            let settle = Instant::now();
+            let settle = felix_actors::clock::real_now();
             loop {
                 let snap = self.status.snapshot();
                 let seen = snap.applies > before;
@@ -685,7 +683,7 @@ fn calc_step(
     updates: Vec<Update>,
     in_sync: bool,
 ) -> (Vec<Payload>, bool, Duration) {
-    let t = Instant::now();
+    let t = felix_actors::clock::real_now();
     graph.on_updates(updates);
     if in_sync {
         graph.on_status(SyncStatus::InSync);

@@ -15,7 +15,7 @@
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The name prefix of every namespace the benchmark creates.
 pub const PREFIX: &str = "felix-bench-dp-";
@@ -167,7 +167,7 @@ fn run_command(
         });
     // Copy the input before the clock starts; the timed part is the tool.
     let data = stdin.map(<[u8]>::to_vec);
-    let start = Instant::now();
+    let start = felix_actors::clock::real_now();
     let mut child = cmd.spawn().map_err(|source| NetnsError::Spawn {
         command: command.clone(),
         source,

@@ -1,7 +1,6 @@
 //! `felix run`: the node daemon (INTERFACES.md §1). See [`crate::daemon`].
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use clap::Args;
 
@@ -53,7 +52,7 @@ pub struct RunArgs {
 
 /// Runs `felix run`; on a needed restart, re-executes the binary.
 pub fn run(args: RunArgs) -> Result<(), CliError> {
-    let started = Instant::now();
+    let started = felix_actors::clock::real_now();
     let opts = RunOptions {
         node: node_name::resolve(args.node.as_deref()),
         datastore: args.datastore,
@@ -70,6 +69,6 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             std::process::exit(i32::from(daemon::RESTART_EXIT_CODE));
         }
         Err(DaemonError::Input(m)) => Err(CliError::Input(m)),
-        Err(DaemonError::Runtime(m)) => Err(CliError::Runtime(anyhow::anyhow!(m))),
+        Err(DaemonError::Runtime(e)) => Err(CliError::Runtime(e.into())),
     }
 }

@@ -169,7 +169,10 @@ pub struct CalcLoop {
 impl CalcLoop {
     /// A loop for node `node`. `sink` receives events; returning `false`
     /// stops the loop.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the calc loop's collaborators, each a distinct handle"
+    )]
     pub fn new(
         node: &str,
         rx: Receiver<SyncerEvent>,
@@ -200,7 +203,7 @@ impl CalcLoop {
             waiting_logged: false,
             dirty_since: None,
             since_flush: 0,
-            last_flush: Instant::now(),
+            last_flush: felix_actors::clock::real_now(),
             last_report: None,
         }
     }
@@ -284,11 +287,12 @@ impl CalcLoop {
         }
         self.cluster.on_update(&u);
         let kind = u.key.kind_name();
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         self.graph.on_update(u);
         self.tally.record(kind, start.elapsed());
         self.since_flush += 1;
-        self.dirty_since.get_or_insert_with(Instant::now);
+        self.dirty_since
+            .get_or_insert_with(felix_actors::clock::real_now);
     }
 
     /// Tells the graph "in sync" once the syncer is in sync and the
@@ -311,7 +315,7 @@ impl CalcLoop {
         tracing::info!("datastore in sync and ready; computing the first dataplane batch");
         self.graph.on_status(SyncStatus::InSync);
         self.graph_in_sync = true;
-        self.dirty_since = Some(Instant::now());
+        self.dirty_since = Some(felix_actors::clock::real_now());
     }
 
     /// Flushes if due (see the module docs). Returns `false` if the sink
@@ -352,7 +356,7 @@ impl CalcLoop {
         let flushed = self.graph.flush();
         self.dirty_since = None;
         self.since_flush = 0;
-        self.last_flush = Instant::now();
+        self.last_flush = felix_actors::clock::real_now();
         self.metrics.set_counts(self.graph.stats(), &self.cluster);
         if flushed.is_empty() {
             return true;
@@ -383,7 +387,7 @@ impl CalcLoop {
         };
         if force || due {
             self.reporter.report(true, ready);
-            self.last_report = Some((Instant::now(), ready));
+            self.last_report = Some((felix_actors::clock::real_now(), ready));
         }
     }
 }
@@ -476,9 +480,12 @@ mod tests {
             "first batch carries the configuration"
         );
         drop(b);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = felix_actors::clock::real_now() + Duration::from_secs(10);
         while !h.health.readiness().healthy {
-            assert!(Instant::now() < deadline, "calc graph never ready");
+            assert!(
+                felix_actors::clock::real_now() < deadline,
+                "calc graph never ready"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         h.tx.send(SyncerEvent::Updates(vec![ready_flag(false)]))

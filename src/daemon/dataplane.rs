@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use actix::{Addr, ArbiterHandle, System};
 use felix_actors::{
-    AdminContext, BuildError, Fatal, FaultRegistry, Health, InSync, KernelChanged, KernelSeam,
-    Metrics, Supervisor, SupervisorBuilder, SupervisorConfig, UpdateBatch,
+    AdminContext, BuildError, Fatal, FaultRegistry, Health, InSync, KernelChanged, Metrics, Seam,
+    Supervisor, SupervisorBuilder, SupervisorConfig, UpdateBatch,
 };
 use felix_config::{Config, DataplaneMode};
 use felix_proto::to_dataplane::Payload;
@@ -61,8 +61,8 @@ pub enum StartError {
     #[error("the dataplane thread ended during start-up")]
     Vanished,
     /// The managers and drivers for the configured mode could not be set up.
-    #[error("cannot set up the dataplane: {0}")]
-    Wiring(String),
+    #[error("cannot set up the dataplane")]
+    Wiring(#[source] crate::dataplane::wiring::WiringError),
 }
 
 /// The supervisor settings for `cfg`: dataplane name for `/status` and the
@@ -83,7 +83,7 @@ type Started = (
     AdminContext,
     ArbiterHandle,
     System,
-    KernelSeam,
+    Seam,
 );
 
 /// A running supervisor.
@@ -102,7 +102,7 @@ pub struct Dataplane {
 fn start_monitor(
     cfg: &Config,
     state: InterfaceState,
-    seam: KernelSeam,
+    seam: Seam,
     addr: Addr<Supervisor<Payload>>,
 ) -> Option<InterfaceMonitor> {
     let source = match RtnetlinkSource::new(cfg.netlink_timeout()) {
@@ -168,7 +168,7 @@ impl Dataplane {
                             h.admin_context(),
                             actix::Arbiter::current(),
                             System::current(),
-                            KernelSeam::new(h.faults.clone(), h.metrics.clone()),
+                            Seam::new(h.faults.clone(), h.metrics.clone()),
                         )
                     })
                 });
@@ -289,9 +289,9 @@ mod tests {
             guard: inflight.acquire(),
         };
         dp.send(batch);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let deadline = felix_actors::clock::real_now() + Duration::from_secs(10);
         while !(admin.status.snapshot().in_sync && inflight.get() == 0) {
-            assert!(std::time::Instant::now() < deadline, "never in sync");
+            assert!(felix_actors::clock::real_now() < deadline, "never in sync");
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(dp.stop(Duration::from_secs(10)));

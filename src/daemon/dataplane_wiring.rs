@@ -15,6 +15,7 @@ use felix_config::{Config, DataplaneMode};
 use felix_proto::to_dataplane::Payload;
 
 use crate::dataplane::ifacemon::InterfaceState;
+use crate::dataplane::wiring::WiringError;
 
 /// Adds the managers and drivers for `mode` to `builder`; the route and
 /// interface drivers subscribe to `ifaces` (fed by the interface monitor).  An error
@@ -26,14 +27,13 @@ pub fn register(
     cfg: &Config,
     mode: DataplaneMode,
     ifaces: &InterfaceState,
-) -> Result<SupervisorBuilder<Payload>, String> {
+) -> Result<SupervisorBuilder<Payload>, WiringError> {
     tracing::info!(
         dataplane = mode.as_str(),
         interface_prefix = ?cfg.interface_prefix(),
         "registering dataplane managers and drivers"
     );
-    let commands: std::sync::Arc<dyn crate::dataplane::kernel::CommandSeam> =
+    let runner: std::sync::Arc<dyn crate::dataplane::kernel::CommandRunner> =
         std::sync::Arc::new(crate::dataplane::kernel::SystemCommands::new());
-    crate::dataplane::wiring::register_with_interfaces(builder, cfg, commands, ifaces)
-        .map_err(|e| e.to_string())
+    crate::dataplane::wiring::register_with_interfaces(builder, cfg, runner, ifaces)
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use felix_actors::server::ServerHandle;
 use felix_actors::{
-    start_admin_server, start_health_server, HealthConfig, ReporterSpec, StartupLatch,
+    start_admin_server, start_health_server, Fatal, HealthConfig, ReporterSpec, StartupLatch,
 };
 use felix_config::Config;
 use felix_proto as pb;
@@ -28,7 +28,7 @@ use super::dataplane::{Dataplane, Shared};
 use super::datastore_spec::DatastoreSpec;
 use super::logging::{self, LogHandle};
 use super::metrics::CalcMetrics;
-use super::{signals, DaemonError, RunOptions, Stop, SYNC_CHANNEL_CAPACITY};
+use super::{signals, DaemonError, RunOptions, RuntimeError, Stop, SYNC_CHANNEL_CAPACITY};
 use crate::calc::view::DataplaneView;
 use crate::datastore::etcd::{EtcdConfig, EtcdSyncer, EtcdSyncerConfig, EtcdSyncerError};
 use crate::datastore::{FileSyncer, FileSyncerConfig};
@@ -42,17 +42,17 @@ const DATAPLANE_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 enum Control {
     Signal(&'static str),
     Calc(CalcEvent),
-    Fatal(String),
+    Fatal(Fatal),
 }
 
 enum Outcome {
     Signal(&'static str),
     Restart(String),
-    Fatal(String),
+    Fatal(RuntimeError),
 }
 
-fn runtime(what: &str) -> impl FnOnce(std::io::Error) -> DaemonError + '_ {
-    move |e| DaemonError::Runtime(format!("{what}: {e}"))
+fn runtime(what: &'static str) -> impl FnOnce(std::io::Error) -> DaemonError {
+    move |source| DaemonError::Runtime(RuntimeError::Io { what, source })
 }
 
 fn health_config(cfg: &Config) -> HealthConfig {
@@ -188,7 +188,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
                     EtcdSyncerError::Config(c) => {
                         DaemonError::Input(format!("--datastore {spec}: {c}"))
                     }
-                    other => DaemonError::Runtime(other.to_string()),
+                    other => DaemonError::Runtime(RuntimeError::Etcd(other)),
                 },
             )?,
         ),
@@ -246,11 +246,11 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
     };
     let outcome = loop {
         let Ok(ctl) = ctl_rx.recv() else {
-            break Outcome::Fatal("control channel closed".into());
+            break Outcome::Fatal(RuntimeError::ControlClosed);
         };
         match ctl {
             Control::Signal(s) => break Outcome::Signal(s),
-            Control::Fatal(m) => break Outcome::Fatal(m),
+            Control::Fatal(f) => break Outcome::Fatal(RuntimeError::DataplaneFatal(f)),
             Control::Calc(CalcEvent::Batch(b)) => {
                 if let Some(o) = conn.on_batch(b) {
                     break o;
@@ -259,9 +259,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
             Control::Calc(CalcEvent::DatastoreNotReady) => {
                 break Outcome::Restart("datastore became unready".into())
             }
-            Control::Calc(CalcEvent::SyncerGone) => {
-                break Outcome::Fatal("the datastore syncer stopped".into())
-            }
+            Control::Calc(CalcEvent::SyncerGone) => break Outcome::Fatal(RuntimeError::SyncerGone),
         }
     };
 
@@ -281,7 +279,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
             tracing::warn!(reason = %r, "restarting");
             Ok(Stop::Restart(r))
         }
-        Outcome::Fatal(m) => Err(DaemonError::Runtime(m)),
+        Outcome::Fatal(e) => Err(DaemonError::Runtime(e)),
     }
 }
 
@@ -361,10 +359,10 @@ impl Connector {
         let ctl = self.ctl.clone();
         let dp = match Dataplane::start(&cfg, &self.shared, move |f| {
             tracing::error!("{f}");
-            let _ = ctl.send(Control::Fatal(f.to_string()));
+            let _ = ctl.send(Control::Fatal(f));
         }) {
             Ok(dp) => dp,
-            Err(e) => return Some(Outcome::Fatal(e.to_string())),
+            Err(e) => return Some(Outcome::Fatal(RuntimeError::DataplaneStart(e))),
         };
         let admin = dp.admin_context();
         let view = self.view.clone();
@@ -377,10 +375,10 @@ impl Connector {
                 self.admin = Some(h);
             }
             Err(e) => {
-                return Some(Outcome::Fatal(format!(
-                    "admin socket {}: {e}",
-                    self.admin_socket.display()
-                )))
+                return Some(Outcome::Fatal(RuntimeError::AdminSocket {
+                    path: self.admin_socket.clone(),
+                    source: e,
+                }))
             }
         }
         self.latch = None;

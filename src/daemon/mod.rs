@@ -92,6 +92,45 @@ pub enum DaemonError {
     #[error("{0}")]
     Input(String),
     /// Runtime failure (exit 1).
-    #[error("{0}")]
-    Runtime(String),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
+/// Why the daemon stopped with a runtime failure; the cause stays typed up to the CLI edge,
+/// which prints the whole chain.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// A start-up step failed with an OS error.
+    #[error("{what}")]
+    Io {
+        /// The step, e.g. `installing signal handlers`.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The etcd syncer could not start.
+    #[error("starting the etcd syncer")]
+    Etcd(#[source] crate::datastore::etcd::syncer::EtcdSyncerError),
+    /// The dataplane could not be started.
+    #[error("starting the dataplane")]
+    DataplaneStart(#[source] dataplane::StartError),
+    /// The dataplane gave up (fail closed).
+    #[error("the dataplane gave up")]
+    DataplaneFatal(#[source] felix_actors::Fatal),
+    /// The admin socket could not be served.
+    #[error("admin socket {path}")]
+    AdminSocket {
+        /// The socket path.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The datastore syncer thread stopped.
+    #[error("the datastore syncer stopped")]
+    SyncerGone,
+    /// The daemon's control channel closed.
+    #[error("the daemon's control channel closed")]
+    ControlClosed,
 }

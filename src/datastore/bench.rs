@@ -11,7 +11,7 @@ use std::fmt;
 use std::fs;
 use std::io::{self, Write};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -301,7 +301,7 @@ impl fmt::Display for LoadReport {
 
 /// Loads the datastore directory `dir` on this thread and measures it.
 pub fn run_load_bench(dir: &Path) -> anyhow::Result<LoadReport> {
-    let start = Instant::now();
+    let start = felix_actors::clock::real_now();
     let cpu_start = crate::cputime::thread_cpu_time();
     let listing = walk::list(dir).with_context(|| format!("listing {}", dir.display()))?;
     let list_time = start.elapsed();
@@ -324,12 +324,12 @@ pub fn run_load_bench(dir: &Path) -> anyhow::Result<LoadReport> {
     let mut merger = Merger::new(dir);
     for (rel, _) in &listing.files {
         let abs = dir.join(rel);
-        let t = Instant::now();
+        let t = felix_actors::clock::real_now();
         let bytes = fs::read(&abs).with_context(|| format!("reading {}", abs.display()))?;
         report.read_time += t.elapsed();
         report.bytes += bytes.len() as u64;
 
-        let t = Instant::now();
+        let t = felix_actors::clock::real_now();
         let c = crate::cputime::thread_cpu_time();
         let u = crate::cputime::thread_usage();
         let decoded = source::decode(&bytes, &abs.display().to_string(), walk::format_for(rel));
@@ -348,13 +348,13 @@ pub fn run_load_bench(dir: &Path) -> anyhow::Result<LoadReport> {
         report.resources += decoded.docs.len();
         report.errors += decoded.invalid.len();
 
-        let t = Instant::now();
+        let t = felix_actors::clock::real_now();
         report.errors += merger
             .replace_file(&RelPath::new(rel), Some(decoded.docs))
             .len();
         report.merge_time += t.elapsed();
     }
-    let t = Instant::now();
+    let t = felix_actors::clock::real_now();
     report.keys = merger.take_updates().len();
     report.merge_time += t.elapsed();
     report.wall = start.elapsed();

@@ -249,13 +249,13 @@ impl Worker {
         tracing::info!(dir = %self.root.display(), files = self.tracked.len(), "file datastore in sync");
 
         let mut pending = Pending::default();
-        let mut next_rescan = Instant::now() + self.config.rescan_interval;
+        let mut next_rescan = felix_actors::clock::real_now() + self.config.rescan_interval;
         let max_delay = self.config.debounce * 10;
         loop {
             if self.stop.load(Ordering::SeqCst) {
                 return Err(Stopped);
             }
-            let now = Instant::now();
+            let now = felix_actors::clock::real_now();
             let debounce_due = match (pending.first, pending.last) {
                 (Some(first), Some(last)) => {
                     Some((last + self.config.debounce).min(first + max_delay))
@@ -271,7 +271,7 @@ impl Worker {
             if now >= next_rescan {
                 self.full_rescan(false)?;
                 self.flush()?;
-                next_rescan = Instant::now() + self.config.rescan_interval;
+                next_rescan = felix_actors::clock::real_now() + self.config.rescan_interval;
                 continue;
             }
             let deadline = debounce_due.map_or(next_rescan, |d| d.min(next_rescan));
@@ -358,7 +358,7 @@ impl Worker {
                 pending.full = true;
             }
         }
-        let now = Instant::now();
+        let now = felix_actors::clock::real_now();
         pending.first.get_or_insert(now);
         pending.last = Some(now);
         Ok(())
@@ -616,9 +616,9 @@ mod tests {
 
         /// Receives until `pred` holds; false on timeout.
         fn wait_until(&mut self, pred: impl Fn(&Self) -> bool) -> bool {
-            let deadline = Instant::now() + WAIT;
+            let deadline = felix_actors::clock::real_now() + WAIT;
             while !pred(self) {
-                let now = Instant::now();
+                let now = felix_actors::clock::real_now();
                 if now >= deadline {
                     return false;
                 }
@@ -641,8 +641,9 @@ mod tests {
         /// Receives whatever arrives within `d` (used only to check that
         /// nothing more is sent).
         fn drain_for(&mut self, d: Duration) {
-            let deadline = Instant::now() + d;
-            while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            let deadline = felix_actors::clock::real_now() + d;
+            while let Some(left) = deadline.checked_duration_since(felix_actors::clock::real_now())
+            {
                 match self.rx.recv_timeout(left) {
                     Ok(e) => self.handle(e),
                     Err(_) => break,
@@ -713,8 +714,10 @@ mod tests {
         }
         let (syncer, mut c) = start(dir.path(), |cfg| cfg.batch_size = 7);
         let mut max_batch = 0;
-        let deadline = Instant::now() + WAIT;
-        while !c.statuses.contains(&SyncStatus::InSync) && Instant::now() < deadline {
+        let deadline = felix_actors::clock::real_now() + WAIT;
+        while !c.statuses.contains(&SyncStatus::InSync)
+            && felix_actors::clock::real_now() < deadline
+        {
             let e = c.rx.recv_timeout(WAIT).unwrap();
             if let SyncerEvent::Updates(u) = &e {
                 max_batch = max_batch.max(u.len());
@@ -1026,7 +1029,7 @@ mod tests {
         }
         let (syncer, c) = start(dir.path(), |cfg| cfg.batch_size = 1);
         std::thread::sleep(Duration::from_millis(100));
-        let t = Instant::now();
+        let t = felix_actors::clock::real_now();
         syncer.stop();
         assert!(t.elapsed() < Duration::from_secs(5));
         drop(c);
@@ -1040,8 +1043,8 @@ mod tests {
         c.wait_in_sync();
         drop(c);
         fs::write(dir.path().join("b.yaml"), tier("s", 1)).unwrap();
-        let deadline = Instant::now() + WAIT;
-        while !syncer.is_finished() && Instant::now() < deadline {
+        let deadline = felix_actors::clock::real_now() + WAIT;
+        while !syncer.is_finished() && felix_actors::clock::real_now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(syncer.is_finished());

@@ -2,7 +2,6 @@
 //! entries, following upstream's update processors (and, for the
 //! Kubernetes kinds, its Kubernetes-datastore conversion).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -1093,13 +1092,4 @@ fn cluster_information(id: &ResourceId, s: types::ClusterInformationSpec) -> VRe
         out.push((Key::Ready, Value::Ready(ready)));
     }
     Ok(out)
-}
-
-/// Convenience for tests and callers that want labels as a map.
-#[allow(dead_code)]
-pub(crate) fn labels_of(entries: &Entries) -> Option<&BTreeMap<String, String>> {
-    entries.iter().find_map(|(_, v)| match v {
-        Value::WorkloadEndpoint(w) => Some(&w.labels),
-        _ => None,
-    })
 }

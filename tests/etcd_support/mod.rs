@@ -76,9 +76,9 @@ impl Consumer {
 
     /// Receives until `pred` holds; false on timeout.
     pub fn wait_until(&mut self, pred: impl Fn(&Self) -> bool) -> bool {
-        let deadline = Instant::now() + WAIT;
+        let deadline = felix_actors::clock::real_now() + WAIT;
         while !pred(self) {
-            let now = Instant::now();
+            let now = felix_actors::clock::real_now();
             if now >= deadline {
                 return false;
             }
@@ -100,8 +100,8 @@ impl Consumer {
 
     /// Receives whatever arrives within `d`.
     pub fn drain_for(&mut self, d: Duration) {
-        let deadline = Instant::now() + d;
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        let deadline = felix_actors::clock::real_now() + d;
+        while let Some(left) = deadline.checked_duration_since(felix_actors::clock::real_now()) {
             match self.rx.recv_timeout(left) {
                 Ok(e) => self.handle(e),
                 Err(_) => break,

@@ -121,7 +121,7 @@ impl Topology {
     /// `deadline`); returns the directory's path.
     pub fn apply_examples(&self, deadline: Duration) -> PathBuf {
         let ds = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/datastore");
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         loop {
             let out = self.datastore(&["apply", "-f", ds.to_str().unwrap()]);
             if out.status.success() {

@@ -183,7 +183,7 @@ impl Daemon {
         what: &str,
         mut f: impl FnMut(&Value) -> Option<T>,
     ) -> Result<T> {
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         loop {
             let status = self.status();
             if let Some(v) = status.as_ref().and_then(&mut f) {
@@ -270,7 +270,7 @@ impl Daemon {
         let mut child = self.child.take().ok_or_else(|| anyhow!("no child"))?;
         // SAFETY: signalling our own child by its pid.
         unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         loop {
             if let Some(st) = child.try_wait()? {
                 if st.code() != Some(0) {

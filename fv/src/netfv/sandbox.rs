@@ -308,7 +308,7 @@ impl Sandbox {
     /// Repeats the checks until all hold, or fails at the deadline listing
     /// what still differs.
     pub fn expect_traffic(&self, what: &str, checks: &[Check], deadline: Duration) -> Result<()> {
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         loop {
             let bad = self.mismatches(checks)?;
             if bad.is_empty() {

@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 
 /// Polls `f` every 100 ms until it returns `Some`, or fails after `deadline`.
 pub fn poll<T>(deadline: Duration, mut f: impl FnMut() -> Option<T>) -> Result<T> {
-    let start = Instant::now();
+    let start = felix_actors::clock::real_now();
     loop {
         if let Some(v) = f() {
             return Ok(v);

@@ -87,6 +87,20 @@ pub enum TableError {
     },
 }
 
+impl From<TableError> for felix_actors::DriverError {
+    fn from(e: TableError) -> Self {
+        match &e {
+            TableError::GaveUp { source, .. } | TableError::ReadBack { source, .. } => {
+                let (op, kind) = (source.op().to_string(), source.kind());
+                felix_actors::DriverError::op(op, kind, e)
+            }
+            TableError::Parse { .. } => {
+                felix_actors::DriverError::op("read-back", felix_actors::FailureKind::Unreadable, e)
+            }
+        }
+    }
+}
+
 /// A `*tables` table driver. Callers set desired state (cheap, in memory)
 /// and call [`Table::apply`] to reconcile the kernel.
 ///

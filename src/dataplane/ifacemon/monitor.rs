@@ -17,14 +17,14 @@
 //! `monitor/interfaces` (`subscribe`, `dump`, `event`), so `POST /faults`
 //! can fail, stall or panic it and `/metrics` counts it.
 
-use std::convert::Infallible;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use felix_actors::{ActorSeam, SeamError};
+use felix_actors::clock::SharedClock;
+use felix_actors::ActorSeam;
 
 use super::source::{LinkSource, MonitorError};
 use super::state::{IfaceEvent, InterfaceState};
@@ -33,7 +33,7 @@ use super::state::{IfaceEvent, InterfaceState};
 pub const MONITOR_ACTOR: &str = "monitor/interfaces";
 
 /// How the monitor paces itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct MonitorOptions {
     /// Period of full resyncs; `None` turns them off.
     pub resync_interval: Option<Duration>,
@@ -41,6 +41,8 @@ pub struct MonitorOptions {
     pub coalesce: Duration,
     /// Upper bound on one batch.
     pub max_batch: usize,
+    /// The clock the resync schedule reads (tests drive a manual one).
+    pub clock: SharedClock,
 }
 
 impl Default for MonitorOptions {
@@ -49,17 +51,9 @@ impl Default for MonitorOptions {
             resync_interval: Some(Duration::from_secs(90)),
             coalesce: Duration::from_millis(20),
             max_batch: 256,
+            clock: felix_actors::clock::system(),
         }
     }
-}
-
-/// Why a session ended.
-#[derive(Debug, thiserror::Error)]
-enum SessionError {
-    #[error(transparent)]
-    Source(#[from] MonitorError),
-    #[error(transparent)]
-    Seam(#[from] SeamError),
 }
 
 /// The running monitor; dropping it stops the thread.
@@ -87,7 +81,7 @@ impl Runner {
         self.stop.load(Ordering::Relaxed)
     }
 
-    fn resync(&mut self) -> Result<(), SessionError> {
+    fn resync(&mut self) -> Result<(), MonitorError> {
         let src = &mut self.source;
         let snap = self.seam.op("dump", || src.dump())?;
         if self.state.resync(snap) {
@@ -96,30 +90,31 @@ impl Runner {
         Ok(())
     }
 
-    fn handle(&self, ev: IfaceEvent) -> Result<bool, SessionError> {
-        let ev = self.seam.op("event", || Ok::<_, Infallible>(ev))?;
+    fn handle(&self, ev: IfaceEvent) -> Result<bool, MonitorError> {
+        let ev = self.seam.op("event", || Ok::<_, MonitorError>(ev))?;
         Ok(self.state.apply(ev))
     }
 
     /// One session; returns Ok only when stopped.
-    fn session(&mut self, backoff: &mut Duration) -> Result<(), SessionError> {
+    fn session(&mut self, backoff: &mut Duration) -> Result<(), MonitorError> {
         let src = &mut self.source;
         self.seam.op("subscribe", || src.subscribe())?;
         self.resync()?;
         *backoff = BACKOFF_MIN;
-        let mut next_resync = self.opts.resync_interval.map(|i| Instant::now() + i);
+        let clock = self.opts.clock.clone();
+        let mut next_resync = self.opts.resync_interval.map(|i| clock.now() + i);
         loop {
             if self.stopped() {
                 return Ok(());
             }
             if let Some(at) = next_resync {
-                if Instant::now() >= at {
+                if clock.now() >= at {
                     self.resync()?;
-                    next_resync = self.opts.resync_interval.map(|i| Instant::now() + i);
+                    next_resync = self.opts.resync_interval.map(|i| clock.now() + i);
                 }
             }
             let wait = next_resync.map_or(POLL, |at| {
-                POLL.min(at.saturating_duration_since(Instant::now()))
+                POLL.min(at.saturating_duration_since(clock.now()))
             });
             let Some(ev) = self.source.next_event(wait)? else {
                 continue;
@@ -155,9 +150,11 @@ impl Runner {
                     tracing::error!(panic = %what, retry_in = ?backoff, "interface monitor panicked")
                 }
             }
-            let until = Instant::now() + backoff;
-            while !self.stopped() && Instant::now() < until {
-                std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
+            let until = felix_actors::clock::real_now() + backoff;
+            while !self.stopped() && felix_actors::clock::real_now() < until {
+                std::thread::sleep(
+                    POLL.min(until.saturating_duration_since(felix_actors::clock::real_now())),
+                );
             }
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
@@ -217,13 +214,16 @@ impl Drop for InterfaceMonitor {
 mod tests {
     use super::*;
     use crate::dataplane::ifacemon::{LinkInfo, ScriptedLinkSource, Snapshot};
-    use felix_actors::{Fault, FaultAction, FaultRegistry, KernelSeam, Metrics};
+    use felix_actors::{Fault, FaultAction, FaultRegistry, Metrics, Seam};
     use std::sync::atomic::AtomicUsize;
 
     fn wait_until(what: &str, f: impl Fn() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = felix_actors::clock::real_now() + Duration::from_secs(10);
         while !f() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            assert!(
+                felix_actors::clock::real_now() < deadline,
+                "timed out waiting for {what}"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -234,6 +234,38 @@ mod tests {
             name: name.into(),
             up,
         }
+    }
+
+    /// The periodic full dump follows the injected clock: none before the interval has passed
+    /// on it, one soon after it is advanced past the interval (no real 90 s wait).
+    #[test]
+    fn periodic_resync_follows_the_injected_clock() {
+        let src = ScriptedLinkSource::new();
+        src.set_snapshot(Snapshot {
+            links: vec![link(1, "eth0", true)],
+            addrs: vec![],
+        });
+        let manual = felix_actors::clock::ManualClock::new();
+        let opts = MonitorOptions {
+            resync_interval: Some(Duration::from_secs(90)),
+            clock: Arc::new(manual.clone()),
+            ..MonitorOptions::default()
+        };
+        let state = InterfaceState::default();
+        let _mon = InterfaceMonitor::start(
+            Box::new(src.clone()),
+            state.clone(),
+            Seam::default().for_actor(MONITOR_ACTOR),
+            || {},
+            opts,
+        )
+        .unwrap();
+        wait_until("initial dump", || src.counts().1 == 1);
+        // Several poll periods of real time change nothing while the clock stands still.
+        std::thread::sleep(POLL * 3);
+        assert_eq!(src.counts().1, 1);
+        manual.advance(Duration::from_secs(91));
+        wait_until("resync after the interval", || src.counts().1 == 2);
     }
 
     #[test]
@@ -247,7 +279,7 @@ mod tests {
         let sub = state.subscribe();
         let faults = FaultRegistry::new();
         let metrics = Metrics::new();
-        let seam = KernelSeam::new(faults.clone(), metrics.clone()).for_actor(MONITOR_ACTOR);
+        let seam = Seam::new(faults.clone(), metrics.clone()).for_actor(MONITOR_ACTOR);
         let kicks = Arc::new(AtomicUsize::new(0));
         let k = kicks.clone();
         let opts = MonitorOptions {
@@ -318,7 +350,7 @@ mod tests {
             addrs: vec![],
         });
         let state = InterfaceState::default();
-        let seam = KernelSeam::default().for_actor(MONITOR_ACTOR);
+        let seam = Seam::default().for_actor(MONITOR_ACTOR);
         let mon = InterfaceMonitor::start(
             Box::new(src.clone()),
             state.clone(),

@@ -15,7 +15,7 @@
 //! [`MonitorError::Lost`], after which the monitor resubscribes and dumps.
 
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload};
@@ -202,11 +202,11 @@ impl LinkSource for RtnetlinkSource {
 
     fn next_event(&mut self, wait: Duration) -> Result<Option<IfaceEvent>, MonitorError> {
         let conn = self.conn.as_mut().ok_or(MonitorError::NotSubscribed)?;
-        let deadline = Instant::now() + wait;
+        let deadline = felix_actors::clock::real_now() + wait;
         let messages = &mut conn.messages;
         self.rt.block_on(async {
             loop {
-                let left = deadline.saturating_duration_since(Instant::now());
+                let left = deadline.saturating_duration_since(felix_actors::clock::real_now());
                 match tokio::time::timeout(left, messages.next()).await {
                     Err(_) => return Ok(None),
                     Ok(None) => return Err(MonitorError::Lost("netlink connection closed".into())),

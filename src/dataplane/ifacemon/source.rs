@@ -35,6 +35,9 @@ pub enum MonitorError {
     /// Called before a successful subscribe.
     #[error("not subscribed")]
     NotSubscribed,
+    /// An armed fault made the seam operation fail.
+    #[error(transparent)]
+    Injected(#[from] felix_actors::Injected),
 }
 
 /// See the module docs. Called from the monitor's own thread only.

@@ -113,6 +113,14 @@ pub enum IpSetsError {
     },
 }
 
+impl From<IpSetsError> for felix_actors::DriverError {
+    fn from(e: IpSetsError) -> Self {
+        let IpSetsError::GaveUp { source, .. } = &e;
+        let (op, kind) = (source.op().to_string(), source.kind());
+        felix_actors::DriverError::op(op, kind, e)
+    }
+}
+
 /// The ipset default (and smallest) hash size.
 const MIN_HASH_SIZE: usize = 1024;
 
@@ -616,6 +624,7 @@ impl IpSets {
             ipv: self.cfg.ip_version().number(),
             attempts: max_attempts,
             source: last_err.unwrap_or_else(|| KernelError::Failed {
+                op: "ipset-restore".into(),
                 command: "ipset".into(),
                 status: None,
                 stderr: "no attempts made".into(),

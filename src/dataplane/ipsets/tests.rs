@@ -92,7 +92,7 @@ fn start_of_day_resync_completes_before_first_write() {
     let f = fake(names, sets.clone());
     let mut s = IpSets::new(
         IpVersionConfig::new(IpVersion::V4),
-        Commands::unhooked(f.clone(), "ipsets-v4"),
+        Commands::standalone(f.clone(), "ipsets-v4"),
         quiet(),
     );
     s.add_or_replace_ip_set(
@@ -135,7 +135,7 @@ fn failed_write_is_reread_at_must_priority_before_rewrite() {
     let f = fake(names.clone(), sets.clone());
     let mut s = IpSets::new(
         IpVersionConfig::new(IpVersion::V4),
-        Commands::unhooked(f.clone(), "ipsets-v4"),
+        Commands::standalone(f.clone(), "ipsets-v4"),
         quiet(),
     );
     s.add_or_replace_ip_set(
@@ -174,7 +174,7 @@ fn missing_set_is_repaired_in_the_same_apply_as_the_listing() {
     let f = fake(names.clone(), sets);
     let mut s = IpSets::new(
         IpVersionConfig::new(IpVersion::V4),
-        Commands::unhooked(f.clone(), "ipsets-v4"),
+        Commands::standalone(f.clone(), "ipsets-v4"),
         quiet(),
     );
     s.add_or_replace_ip_set(meta("s:a", IpSetType::HashIp, 100), vec!["10.0.0.1".into()]);
@@ -209,7 +209,7 @@ fn a_new_set_is_created_with_a_hash_size_fitted_to_its_members() {
     let f = fake(names, Arc::new(Mutex::new(Vec::new())));
     let mut s = IpSets::new(
         IpVersionConfig::new(IpVersion::V4),
-        Commands::unhooked(f.clone(), "ipsets-v4"),
+        Commands::standalone(f.clone(), "ipsets-v4"),
         quiet(),
     );
     let members: Vec<String> = (0..10_000u32)
@@ -236,7 +236,7 @@ fn metadata_change_goes_through_temp_set_and_swap() {
     let f = fake(names, sets);
     let mut s = IpSets::new(
         IpVersionConfig::new(IpVersion::V4),
-        Commands::unhooked(f.clone(), "ipsets-v4"),
+        Commands::standalone(f.clone(), "ipsets-v4"),
         quiet(),
     );
     s.add_or_replace_ip_set(meta("s:a", IpSetType::HashIp, 200), vec!["10.0.0.1".into()]);
@@ -260,7 +260,7 @@ fn gives_up_with_typed_error_after_all_attempts() {
     );
     let mut s = IpSets::new(
         IpVersionConfig::new(IpVersion::V6),
-        Commands::unhooked(f.clone(), "ipsets-v6"),
+        Commands::standalone(f.clone(), "ipsets-v6"),
         quiet(),
     );
     s.add_or_replace_ip_set(meta("s:a", IpSetType::HashIp, 10), vec!["fd00::1".into()]);

@@ -164,7 +164,7 @@ mod tests {
         if legacy_loaded {
             fake.set_paths(&["/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"]);
         }
-        (Commands::unhooked(fake.clone(), "test"), fake)
+        (Commands::standalone(fake.clone(), "test"), fake)
     }
 
     #[test]

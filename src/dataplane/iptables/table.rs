@@ -293,6 +293,7 @@ impl IptablesTable {
             return Err(TableError::ReadBack {
                 table: self.desc(),
                 source: KernelError::Failed {
+                    op: "iptables-save".into(),
                     command: format!(
                         "ip{}tables-save",
                         if self.ipv == IpVersion::V6 { "6" } else { "" }
@@ -502,6 +503,7 @@ impl IptablesTable {
     fn restore(&self, script: &str) -> Result<(), KernelError> {
         let Some(restore) = &self.restore_cmd else {
             return Err(KernelError::Failed {
+                op: "iptables-restore".into(),
                 command: "iptables-restore".into(),
                 status: None,
                 stderr: "binary not found".into(),

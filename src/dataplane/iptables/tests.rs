@@ -2,7 +2,7 @@
 //! retry and cleanup logic, and kernel tests in throwaway namespaces.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -46,7 +46,7 @@ fn fake_table(fake: &Arc<ScriptedCommands>, sleeps: Arc<Mutex<Vec<Duration>>>) -
         IpVersion::V4,
         ResolvedBackend::Nft,
         IptablesMode::Program,
-        Commands::unhooked(fake.clone(), "iptables-filter-v4"),
+        Commands::standalone(fake.clone(), "iptables-filter-v4"),
         test_opts(sleeps),
     )
 }
@@ -225,7 +225,7 @@ fn mode_table(fake: &Arc<ScriptedCommands>, mode: ChainInsertMode) -> IptablesTa
         IpVersion::V4,
         ResolvedBackend::Nft,
         IptablesMode::Program,
-        Commands::unhooked(fake.clone(), "iptables-filter-v4"),
+        Commands::standalone(fake.clone(), "iptables-filter-v4"),
         IptablesOptions {
             insert_mode: mode,
             retry: RetryPolicy::without_sleeping(),
@@ -395,7 +395,7 @@ fn unparseable_save_is_a_typed_error() {
         IpVersion::V4,
         ResolvedBackend::Nft,
         IptablesMode::Program,
-        Commands::unhooked(fake.clone(), "t"),
+        Commands::standalone(fake.clone(), "t"),
         IptablesOptions {
             retry: RetryPolicy {
                 max_retries: 0,
@@ -414,7 +414,7 @@ fn cleanup_only_is_paced_and_latched() {
         "*filter\n:INPUT ACCEPT [0:0]\n:cali-x - [0:0]\n-A INPUT -j cali-x\nCOMMIT\n";
     let fake = fake_with_save(SAVE);
     fake.set_paths(&["/proc/net/ip_tables_names"]);
-    let clock = Arc::new(Mutex::new(Instant::now()));
+    let clock = Arc::new(Mutex::new(felix_actors::clock::real_now()));
     let c2 = clock.clone();
     let opts = IptablesOptions {
         refresh_interval: Duration::from_secs(60),
@@ -429,7 +429,7 @@ fn cleanup_only_is_paced_and_latched() {
         IpVersion::V4,
         ResolvedBackend::Legacy,
         IptablesMode::CleanupOnly,
-        Commands::unhooked(fake.clone(), "cleanup"),
+        Commands::standalone(fake.clone(), "cleanup"),
         opts,
     );
     // Desired state is ignored in cleanup mode.
@@ -459,7 +459,7 @@ fn cleanup_only_skips_backend_without_binaries_or_modules() {
         IpVersion::V4,
         ResolvedBackend::Legacy,
         IptablesMode::CleanupOnly,
-        Commands::unhooked(fake.clone(), "cleanup"),
+        Commands::standalone(fake.clone(), "cleanup"),
         IptablesOptions::default(),
     );
     assert!(t.apply().unwrap().no_writes());

@@ -1,14 +1,16 @@
-//! The command seam: run a program with arguments and optional stdin,
-//! capturing its output, optionally inside a network namespace.
+//! Command runners (run a program with arguments and optional stdin, capturing its output,
+//! optionally inside a network namespace) and [`Commands`], a driver's handle that runs each
+//! command as one seam operation.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+
+use felix_actors::ActorSeam;
 
 use super::nftlib::{script_request, NftRun, NftWorker};
 use super::restore_session::{RestoreSessions, SessionRun};
-use super::{KernelError, NoopHook, OpHook};
+use super::KernelError;
 
 /// One program invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,12 +53,12 @@ impl CommandOutput {
     }
 }
 
-/// Runs programs. Implementations: [`SystemCommands`] (real processes) and
+/// Runs programs, behind the seam. Implementations: [`SystemCommands`] (real processes) and
 /// [`super::ScriptedCommands`] (tests).
-pub trait CommandSeam: Send + Sync {
+pub trait CommandRunner: Send + Sync {
     /// Runs the program to completion. Returns `Err` only if it could not be
     /// started; a non-zero exit is reported in [`CommandOutput::status`].
-    fn exec(&self, req: &CommandRequest) -> Result<CommandOutput, KernelError>;
+    fn exec(&self, req: &CommandRequest) -> std::io::Result<CommandOutput>;
     /// True if `program` can be found (on `PATH` or as a path).
     fn program_exists(&self, program: &str) -> bool;
     /// True if `path` exists on the host file system (used for probes such
@@ -159,7 +161,7 @@ impl SystemCommands {
             .as_ref()
     }
 
-    fn exec_process(&self, req: &CommandRequest) -> Result<CommandOutput, KernelError> {
+    fn exec_process(&self, req: &CommandRequest) -> std::io::Result<CommandOutput> {
         let mut cmd = command_in(self.netns.as_deref(), &req.program);
         cmd.args(&req.args)
             .stdout(Stdio::piped())
@@ -169,11 +171,7 @@ impl SystemCommands {
             } else {
                 Stdio::null()
             });
-        let spawn_err = |source| KernelError::Spawn {
-            command: req.display(),
-            source,
-        };
-        let mut child = cmd.spawn().map_err(spawn_err)?;
+        let mut child = cmd.spawn()?;
         // Feed stdin from a separate thread so a program that writes a lot of
         // output before reading all its input cannot deadlock us.  The
         // thread borrows the request's bytes (a start-of-day script is tens
@@ -187,8 +185,7 @@ impl SystemCommands {
                 });
             }
             child.wait_with_output()
-        })
-        .map_err(spawn_err)?;
+        })?;
         Ok(CommandOutput {
             status: out.status.code(),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -197,19 +194,16 @@ impl SystemCommands {
     }
 }
 
-impl CommandSeam for SystemCommands {
-    fn exec(&self, req: &CommandRequest) -> Result<CommandOutput, KernelError> {
+impl CommandRunner for SystemCommands {
+    fn exec(&self, req: &CommandRequest) -> std::io::Result<CommandOutput> {
         if let Some(script) = script_request(&req.program, &req.args, req.stdin.as_deref()) {
             if let Some(w) = self.nft_worker() {
                 match w.run(script) {
                     NftRun::Ran(out) => return Ok(out),
                     NftRun::NoAnswer => {
-                        return Err(KernelError::Spawn {
-                            command: req.display(),
-                            source: std::io::Error::other(
-                                "in-process nft worker stopped during the script",
-                            ),
-                        })
+                        return Err(std::io::Error::other(
+                            "in-process nft worker stopped during the script",
+                        ))
                     }
                     NftRun::NotPassable | NftRun::WorkerGone => {}
                 }
@@ -253,68 +247,64 @@ pub(super) fn program_on_path(program: &str) -> bool {
     dirs.iter().any(|d| d.join(program).is_file())
 }
 
-/// A driver's handle on the command seam: every call goes through the
-/// [`OpHook`] with the driver's actor name.
+/// A driver's command handle: every call is one operation of its [`ActorSeam`] (fault
+/// injection, metrics, tracing span), run by its [`CommandRunner`].
 #[derive(Clone)]
 pub struct Commands {
-    seam: Arc<dyn CommandSeam>,
-    hook: Arc<dyn OpHook>,
-    actor: String,
+    runner: Arc<dyn CommandRunner>,
+    seam: ActorSeam,
 }
 
 impl std::fmt::Debug for Commands {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Commands")
-            .field("actor", &self.actor)
+            .field("actor", &self.seam.actor())
             .finish_non_exhaustive()
     }
 }
 
 impl Commands {
-    /// A handle for `actor` over `seam`, reporting to `hook`.
-    pub fn new(
-        seam: Arc<dyn CommandSeam>,
-        hook: Arc<dyn OpHook>,
-        actor: impl Into<String>,
-    ) -> Self {
-        Commands {
-            seam,
-            hook,
-            actor: actor.into(),
-        }
+    /// A handle running commands on `runner` through `seam`.
+    pub fn new(runner: Arc<dyn CommandRunner>, seam: ActorSeam) -> Self {
+        Commands { runner, seam }
     }
 
-    /// A handle with the no-op hook.
-    pub fn unhooked(seam: Arc<dyn CommandSeam>, actor: impl Into<String>) -> Self {
-        Self::new(seam, Arc::new(NoopHook), actor)
+    /// A handle for `actor` with a seam of its own (no armed faults, private metrics): for
+    /// tests, benchmarks and one-off probes outside the actor runtime.
+    pub fn standalone(runner: Arc<dyn CommandRunner>, actor: &str) -> Self {
+        Self::new(runner, felix_actors::Seam::default().for_actor(actor))
     }
 
-    /// The same seam and hook under another actor name.
-    pub fn for_actor(&self, actor: impl Into<String>) -> Self {
+    /// The same runner and shared seam under another actor name.
+    pub fn for_actor(&self, actor: &str) -> Self {
         Commands {
-            seam: self.seam.clone(),
-            hook: self.hook.clone(),
-            actor: actor.into(),
+            runner: self.runner.clone(),
+            seam: self.seam.renamed(actor),
         }
     }
 
     /// The actor name operations are reported under.
     pub fn actor(&self) -> &str {
-        &self.actor
+        self.seam.actor()
+    }
+
+    /// The seam this handle runs through.
+    pub fn seam(&self) -> &ActorSeam {
+        &self.seam
     }
 
     /// True if the program exists.
     pub fn program_exists(&self, program: &str) -> bool {
-        self.seam.program_exists(program)
+        self.runner.program_exists(program)
     }
 
     /// True if the host path exists.
     pub fn path_exists(&self, path: &str) -> bool {
-        self.seam.path_exists(path)
+        self.runner.path_exists(path)
     }
 
-    /// Runs the program; a non-zero exit is an error naming the command,
-    /// status and stderr.
+    /// Runs the program; a non-zero exit is an error naming the operation, command, status
+    /// and the tool's stderr.
     pub fn run(
         &self,
         op: &str,
@@ -339,29 +329,66 @@ impl Commands {
             args: args.iter().map(|s| s.to_string()).collect(),
             stdin,
         };
-        let out = self.run_unchecked(op, &req)?;
-        if out.success() {
-            Ok(out)
-        } else {
-            Err(KernelError::Failed {
-                command: req.display(),
-                status: out.status,
-                stderr: out.stderr.trim().to_string(),
-            })
-        }
+        self.seam.op(op, || {
+            let out = self.spawn(op, &req)?;
+            if out.success() {
+                Ok(out)
+            } else {
+                Err(KernelError::Failed {
+                    op: op.to_string(),
+                    command: req.display(),
+                    status: out.status,
+                    stderr: out.stderr.trim().to_string(),
+                })
+            }
+        })
     }
 
-    /// Runs the program and returns its output whatever its exit status.
+    /// Runs the program and returns its output whatever its exit status (the seam still
+    /// counts a non-zero exit as a failed operation).
     pub fn run_unchecked(
         &self,
         op: &str,
         req: &CommandRequest,
     ) -> Result<CommandOutput, KernelError> {
-        self.hook.before(&self.actor, op)?;
-        let start = Instant::now();
-        let res = self.seam.exec(req);
-        let ok = matches!(&res, Ok(o) if o.success());
-        self.hook.after(&self.actor, op, ok, start.elapsed());
-        res
+        let res = self.seam.op(op, || {
+            let out = self.spawn(op, req)?;
+            if out.success() {
+                Ok(out)
+            } else {
+                Err(Unchecked::Exited(out))
+            }
+        });
+        match res {
+            Ok(out) | Err(Unchecked::Exited(out)) => Ok(out),
+            Err(Unchecked::Kernel(e)) => Err(e),
+        }
+    }
+
+    fn spawn(&self, op: &str, req: &CommandRequest) -> Result<CommandOutput, KernelError> {
+        self.runner.exec(req).map_err(|source| KernelError::Spawn {
+            op: op.to_string(),
+            command: req.display(),
+            source,
+        })
+    }
+}
+
+/// [`Commands::run_unchecked`]'s result inside the seam: a non-zero exit is a failed operation
+/// for the seam's metrics, but an answer for the caller.
+enum Unchecked {
+    Exited(CommandOutput),
+    Kernel(KernelError),
+}
+
+impl From<KernelError> for Unchecked {
+    fn from(e: KernelError) -> Self {
+        Unchecked::Kernel(e)
+    }
+}
+
+impl From<felix_actors::Injected> for Unchecked {
+    fn from(e: felix_actors::Injected) -> Self {
+        Unchecked::Kernel(KernelError::Injected(e))
     }
 }

@@ -1,4 +1,4 @@
-//! A scripted command seam for unit tests: records every request and answers
+//! A scripted command runner for unit tests: records every request and answers
 //! from a caller-supplied responder, with "fail the next N calls" injection.
 
 use std::collections::BTreeSet;
@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{CommandOutput, CommandRequest, CommandSeam, KernelError};
+use super::{CommandOutput, CommandRequest, CommandRunner};
 
 /// The scripted answer to one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,7 +19,7 @@ pub enum FakeResponse {
 
 type Responder = dyn Fn(&CommandRequest) -> FakeResponse + Send + Sync;
 
-/// A [`CommandSeam`] that never runs anything.
+/// A [`CommandRunner`] that never runs anything.
 pub struct ScriptedCommands {
     responder: Box<Responder>,
     calls: Mutex<Vec<CommandRequest>>,
@@ -86,8 +86,8 @@ impl ScriptedCommands {
     }
 }
 
-impl CommandSeam for ScriptedCommands {
-    fn exec(&self, req: &CommandRequest) -> Result<CommandOutput, KernelError> {
+impl CommandRunner for ScriptedCommands {
+    fn exec(&self, req: &CommandRequest) -> std::io::Result<CommandOutput> {
         self.calls.lock().push(req.clone());
         {
             let mut f = self.fail_next.lock();

@@ -1,31 +1,40 @@
-//! Kernel seams: the only way dataplane drivers touch the kernel.
+//! Kernel operations: the command runners behind the seam, and the driver's command handle.
 //!
-//! Every kernel operation goes through a seam so that tests can script the
-//! kernel's answers and the supervisor can inject faults or time operations.
-//! Invariant: a driver never spawns a process itself; it calls
-//! [`Commands::run`] (or [`Commands::run_unchecked`]), which brackets the call
-//! with the [`OpHook`] under the driver's actor name and an operation name.
+//! Every kernel operation of the dataplane goes through the seam
+//! (`felix_actors::seam`: fault injection, metrics and a tracing span per operation). For
+//! commands the layers are:
+//!
+//! * [`CommandRunner`]: what runs a program ([`SystemCommands`]: real processes, in-process
+//!   libnftables and long-lived restore sessions; [`ScriptedCommands`]: a scripted fake);
+//! * [`Commands`]: a driver's handle, an [`felix_actors::ActorSeam`] plus a runner; every
+//!   [`Commands::run`] is one seam operation with the caller's operation name.
+//!
+//! Invariant: a driver never spawns a process itself; it calls [`Commands::run`] (or
+//! [`Commands::run_unchecked`]), so faults, metrics and the admin socket see every command.
 
 mod command;
 mod fake;
-mod hook;
 pub mod nftlib;
 pub mod restore_session;
 mod retry;
 #[cfg(test)]
 pub(crate) mod testns;
 
-pub use command::{CommandOutput, CommandRequest, CommandSeam, Commands, SystemCommands};
+pub use command::{CommandOutput, CommandRequest, CommandRunner, Commands, SystemCommands};
 pub use fake::{FakeResponse, ScriptedCommands};
-pub use hook::{NoopHook, OpHook};
 pub use retry::{Backoff, RetryPolicy};
 
-/// Errors from a kernel seam, naming the command and what went wrong.
+use felix_actors::{DriverError, FailureKind, Injected};
+
+/// Errors of a kernel command, naming the operation and the command, and keeping the OS
+/// error or the tool's own message.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
     /// The program could not be started at all.
-    #[error("failed to start `{command}`: {source}")]
+    #[error("{op}: failed to start `{command}`: {source}")]
     Spawn {
+        /// The seam operation, e.g. `iptables-restore`.
+        op: String,
         /// The program and arguments, space separated.
         command: String,
         /// The underlying I/O error.
@@ -33,25 +42,20 @@ pub enum KernelError {
         source: std::io::Error,
     },
     /// The program ran and exited unsuccessfully.
-    #[error("`{command}` exited with status {status:?}: {stderr}")]
+    #[error("{op}: `{command}` exited with status {status:?}: {stderr}")]
     Failed {
+        /// The seam operation.
+        op: String,
         /// The program and arguments, space separated.
         command: String,
         /// Exit code, `None` if killed by a signal.
         status: Option<i32>,
-        /// Captured standard error (trimmed).
+        /// Captured standard error (trimmed): the tool's own message.
         stderr: String,
     },
-    /// The operation hook refused the operation (fault injection).
-    #[error("operation `{op}` of actor `{actor}` refused by hook: {reason}")]
-    Refused {
-        /// The driver's actor name.
-        actor: String,
-        /// The operation name, e.g. `iptables-restore`.
-        op: String,
-        /// Why it was refused.
-        reason: String,
-    },
+    /// An armed fault made the operation fail without running it.
+    #[error(transparent)]
+    Injected(#[from] Injected),
 }
 
 impl KernelError {
@@ -60,6 +64,32 @@ impl KernelError {
         match self {
             KernelError::Failed { stderr, .. } => stderr,
             _ => "",
+        }
+    }
+
+    /// The seam operation that failed.
+    pub fn op(&self) -> &str {
+        match self {
+            KernelError::Spawn { op, .. } | KernelError::Failed { op, .. } => op,
+            KernelError::Injected(i) => &i.op,
+        }
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            KernelError::Spawn { .. } => FailureKind::Unavailable,
+            KernelError::Failed { .. } => FailureKind::Refused,
+            KernelError::Injected(_) => FailureKind::Injected,
+        }
+    }
+}
+
+impl From<KernelError> for DriverError {
+    fn from(e: KernelError) -> Self {
+        match e {
+            KernelError::Injected(i) => DriverError::from(i),
+            e => DriverError::op(e.op().to_string(), e.kind(), e),
         }
     }
 }

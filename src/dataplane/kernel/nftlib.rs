@@ -129,10 +129,10 @@ struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     fn new(lib: &'a Lib) -> Result<Ctx<'a>, NftLibError> {
+        let _serial = LIB_LOCK.lock();
         // SAFETY: nft_ctx_new takes flags (0: defaults) and returns an owned
         // context or NULL; buffering output and errors makes the library
         // write into memory streams instead of our stdout/stderr.
-        let _serial = LIB_LOCK.lock();
         unsafe {
             let ptr = (lib.ctx_new)(0);
             if ptr.is_null() {
@@ -309,7 +309,7 @@ pub fn script_request<'a>(
 mod tests {
     use super::*;
     use crate::dataplane::kernel::testns::TestNetns;
-    use crate::dataplane::kernel::{CommandRequest, CommandSeam, SystemCommands};
+    use crate::dataplane::kernel::{CommandRequest, CommandRunner, SystemCommands};
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()

@@ -35,7 +35,7 @@ impl Default for RetryPolicy {
             initial_backoff: Duration::from_millis(1),
             max_backoff: Duration::from_secs(1),
             sleep: Arc::new(std::thread::sleep),
-            now: Arc::new(Instant::now),
+            now: Arc::new(felix_actors::clock::real_now),
         }
     }
 }

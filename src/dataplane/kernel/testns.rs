@@ -31,7 +31,7 @@ impl TestNetns {
 
     fn create_named(name: &str, tools: &[&str]) -> Option<TestNetns> {
         let sys = SystemCommands::new();
-        use super::CommandSeam;
+        use super::CommandRunner;
         for t in std::iter::once(&"ip").chain(tools.iter()) {
             if !sys.program_exists(t) {
                 eprintln!("skipping: `{t}` is not installed");
@@ -52,7 +52,7 @@ impl TestNetns {
 
     /// A command handle running inside this namespace.
     pub fn commands(&self, actor: &str) -> Commands {
-        Commands::unhooked(Arc::new(SystemCommands::in_netns(&self.name)), actor)
+        Commands::standalone(Arc::new(SystemCommands::in_netns(&self.name)), actor)
     }
 
     /// Runs a command inside the namespace, returning stdout; panics on failure.

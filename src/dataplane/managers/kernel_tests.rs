@@ -13,9 +13,10 @@ use felix_config::{Config, Source};
 use felix_proto as pb;
 
 use super::Payload;
+use crate::daemon::messages::state_key;
 use crate::dataplane::kernel::testns::TestNetns;
-use crate::dataplane::kernel::{CommandSeam, SystemCommands};
-use crate::dataplane::wiring::{register, state_key};
+use crate::dataplane::kernel::{CommandRunner, SystemCommands};
+use crate::dataplane::wiring::register;
 
 fn cfg_with(kv: &[(&str, &str)]) -> Config {
     let layer: BTreeMap<String, String> = kv

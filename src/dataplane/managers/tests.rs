@@ -568,7 +568,7 @@ async fn iptables_wiring_creates_sets_before_rules_and_routes_the_workload_only_
     let cfg = cfg_with(&[("Ipv6Support", "false")]);
     let builder = SupervisorBuilder::new(
         SupervisorConfig::default(),
-        crate::dataplane::wiring::state_key,
+        crate::daemon::messages::state_key,
     );
     let builder = crate::dataplane::wiring::register(builder, &cfg, fake.clone()).unwrap();
     let h = builder.start().unwrap();
@@ -646,7 +646,7 @@ async fn nftables_wiring_programs_one_layered_transaction_with_sets() {
     let cfg = cfg_with(&[("NFTablesMode", "Enabled"), ("Ipv6Support", "true")]);
     let builder = SupervisorBuilder::new(
         SupervisorConfig::default(),
-        crate::dataplane::wiring::state_key,
+        crate::daemon::messages::state_key,
     );
     let builder = crate::dataplane::wiring::register(builder, &cfg, fake.clone()).unwrap();
     let h = builder.start().unwrap();

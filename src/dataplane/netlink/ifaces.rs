@@ -209,7 +209,7 @@ mod tests {
                 FakeResponse::Ok(String::new())
             }
         });
-        let cmds = Commands::unhooked(fake.clone(), "driver/ifaces-v4");
+        let cmds = Commands::standalone(fake.clone(), "driver/ifaces-v4");
         let mut t = IfaceSettingsTable::new(IpVersion::V4, Netlink::new(cmds), true);
         let mut d = IfacesDesired::default();
         d.set("m", "cali1".into(), IfaceSettings { rp_filter: 1 });
@@ -266,7 +266,7 @@ mod tests {
                 FakeResponse::Ok(String::new())
             }
         });
-        let cmds = Commands::unhooked(fake.clone(), "driver/ifaces-v4");
+        let cmds = Commands::standalone(fake.clone(), "driver/ifaces-v4");
         let mut t = IfaceSettingsTable::new(IpVersion::V4, Netlink::new(cmds), false);
         let mut d = IfacesDesired::default();
         for n in &names {
@@ -300,7 +300,7 @@ mod tests {
                 FakeResponse::Ok(String::new())
             }
         });
-        let cmds = Commands::unhooked(fake.clone(), "driver/ifaces-v4");
+        let cmds = Commands::standalone(fake.clone(), "driver/ifaces-v4");
         let mut t = IfaceSettingsTable::new(IpVersion::V4, Netlink::new(cmds), false);
         let mut d = IfacesDesired::default();
         for n in ["cali1", "cali2", "cali3"] {

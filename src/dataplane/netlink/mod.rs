@@ -45,6 +45,17 @@ pub enum NetlinkError {
     },
 }
 
+impl From<NetlinkError> for felix_actors::DriverError {
+    fn from(e: NetlinkError) -> Self {
+        match e {
+            NetlinkError::Kernel(k) => k.into(),
+            NetlinkError::Parse { what, .. } => {
+                felix_actors::DriverError::op(what, felix_actors::FailureKind::Unreadable, e)
+            }
+        }
+    }
+}
+
 /// A route as read back from the main table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelRoute {

@@ -325,7 +325,7 @@ mod tests {
                 FakeResponse::Ok(String::new())
             }
         });
-        let cmds = Commands::unhooked(fake.clone(), "driver/routes-v4");
+        let cmds = Commands::standalone(fake.clone(), "driver/routes-v4");
         let mut t = RouteTable::new(IpVersion::V4, Netlink::new(cmds), own());
         let mut d = RoutesDesired::default();
         d.set(
@@ -386,7 +386,7 @@ mod tests {
                 FakeResponse::Ok("[]".into())
             }
         });
-        let cmds = Commands::unhooked(Arc::clone(&fake) as _, "driver/routes-v4");
+        let cmds = Commands::standalone(Arc::clone(&fake) as _, "driver/routes-v4");
         let mut t = RouteTable::new(IpVersion::V4, Netlink::new(cmds), own());
         let mut d = RoutesDesired::default();
         d.set(

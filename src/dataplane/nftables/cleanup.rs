@@ -55,7 +55,7 @@ impl IptablesNftCleanup {
             chain_prefixes: vec!["cali-".into()],
             hash_prefix: RULE_HASH_PREFIX.into(),
             refresh_interval,
-            now: Arc::new(Instant::now),
+            now: Arc::new(felix_actors::clock::real_now),
             last_sweep: None,
         }
     }

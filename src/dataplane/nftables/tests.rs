@@ -12,7 +12,7 @@ use crate::dataplane::generictables::{
 };
 use crate::dataplane::kernel::RetryPolicy;
 use crate::dataplane::kernel::{
-    CommandOutput, CommandRequest, CommandSeam, Commands, FakeResponse, KernelError,
+    CommandOutput, CommandRequest, CommandRunner, Commands, FakeResponse, KernelError,
     ScriptedCommands, SystemCommands,
 };
 
@@ -80,7 +80,7 @@ fn first_apply_is_one_ordered_transaction_and_second_is_empty() {
     let mut t = NftablesTable::new(
         IpVersion::V4,
         NftablesMode::Program,
-        Commands::unhooked(fake.clone(), "nft"),
+        Commands::standalone(fake.clone(), "nft"),
         quiet_opts(),
     );
     desired(&mut t, Action::Drop);
@@ -181,7 +181,7 @@ fn delta_transactions_need_no_rule_cache() {
     let mut t = NftablesTable::new(
         IpVersion::V4,
         NftablesMode::Program,
-        Commands::unhooked(fake.clone(), "nft"),
+        Commands::standalone(fake.clone(), "nft"),
         quiet_opts(),
     );
     desired(&mut t, Action::Drop);
@@ -224,7 +224,7 @@ fn rebuilds_in_one_transaction_after_repeated_failures() {
     let mut t = NftablesTable::new(
         IpVersion::V4,
         NftablesMode::Program,
-        Commands::unhooked(fake.clone(), "nft"),
+        Commands::standalone(fake.clone(), "nft"),
         quiet_opts(),
     );
     desired(&mut t, Action::Drop);
@@ -265,7 +265,7 @@ fn gives_up_with_typed_error_naming_the_command() {
     let mut t = NftablesTable::new(
         IpVersion::V6,
         NftablesMode::Program,
-        Commands::unhooked(fake.clone(), "nft"),
+        Commands::standalone(fake.clone(), "nft"),
         opts,
     );
     t.set_chain(Chain::new("cali-a", vec![rule("tcp", Action::Accept)]));
@@ -297,7 +297,7 @@ fn cleanup_mode_deletes_our_table_only_when_present() {
     let mut t = NftablesTable::new(
         IpVersion::V4,
         NftablesMode::CleanupOnly,
-        Commands::unhooked(fake.clone(), "nft"),
+        Commands::standalone(fake.clone(), "nft"),
         quiet_opts(),
     );
     let s = t.apply().unwrap();
@@ -324,8 +324,8 @@ struct FailFirstApplies {
     scripts: Mutex<Vec<String>>,
 }
 
-impl CommandSeam for FailFirstApplies {
-    fn exec(&self, req: &CommandRequest) -> Result<CommandOutput, KernelError> {
+impl CommandRunner for FailFirstApplies {
+    fn exec(&self, req: &CommandRequest) -> std::io::Result<CommandOutput> {
         if req.args.first().map(String::as_str) == Some("-f") {
             self.scripts.lock().push(
                 String::from_utf8_lossy(req.stdin.as_deref().unwrap_or_default()).into_owned(),
@@ -501,7 +501,7 @@ mod kernel {
         let mut t2 = NftablesTable::new(
             IpVersion::V4,
             NftablesMode::Program,
-            Commands::unhooked(seam.clone(), "nft"),
+            Commands::standalone(seam.clone(), "nft"),
             NftablesOptions {
                 retry: RetryPolicy::without_sleeping(),
                 ..NftablesOptions::default()
@@ -618,7 +618,6 @@ mod bench {
         IptablesMode, IptablesOptions, IptablesTable, ResolvedBackend,
     };
     use crate::dataplane::kernel::testns::TestNetns;
-    use std::time::Instant;
 
     const CHAINS: usize = 2000;
     const RULES: usize = 5;
@@ -661,7 +660,7 @@ mod bench {
         for i in 0..CHAINS {
             t.set_chain(chain(i, 0));
         }
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         t.apply().unwrap();
         let sod = start.elapsed();
         // Raw tool time for the same ruleset: save what we wrote, flush, restore it.
@@ -670,12 +669,12 @@ mod bench {
         ns.sh("iptables-nft", &["-X"]);
         let path = format!("/tmp/{}-ipt.txt", ns.name);
         std::fs::write(&path, &saved).unwrap();
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         ns.sh("iptables-nft-restore", &[&path]);
         let raw = start.elapsed();
         let _ = std::fs::remove_file(&path);
         t.set_chain(chain(7, 1));
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         let s = t.apply().unwrap();
         let one = start.elapsed();
         println!(
@@ -693,23 +692,23 @@ mod bench {
         for i in 0..CHAINS {
             n.set_chain(chain(i, 0));
         }
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         n.apply().unwrap();
         let sod = start.elapsed();
         let listed = ns.sh("nft", &["list", "table", "ip", "calico"]);
         ns.sh("nft", &["delete", "table", "ip", "calico"]);
         let path = format!("/tmp/{}-nft.txt", ns.name);
         std::fs::write(&path, &listed).unwrap();
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         ns.sh("nft", &["-f", &path]);
         let raw = start.elapsed();
         let _ = std::fs::remove_file(&path);
         n.set_chain(chain(7, 1));
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         let s = n.apply().unwrap();
         let one = start.elapsed();
         n.queue_resync();
-        let start = Instant::now();
+        let start = felix_actors::clock::real_now();
         n.apply().unwrap();
         let resync = start.elapsed();
         println!(

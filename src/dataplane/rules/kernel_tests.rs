@@ -163,7 +163,7 @@ mod full_ruleset {
     }
 
     /// Chains per table and kernel-chain inserts for the whole ruleset.
-    #[allow(clippy::type_complexity)]
+    #[expect(clippy::type_complexity, reason = "a one-off table of test cases")]
     fn ruleset(
         r: &Renderer,
         action: &str,

@@ -25,7 +25,7 @@
 //! [`BenchOptions`] says otherwise.
 
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::client::EtcdClient;
 use super::config::EtcdConfig;
@@ -267,7 +267,7 @@ pub fn run_with(
         prefetch,
     } = options;
     let client = server.client();
-    let t = Instant::now();
+    let t = felix_actors::clock::real_now();
     let mut kvs: Vec<(String, String)> = (0..workloads).map(sample_workload_endpoint).collect();
     kvs.extend((0..policies).map(sample_policy));
     put_all(&client, &kvs)?;
@@ -289,7 +289,7 @@ pub fn run_with(
     let etcd_pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
     let etcd_cpu_before = process_cpu(&etcd_pid);
     let felix_cpu_before = process_cpu("self");
-    let start = Instant::now();
+    let start = felix_actors::clock::real_now();
     let syncer = EtcdSyncer::start(config, tx).map_err(|e| e.to_string())?;
     let mut updates = 0usize;
     let mut wep_keys = std::collections::HashSet::new();
@@ -319,7 +319,7 @@ pub fn run_with(
     server
         .offline(|c| c.delete(victim.as_bytes()).map_err(|e| e.to_string()))
         .map_err(|e| e.to_string())??;
-    let back = Instant::now();
+    let back = felix_actors::clock::real_now();
     let expected = wep_keys.len().saturating_sub(1);
     loop {
         match rx.recv_timeout(Duration::from_secs(60)) {
@@ -384,7 +384,7 @@ pub fn sync_into_graph(
     );
     config.page_size = page_size;
     config.prefetch = prefetch;
-    let start = Instant::now();
+    let start = felix_actors::clock::real_now();
     let syncer = EtcdSyncer::start(config, tx).map_err(|e| e.to_string())?;
     let mut graph = CalcGraph::new(node);
     let messages = loop {

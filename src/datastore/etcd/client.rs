@@ -16,7 +16,7 @@
 use std::io::BufReader;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
@@ -307,7 +307,7 @@ impl EtcdClient {
         let body = serde_json::to_vec(body).map_err(|e| EtcdError::Protocol(e.to_string()))?;
         let limits = Limits {
             stop: self.stop.clone(),
-            deadline: Some(Instant::now() + self.request_timeout),
+            deadline: Some(felix_actors::clock::real_now() + self.request_timeout),
         };
         let (code, reader) = self.open(path, &body, limits)?;
         let bytes = reader.read_all(MAX_RESPONSE)?;
@@ -478,7 +478,7 @@ impl EtcdClient {
     fn limits(&self) -> CallLimits {
         CallLimits {
             stop: self.stop.clone(),
-            deadline: Instant::now() + self.request_timeout,
+            deadline: felix_actors::clock::real_now() + self.request_timeout,
             max_message: MAX_RESPONSE,
         }
     }

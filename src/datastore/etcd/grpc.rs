@@ -262,7 +262,7 @@ impl GrpcTransport {
                         if stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
                             return Err(GrpcError::Stopped);
                         }
-                        if Instant::now() >= deadline {
+                        if felix_actors::clock::real_now() >= deadline {
                             return Err(GrpcError::Io { endpoint, reason: "no answer before the request timeout".into() });
                         }
                     }

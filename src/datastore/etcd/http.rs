@@ -191,7 +191,11 @@ impl Read for Sock {
                     {
                         return Err(io::Error::other(StopMarker));
                     }
-                    if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
+                    if self
+                        .limits
+                        .deadline
+                        .is_some_and(|d| felix_actors::clock::real_now() >= d)
+                    {
                         return Err(io::Error::new(
                             io::ErrorKind::TimedOut,
                             "no response before the request timeout",
@@ -658,7 +662,7 @@ mod tests {
     fn limits() -> Limits {
         Limits {
             stop: None,
-            deadline: Some(Instant::now() + Duration::from_secs(5)),
+            deadline: Some(felix_actors::clock::real_now() + Duration::from_secs(5)),
         }
     }
 
@@ -720,7 +724,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(300));
             s2.store(true, Ordering::SeqCst);
         });
-        let t = Instant::now();
+        let t = felix_actors::clock::real_now();
         assert!(matches!(body.read_all(100), Err(HttpError::Stopped)));
         assert!(t.elapsed() < Duration::from_secs(2));
         hold.join().unwrap();

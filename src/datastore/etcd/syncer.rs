@@ -82,7 +82,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::client::{prefix_end, EtcdClient, EtcdError, KeyValue, WatchEvent, WatchMessage};
 use super::config::{ConfigError, EtcdConfig};
@@ -407,7 +407,7 @@ impl Worker {
         self.generation += 1;
         let generation = self.generation;
         self.resume = None;
-        let started = Instant::now();
+        let started = felix_actors::clock::real_now();
         let revision = if self.known.is_empty() {
             self.list_pipelined(phase, generation)?
         } else {
@@ -798,12 +798,12 @@ impl Worker {
 
     /// Sleeps for `d`, waking early (with `Err`) on a stop request.
     fn sleep(&self, d: Duration) -> Result<(), ()> {
-        let deadline = Instant::now() + d;
+        let deadline = felix_actors::clock::real_now() + d;
         loop {
             if self.stop.load(Ordering::SeqCst) {
                 return Err(());
             }
-            let now = Instant::now();
+            let now = felix_actors::clock::real_now();
             if now >= deadline {
                 return Ok(());
             }

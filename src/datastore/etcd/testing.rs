@@ -15,7 +15,7 @@
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::client::EtcdClient;
 use super::tls::TlsFiles;
@@ -217,12 +217,12 @@ fn free_port() -> std::io::Result<u16> {
 
 fn wait_ready(client: EtcdClient) -> Result<(), TestServerError> {
     let client = client.with_request_timeout(Duration::from_secs(2));
-    let deadline = Instant::now() + READY_TIMEOUT;
+    let deadline = felix_actors::clock::real_now() + READY_TIMEOUT;
     loop {
         if client.current_revision().is_ok() {
             return Ok(());
         }
-        if Instant::now() >= deadline {
+        if felix_actors::clock::real_now() >= deadline {
             return Err(TestServerError::NotReady(READY_TIMEOUT));
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -4,7 +4,6 @@
 //! (add `--release` for representative figures). Prints, never asserts.
 
 use std::hint::black_box;
-use std::time::Instant;
 
 use super::super::{parse, WithParents};
 use super::labels;
@@ -29,21 +28,21 @@ fn bench_evaluate_three_term_selector() {
     };
     const N: u32 = 2_000_000;
 
-    let start = Instant::now();
+    let start = felix_actors::clock::real_now();
     let mut hits = 0u32;
     for _ in 0..N {
         hits += u32::from(sel.evaluate(black_box(&own)));
     }
     let map_rate = f64::from(N) / start.elapsed().as_secs_f64();
 
-    let start = Instant::now();
+    let start = felix_actors::clock::real_now();
     for _ in 0..N {
         hits += u32::from(sel.evaluate(black_box(&view)));
     }
     let view_rate = f64::from(N) / start.elapsed().as_secs_f64();
 
     // Baseline on the same machine: the three map lookups alone.
-    let start = Instant::now();
+    let start = felix_actors::clock::real_now();
     for _ in 0..N {
         let m = black_box(&own);
         hits += u32::from(
@@ -52,7 +51,7 @@ fn bench_evaluate_three_term_selector() {
     }
     let baseline_rate = f64::from(N) / start.elapsed().as_secs_f64();
 
-    let start = Instant::now();
+    let start = felix_actors::clock::real_now();
     let parses = 100_000u32;
     for _ in 0..parses {
         black_box(parse(black_box(sel.canonical())).ok());

@@ -1,6 +1,6 @@
 use super::*;
 use crate::dataplane::kernel::testns::TestNetns;
-use crate::dataplane::kernel::{CommandSeam, SystemCommands};
+use crate::dataplane::kernel::{CommandRunner, SystemCommands};
 
 fn req(program: &str, args: &[&str], script: &str) -> CommandRequest {
     CommandRequest {

@@ -16,24 +16,22 @@
 //! pacing point; they never fail the apply, so they cannot trigger the
 //! fail-closed exit meant for the tables we program.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use felix_actors::{ActorSeam, Driver, DriverError};
+use felix_actors::{Driver, DriverError};
 
 use crate::dataplane::generictables::{IpVersion, Table};
 use crate::dataplane::iptables::{
     backend_binaries_present, legacy_modules_loaded, IptablesMode, IptablesOptions, IptablesTable,
     ResolvedBackend,
 };
-use crate::dataplane::kernel::{CommandSeam, Commands};
+use crate::dataplane::kernel::Commands;
 use crate::dataplane::nftables::{
     IptablesNftCleanup, NftablesMode, NftablesOptions, NftablesTable,
 };
 use crate::dataplane::rules::TableName;
 
 use super::tables::BackendChoice;
-use super::SeamBridge;
 
 /// Which dataplane is being programmed.
 #[derive(Debug, Clone)]
@@ -55,26 +53,18 @@ enum Item {
 /// See the module docs.
 pub struct CleanupDriver {
     ipv: IpVersion,
-    actor: String,
-    bridge: Arc<SeamBridge>,
+    cmds: Commands,
     mode: CleanupMode,
     refresh: Duration,
     items: Option<Vec<Item>>,
 }
 
 impl CleanupDriver {
-    /// An adapter named `actor` sweeping every `refresh`.
-    pub fn new(
-        actor: &str,
-        ipv: IpVersion,
-        seam: Arc<dyn CommandSeam>,
-        mode: CleanupMode,
-        refresh: Duration,
-    ) -> Self {
+    /// An adapter running its commands on `cmds`, sweeping every `refresh`.
+    pub fn new(ipv: IpVersion, cmds: Commands, mode: CleanupMode, refresh: Duration) -> Self {
         CleanupDriver {
             ipv,
-            actor: actor.to_string(),
-            bridge: SeamBridge::new(seam),
+            cmds,
             mode,
             refresh,
             items: None,
@@ -139,13 +129,11 @@ impl CleanupDriver {
 impl Driver for CleanupDriver {
     type Desired = ();
 
-    fn apply(&mut self, _desired: &(), seam: &ActorSeam) -> Result<(), DriverError> {
-        self.bridge.install(seam);
+    fn apply(&mut self, _desired: &()) -> Result<(), DriverError> {
         if self.items.is_none() {
-            let cmds = self.bridge.commands(&self.actor);
-            self.items = Some(self.build(&cmds));
+            self.items = Some(self.build(&self.cmds));
         }
-        let now = Instant::now();
+        let now = felix_actors::clock::real_now();
         for item in self.items.iter_mut().flatten() {
             match item {
                 Item::Table(t) => {
@@ -174,7 +162,7 @@ impl Driver for CleanupDriver {
     fn queue_resync(&mut self) {}
 
     fn is_dirty(&self) -> bool {
-        let now = Instant::now();
+        let now = felix_actors::clock::real_now();
         match &self.items {
             None => true,
             Some(items) => items.iter().any(|i| match i {

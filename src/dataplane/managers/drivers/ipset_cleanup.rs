@@ -10,13 +10,11 @@
 //! stays dirty) but never fail the apply: a cleanup must not hold back the
 //! tables we program nor trigger the fail-closed exit.
 
-use std::sync::Arc;
-
-use felix_actors::{ActorSeam, Driver, DriverError};
+use felix_actors::{Driver, DriverError};
 
 use crate::dataplane::generictables::IpVersion;
 use crate::dataplane::ipsets::IpSetsOptions;
-use crate::dataplane::kernel::CommandSeam;
+use crate::dataplane::kernel::Commands;
 
 use super::super::desired::IpSetsDesired;
 use super::IpSetsDriver;
@@ -24,21 +22,16 @@ use super::IpSetsDriver;
 /// See the module docs.
 pub struct IpSetCleanupDriver {
     inner: IpSetsDriver,
-    seam: Arc<dyn CommandSeam>,
+    cmds: Commands,
     available: Option<bool>,
 }
 
 impl IpSetCleanupDriver {
-    /// A sweeper named `actor` for `ipv`.
-    pub fn new(
-        actor: &str,
-        ipv: IpVersion,
-        seam: Arc<dyn CommandSeam>,
-        opts: IpSetsOptions,
-    ) -> Self {
+    /// A sweeper for `ipv` running its commands on `cmds`.
+    pub fn new(ipv: IpVersion, cmds: Commands, opts: IpSetsOptions) -> Self {
         IpSetCleanupDriver {
-            inner: IpSetsDriver::new(actor, ipv, seam.clone(), opts, 1),
-            seam,
+            inner: IpSetsDriver::new(ipv, cmds.clone(), opts, 1),
+            cmds,
             available: None,
         }
     }
@@ -46,29 +39,25 @@ impl IpSetCleanupDriver {
     fn available(&mut self) -> bool {
         *self
             .available
-            .get_or_insert_with(|| self.seam.program_exists("ipset"))
+            .get_or_insert_with(|| self.cmds.program_exists("ipset"))
     }
 }
 
 impl Driver for IpSetCleanupDriver {
     type Desired = IpSetsDesired;
 
-    fn apply(&mut self, desired: &IpSetsDesired, seam: &ActorSeam) -> Result<(), DriverError> {
+    fn apply(&mut self, desired: &IpSetsDesired) -> Result<(), DriverError> {
         if self.available() {
-            if let Err(e) = self.inner.apply(desired, seam) {
+            if let Err(e) = self.inner.apply(desired) {
                 tracing::warn!(error = %e, "ipset cleanup failed; retried later");
             }
         }
         Ok(())
     }
 
-    fn apply_deletions(
-        &mut self,
-        desired: &IpSetsDesired,
-        seam: &ActorSeam,
-    ) -> Result<(), DriverError> {
+    fn apply_deletions(&mut self, desired: &IpSetsDesired) -> Result<(), DriverError> {
         if self.available() {
-            if let Err(e) = self.inner.apply_deletions(desired, seam) {
+            if let Err(e) = self.inner.apply_deletions(desired) {
                 tracing::warn!(error = %e, "ipset cleanup deletions failed; retried later");
             }
         }

@@ -3,41 +3,26 @@
 //! name prefix) run in the deferred-deletion step, after the tables stopped
 //! referencing them, a bounded number per apply.
 
-use std::sync::Arc;
-
-use felix_actors::{ActorSeam, Driver, DriverError};
+use felix_actors::{Driver, DriverError};
 
 use crate::dataplane::generictables::IpVersion;
-use crate::dataplane::ipsets::{
-    IpSetMetadata, IpSets, IpSetsError, IpSetsOptions, IpVersionConfig,
-};
-use crate::dataplane::kernel::CommandSeam;
+use crate::dataplane::ipsets::{IpSetMetadata, IpSets, IpSetsOptions, IpVersionConfig};
+use crate::dataplane::kernel::Commands;
 
 use super::super::desired::{IpSetsDesired, Pushed};
-use super::{driver_error, SeamBridge};
 
 /// See the module docs.
 pub struct IpSetsDriver {
-    bridge: Arc<SeamBridge>,
     ipsets: IpSets,
     pushed: Pushed<String>,
     max_size: u32,
 }
 
 impl IpSetsDriver {
-    /// An adapter named `actor`; sets are created with `maxelem` `max_size`.
-    pub fn new(
-        actor: &str,
-        ipv: IpVersion,
-        seam: Arc<dyn CommandSeam>,
-        opts: IpSetsOptions,
-        max_size: u32,
-    ) -> Self {
-        let bridge = SeamBridge::new(seam);
-        let cmds = bridge.commands(actor);
+    /// An adapter running its commands on `cmds`; sets are created with `maxelem` `max_size`.
+    pub fn new(ipv: IpVersion, cmds: Commands, opts: IpSetsOptions, max_size: u32) -> Self {
         IpSetsDriver {
             ipsets: IpSets::new(IpVersionConfig::new(ipv), cmds, opts),
-            bridge,
             pushed: Pushed::default(),
             max_size,
         }
@@ -47,8 +32,7 @@ impl IpSetsDriver {
 impl Driver for IpSetsDriver {
     type Desired = IpSetsDesired;
 
-    fn apply(&mut self, desired: &IpSetsDesired, seam: &ActorSeam) -> Result<(), DriverError> {
-        self.bridge.install(seam);
+    fn apply(&mut self, desired: &IpSetsDesired) -> Result<(), DriverError> {
         let d = self.pushed.diff(desired);
         for id in d.removed {
             self.ipsets.remove_ip_set(&id);
@@ -64,19 +48,11 @@ impl Driver for IpSetsDriver {
             );
         }
         self.pushed.mark_pushed(desired);
-        self.ipsets.apply_updates().map(|_| ()).map_err(|e| {
-            let IpSetsError::GaveUp { source, .. } = &e;
-            let kernel = Some(source);
-            driver_error(&e, kernel)
-        })
+        self.ipsets.apply_updates()?;
+        Ok(())
     }
 
-    fn apply_deletions(
-        &mut self,
-        _desired: &IpSetsDesired,
-        seam: &ActorSeam,
-    ) -> Result<(), DriverError> {
-        self.bridge.install(seam);
+    fn apply_deletions(&mut self, _desired: &IpSetsDesired) -> Result<(), DriverError> {
         self.ipsets.apply_deletions();
         Ok(())
     }

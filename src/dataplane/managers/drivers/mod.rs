@@ -2,10 +2,11 @@
 //! kernel-facing drivers, reading a desired-state cell written by the
 //! managers.
 //!
-//! Common shape: `apply` installs the call's actor seam in the adapter's
-//! [`SeamBridge`] (so every command is a seam operation), diffs the cell
+//! Common shape: the adapter is built with the driver's `Commands` (its actor seam plus the
+//! command runner, so every command is a seam operation); `apply` diffs the cell
 //! against the generations it pushed before ([`super::Pushed`]), pushes only
-//! what changed into the inner driver and lets it reconcile minimally. A
+//! what changed into the inner driver and lets it reconcile minimally; the inner driver's
+//! typed error converts into a `DriverError` naming the failed operation and its kind. A
 //! rebuilt adapter (driver restart) has pushed nothing, so it pushes the
 //! whole desired state; its inner driver reads the kernel back first, so
 //! unchanged kernel state is left alone.
@@ -20,34 +21,14 @@
 //! | [`CleanupDriver`] | `driver/cleanup-v4/-v6` | Tables |
 //! | [`IpSetCleanupDriver`] | `driver/ipset-cleanup-v4/-v6` (nftables mode) | IpSets (+ deletions) |
 
-mod bridge;
 mod cleanup;
 mod ipset_cleanup;
 mod ipsets;
 mod routes;
 mod tables;
 
-pub use bridge::SeamBridge;
 pub use cleanup::{CleanupDriver, CleanupMode};
 pub use ipset_cleanup::IpSetCleanupDriver;
 pub use ipsets::IpSetsDriver;
 pub use routes::{IfacesDriver, RoutesDriver};
 pub use tables::{BackendChoice, IptablesDriver, NftablesDriver};
-
-use felix_actors::{DriverError, SeamError};
-
-use crate::dataplane::kernel::KernelError;
-
-/// Maps a kernel error to a driver error: a refusal by the seam (injected
-/// fault) stays a seam error, anything else is a transient failure.
-pub(crate) fn driver_error(e: &dyn std::error::Error, kernel: Option<&KernelError>) -> DriverError {
-    match kernel {
-        Some(KernelError::Refused { actor, op, .. }) => DriverError::Seam(SeamError::Injected {
-            actor: actor.clone(),
-            op: op.clone(),
-        }),
-        _ => DriverError::Failed {
-            reason: e.to_string(),
-        },
-    }
-}

@@ -12,48 +12,26 @@
 //! refresh, retries it). A rebuilt driver subscribes afresh; it resyncs
 //! everything anyway.
 
-use std::sync::Arc;
-
-use felix_actors::{ActorSeam, Driver, DriverError};
+use felix_actors::{Driver, DriverError};
 
 use crate::dataplane::generictables::IpVersion;
 use crate::dataplane::ifacemon::IfaceSubscription;
-use crate::dataplane::kernel::CommandSeam;
-use crate::dataplane::netlink::{
-    IfaceSettingsTable, Netlink, NetlinkError, RouteOwnership, RouteTable,
-};
+use crate::dataplane::kernel::Commands;
+use crate::dataplane::netlink::{IfaceSettingsTable, Netlink, RouteOwnership, RouteTable};
 
 use super::super::desired::{IfacesDesired, RoutesDesired};
-use super::{driver_error, SeamBridge};
-
-fn netlink_error(e: NetlinkError) -> DriverError {
-    let kernel = match &e {
-        NetlinkError::Kernel(k) => Some(k),
-        NetlinkError::Parse { .. } => None,
-    };
-    driver_error(&e, kernel)
-}
 
 /// See the module docs.
 pub struct RoutesDriver {
-    bridge: Arc<SeamBridge>,
     table: RouteTable,
     ifaces: Option<IfaceSubscription>,
 }
 
 impl RoutesDriver {
-    /// An adapter named `actor`.
-    pub fn new(
-        actor: &str,
-        ipv: IpVersion,
-        seam: Arc<dyn CommandSeam>,
-        own: RouteOwnership,
-    ) -> Self {
-        let bridge = SeamBridge::new(seam);
-        let nl = Netlink::new(bridge.commands(actor));
+    /// An adapter running its commands on `cmds`.
+    pub fn new(ipv: IpVersion, cmds: Commands, own: RouteOwnership) -> Self {
         RoutesDriver {
-            table: RouteTable::new(ipv, nl, own),
-            bridge,
+            table: RouteTable::new(ipv, Netlink::new(cmds), own),
             ifaces: None,
         }
     }
@@ -68,12 +46,11 @@ impl RoutesDriver {
 impl Driver for RoutesDriver {
     type Desired = RoutesDesired;
 
-    fn apply(&mut self, desired: &RoutesDesired, seam: &ActorSeam) -> Result<(), DriverError> {
-        self.bridge.install(seam);
+    fn apply(&mut self, desired: &RoutesDesired) -> Result<(), DriverError> {
         if let Some(sub) = &self.ifaces {
             self.table.interfaces_changed(&sub.take());
         }
-        let stats = self.table.apply(desired).map_err(netlink_error)?;
+        let stats = self.table.apply(desired)?;
         tracing::debug!(?stats, "routes applied");
         Ok(())
     }
@@ -94,25 +71,16 @@ impl Driver for RoutesDriver {
 
 /// See the module docs.
 pub struct IfacesDriver {
-    bridge: Arc<SeamBridge>,
     table: IfaceSettingsTable,
     ifaces: Option<IfaceSubscription>,
 }
 
 impl IfacesDriver {
-    /// An adapter named `actor`; `ip_forwarding` also turns on the
-    /// family's global forwarding switch.
-    pub fn new(
-        actor: &str,
-        ipv: IpVersion,
-        seam: Arc<dyn CommandSeam>,
-        ip_forwarding: bool,
-    ) -> Self {
-        let bridge = SeamBridge::new(seam);
-        let nl = Netlink::new(bridge.commands(actor));
+    /// An adapter running its commands on `cmds`; `ip_forwarding` also turns on the family's
+    /// global forwarding switch.
+    pub fn new(ipv: IpVersion, cmds: Commands, ip_forwarding: bool) -> Self {
         IfacesDriver {
-            table: IfaceSettingsTable::new(ipv, nl, ip_forwarding),
-            bridge,
+            table: IfaceSettingsTable::new(ipv, Netlink::new(cmds), ip_forwarding),
             ifaces: None,
         }
     }
@@ -127,12 +95,12 @@ impl IfacesDriver {
 impl Driver for IfacesDriver {
     type Desired = IfacesDesired;
 
-    fn apply(&mut self, desired: &IfacesDesired, seam: &ActorSeam) -> Result<(), DriverError> {
-        self.bridge.install(seam);
+    fn apply(&mut self, desired: &IfacesDesired) -> Result<(), DriverError> {
         if let Some(sub) = &self.ifaces {
             self.table.interfaces_changed(&sub.take());
         }
-        self.table.apply(desired).map(|_| ()).map_err(netlink_error)
+        self.table.apply(desired)?;
+        Ok(())
     }
 
     fn queue_resync(&mut self) {

@@ -10,19 +10,18 @@
 
 use std::sync::{Arc, OnceLock};
 
-use felix_actors::{ActorSeam, Driver, DriverError};
+use felix_actors::{Driver, DriverError};
 
-use crate::dataplane::generictables::{Action, Chain, IpVersion, Rule, Table, TableError};
+use crate::dataplane::generictables::{Action, Chain, IpVersion, Rule, Table};
 use crate::dataplane::ipsets::IpVersionConfig;
 use crate::dataplane::iptables::{
     detect_backend, IptablesBackend, IptablesMode, IptablesOptions, IptablesTable, ResolvedBackend,
 };
-use crate::dataplane::kernel::{CommandSeam, Commands};
+use crate::dataplane::kernel::Commands;
 use crate::dataplane::nftables::{base_chain, NftablesMode, NftablesOptions, NftablesTable};
 use crate::dataplane::rules::TableName;
 
 use super::super::desired::{NftDesired, Pushed, TableDesired};
-use super::{driver_error, SeamBridge};
 
 /// The iptables backend, detected once (by the first table driver to apply,
 /// through its seam) and shared by every table and cleanup driver, so that
@@ -53,14 +52,6 @@ impl BackendChoice {
     pub fn get(&self) -> Option<ResolvedBackend> {
         self.resolved.get().copied()
     }
-}
-
-fn table_error(e: TableError) -> DriverError {
-    let kernel = match &e {
-        TableError::GaveUp { source, .. } | TableError::ReadBack { source, .. } => Some(source),
-        TableError::Parse { .. } => None,
-    };
-    driver_error(&e, kernel)
 }
 
 /// Pushes what changed in `desired` into `table`.
@@ -100,8 +91,7 @@ fn push_table(
 pub struct IptablesDriver {
     table: TableName,
     ipv: IpVersion,
-    actor: String,
-    bridge: Arc<SeamBridge>,
+    cmds: Commands,
     backend: BackendChoice,
     opts: IptablesOptions,
     inner: Option<IptablesTable>,
@@ -110,21 +100,19 @@ pub struct IptablesDriver {
 }
 
 impl IptablesDriver {
-    /// An adapter named `actor` running commands on `seam`; the table is
-    /// built (and the backend detected) at the first apply.
+    /// An adapter running its commands on `cmds`; the table is built (and the backend
+    /// detected) at the first apply.
     pub fn new(
-        actor: &str,
         table: TableName,
         ipv: IpVersion,
-        seam: Arc<dyn CommandSeam>,
+        cmds: Commands,
         backend: BackendChoice,
         opts: IptablesOptions,
     ) -> Self {
         IptablesDriver {
             table,
             ipv,
-            actor: actor.to_string(),
-            bridge: SeamBridge::new(seam),
+            cmds,
             backend,
             opts,
             inner: None,
@@ -137,19 +125,17 @@ impl IptablesDriver {
 impl Driver for IptablesDriver {
     type Desired = TableDesired;
 
-    fn apply(&mut self, desired: &TableDesired, seam: &ActorSeam) -> Result<(), DriverError> {
-        self.bridge.install(seam);
+    fn apply(&mut self, desired: &TableDesired) -> Result<(), DriverError> {
         let table = match &mut self.inner {
             Some(t) => t,
             None => {
-                let cmds = self.bridge.commands(&self.actor);
-                let backend = self.backend.resolve(&cmds);
+                let backend = self.backend.resolve(&self.cmds);
                 self.inner.insert(IptablesTable::new(
                     self.table.as_str(),
                     self.ipv,
                     backend,
                     IptablesMode::Program,
-                    cmds,
+                    self.cmds.clone(),
                     self.opts.clone(),
                 ))
             }
@@ -163,7 +149,8 @@ impl Driver for IptablesDriver {
             &|kc| Some(kc.to_string()),
             &|r| r.to_vec(),
         );
-        table.apply().map(|_| ()).map_err(table_error)
+        table.apply()?;
+        Ok(())
     }
 
     fn queue_resync(&mut self) {
@@ -205,7 +192,6 @@ fn rename_rules(layer: &str, rules: &[Rule]) -> Vec<Rule> {
 
 /// `driver/nftables-v4/-v6`: our nftables table with all layers and sets.
 pub struct NftablesDriver {
-    bridge: Arc<SeamBridge>,
     table: NftablesTable,
     sets_cfg: IpVersionConfig,
     chains: std::collections::BTreeMap<String, Pushed<String>>,
@@ -214,18 +200,10 @@ pub struct NftablesDriver {
 }
 
 impl NftablesDriver {
-    /// An adapter named `actor` running commands on `seam`.
-    pub fn new(
-        actor: &str,
-        ipv: IpVersion,
-        seam: Arc<dyn CommandSeam>,
-        opts: NftablesOptions,
-    ) -> Self {
-        let bridge = SeamBridge::new(seam);
-        let cmds = bridge.commands(actor);
+    /// An adapter running its commands on `cmds`.
+    pub fn new(ipv: IpVersion, cmds: Commands, opts: NftablesOptions) -> Self {
         NftablesDriver {
             table: NftablesTable::new(ipv, NftablesMode::Program, cmds, opts),
-            bridge,
             sets_cfg: IpVersionConfig::new(ipv),
             chains: Default::default(),
             inserts: Default::default(),
@@ -237,8 +215,7 @@ impl NftablesDriver {
 impl Driver for NftablesDriver {
     type Desired = NftDesired;
 
-    fn apply(&mut self, desired: &NftDesired, seam: &ActorSeam) -> Result<(), DriverError> {
-        self.bridge.install(seam);
+    fn apply(&mut self, desired: &NftDesired) -> Result<(), DriverError> {
         // Sets first: the transaction declares them before the rules that
         // reference them.
         let d = self.sets.diff(&desired.sets);
@@ -279,7 +256,8 @@ impl Driver for NftablesDriver {
                 &|r| rename_rules(l, r),
             );
         }
-        self.table.apply().map(|_| ()).map_err(table_error)
+        self.table.apply()?;
+        Ok(())
     }
 
     fn queue_resync(&mut self) {

@@ -1,0 +1,240 @@
+//! The part of the wiring every mode shares: per-run settings ([`Shared`]) and, per IP family
+//! ([`Family`]), the route, interface-settings and cleanup drivers and the managers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use felix_actors::{
+    ActorSeam, DesiredInput, Driver, DriverSpec, ManagerSpec, Phase, SupervisorBuilder,
+};
+use felix_config::{Config, DataplaneMode};
+
+use crate::dataplane::generictables::IpVersion;
+use crate::dataplane::ifacemon::InterfaceState;
+use crate::dataplane::iptables::{ChainInsertMode, IptablesBackend};
+use crate::dataplane::kernel::{CommandRunner, Commands};
+use crate::dataplane::managers::drivers::{
+    BackendChoice, CleanupDriver, CleanupMode, IfacesDriver, RoutesDriver,
+};
+use crate::dataplane::managers::{
+    ChainSource, EndpointManager, EndpointOutputs, IfacesDesired, IpSetsManager, MasqManager,
+    Payload, PolicyManager, RendererSource, RoutesDesired, SetInputs, StaticManager, TableInputs,
+};
+use crate::dataplane::netlink::RouteOwnership;
+use crate::dataplane::rules::{RenderConfig, Renderer};
+
+use super::WiringError;
+
+/// Settings and handles shared by every family and mode of one run.
+pub(super) struct Shared {
+    pub runner: Arc<dyn CommandRunner>,
+    pub ifaces: InterfaceState,
+    /// The iptables backend, detected once and shared by every table and cleanup driver.
+    pub backend: BackendChoice,
+    pub insert_mode: ChainInsertMode,
+    pub lock_timeout: Duration,
+    pub lock_probe_interval: Duration,
+    pub refresh: Duration,
+    pub ip_forwarding: bool,
+    pub own: RouteOwnership,
+    pub prefixes: Vec<String>,
+}
+
+impl Shared {
+    pub fn new(cfg: &Config, runner: Arc<dyn CommandRunner>, ifaces: &InterfaceState) -> Self {
+        Shared {
+            runner,
+            ifaces: ifaces.clone(),
+            backend: BackendChoice::new(configured_backend(cfg)),
+            insert_mode: configured_insert_mode(cfg),
+            lock_timeout: cfg.iptables_lock_timeout(),
+            lock_probe_interval: cfg.iptables_lock_probe_interval(),
+            refresh: cfg.table_refresh_interval().max(Duration::from_secs(1)),
+            ip_forwarding: cfg.ip_forwarding() == "Enabled",
+            own: RouteOwnership {
+                workload_prefixes: cfg.interface_prefix().to_vec(),
+                remove_external_routes: cfg.remove_external_routes(),
+                device_route_protocol: u8::try_from(cfg.device_route_protocol()).unwrap_or(3),
+            },
+            prefixes: cfg.interface_prefix().to_vec(),
+        }
+    }
+
+    /// Registers driver `name`, built by `make` from its `Commands` (the runtime's seam for
+    /// that driver plus the shared runner) at start and at every restart.
+    pub fn driver<D: Driver>(
+        &self,
+        builder: SupervisorBuilder<Payload>,
+        name: &str,
+        phase: Phase,
+        input: DesiredInput<D::Desired>,
+        make: impl Fn(Commands) -> D + Send + Sync + 'static,
+    ) -> SupervisorBuilder<Payload> {
+        let runner = self.runner.clone();
+        builder.driver(DriverSpec::new(
+            name,
+            phase,
+            input,
+            move |seam: &ActorSeam| make(Commands::new(runner.clone(), seam.clone())),
+        ))
+    }
+}
+
+/// One IP family's names, renderer and desired-state cells shared by its managers and drivers.
+pub(super) struct Family {
+    pub ipv: IpVersion,
+    /// `v4` or `v6`, the suffix of every actor name of this family.
+    pub suffix: &'static str,
+    pub source: Arc<dyn ChainSource>,
+    pub routes: DesiredInput<RoutesDesired>,
+    pub ifaces: DesiredInput<IfacesDesired>,
+}
+
+impl Family {
+    pub fn new(_shared: &Shared, cfg: &Config, ipv: IpVersion) -> Result<Self, WiringError> {
+        let render_cfg =
+            RenderConfig::from_felix_config(cfg, ipv).map_err(|source| WiringError::Render {
+                ipv: ipv.number(),
+                source,
+            })?;
+        Ok(Family {
+            ipv,
+            suffix: match ipv {
+                IpVersion::V4 => "v4",
+                IpVersion::V6 => "v6",
+            },
+            source: Arc::new(RendererSource::new(Renderer::new(render_cfg))),
+            routes: DesiredInput::new(RoutesDesired::default()),
+            ifaces: DesiredInput::new(IfacesDesired::default()),
+        })
+    }
+
+    /// The actor name `<kind>/<what>-vN`.
+    pub fn name(&self, kind: &str, what: &str) -> String {
+        format!("{kind}/{what}-{}", self.suffix)
+    }
+
+    /// `driver/routes-vN`, `driver/ifaces-vN` and `driver/cleanup-vN`.
+    pub fn register_shared_drivers(
+        &self,
+        mut b: SupervisorBuilder<Payload>,
+        shared: &Shared,
+        mode: DataplaneMode,
+    ) -> SupervisorBuilder<Payload> {
+        let ipv = self.ipv;
+        let (own, st) = (shared.own.clone(), shared.ifaces.clone());
+        b = shared.driver(
+            b,
+            &self.name("driver", "routes"),
+            Phase::Routes,
+            self.routes.clone(),
+            move |c| RoutesDriver::new(ipv, c, own.clone()).with_interface_events(st.subscribe()),
+        );
+        let (fwd, st) = (shared.ip_forwarding, shared.ifaces.clone());
+        b = shared.driver(
+            b,
+            &self.name("driver", "ifaces"),
+            Phase::Routes,
+            self.ifaces.clone(),
+            move |c| IfacesDriver::new(ipv, c, fwd).with_interface_events(st.subscribe()),
+        );
+        let cleanup = match mode {
+            DataplaneMode::Nftables => CleanupMode::Nftables,
+            DataplaneMode::Iptables | DataplaneMode::Bpf => {
+                CleanupMode::Iptables(shared.backend.clone())
+            }
+        };
+        let refresh = shared.refresh;
+        shared.driver(
+            b,
+            &self.name("driver", "cleanup"),
+            Phase::Tables,
+            DesiredInput::new(()),
+            move |c| CleanupDriver::new(ipv, c, cleanup.clone(), refresh),
+        )
+    }
+
+    /// `manager/static-vN`.
+    pub fn register_static_manager(
+        &self,
+        b: SupervisorBuilder<Payload>,
+        tables: &TableInputs,
+    ) -> SupervisorBuilder<Payload> {
+        let name = self.name("manager", "static");
+        let (src, t, n) = (self.source.clone(), tables.clone(), name.clone());
+        b.manager(ManagerSpec::new(
+            &name,
+            |_| false,
+            move || Box::new(StaticManager::new(&n, src.clone(), t.clone())),
+        ))
+    }
+
+    /// `manager/ipsets-vN`, `manager/policy-vN`, `manager/endpoints-vN`, `manager/masq-vN`.
+    pub fn register_managers(
+        self,
+        mut b: SupervisorBuilder<Payload>,
+        shared: &Shared,
+        tables: TableInputs,
+        sets: SetInputs,
+    ) -> SupervisorBuilder<Payload> {
+        let ipv = self.ipv;
+        let name = self.name("manager", "ipsets");
+        let (s, n) = (sets.clone(), name.clone());
+        b = b.manager(ManagerSpec::new(&name, IpSetsManager::wants, move || {
+            Box::new(IpSetsManager::new(&n, s.clone()))
+        }));
+        let name = self.name("manager", "policy");
+        let (src, t, n) = (self.source.clone(), tables.clone(), name.clone());
+        b = b.manager(ManagerSpec::new(&name, PolicyManager::wants, move || {
+            Box::new(PolicyManager::new(&n, src.clone(), t.clone()))
+        }));
+        let name = self.name("manager", "endpoints");
+        let masq_name = self.name("manager", "masq");
+        let out = EndpointOutputs {
+            tables: tables.clone(),
+            routes: self.routes,
+            ifaces: self.ifaces,
+        };
+        let (src, n, st, prefixes) = (
+            self.source.clone(),
+            name.clone(),
+            shared.ifaces.clone(),
+            shared.prefixes.clone(),
+        );
+        b = b.manager(ManagerSpec::new(&name, EndpointManager::wants, move || {
+            Box::new(
+                EndpointManager::new(&n, ipv, src.clone(), out.clone())
+                    .with_interfaces(&st, &prefixes),
+            )
+        }));
+        let (src, n) = (self.source, masq_name.clone());
+        b.manager(ManagerSpec::new(
+            &masq_name,
+            MasqManager::wants,
+            move || {
+                Box::new(MasqManager::new(
+                    &n,
+                    ipv,
+                    src.clone(),
+                    tables.clone(),
+                    sets.clone(),
+                ))
+            },
+        ))
+    }
+}
+
+fn configured_backend(cfg: &Config) -> IptablesBackend {
+    match cfg.iptables_backend() {
+        felix_config::IptablesBackend::Legacy => IptablesBackend::Legacy,
+        felix_config::IptablesBackend::Nft => IptablesBackend::Nft,
+        felix_config::IptablesBackend::Auto => IptablesBackend::Auto,
+    }
+}
+
+pub(super) fn configured_insert_mode(cfg: &Config) -> ChainInsertMode {
+    match cfg.chain_insert_mode() {
+        felix_config::ChainInsertMode::Insert => ChainInsertMode::Insert,
+        felix_config::ChainInsertMode::Append => ChainInsertMode::Append,
+    }
+}

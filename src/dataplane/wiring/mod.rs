@@ -1,0 +1,125 @@
+//! Registers the Linux dataplane's managers and drivers on a supervisor builder, for the
+//! configured mode and both IP families.
+//!
+//! One module per dataplane mode over a shared per-family part, chosen by an exhaustive
+//! `match` on the mode:
+//!
+//! | module | what it registers per family `vN` |
+//! |---|---|
+//! | [`iptables`] | `driver/ipsets-vN` (IpSets) and `driver/iptables-{filter,nat,mangle,raw}-vN` (Tables; the backend is detected once, through the first driver's seam, honouring `IptablesBackend`) |
+//! | [`nftables`] | `driver/nftables-vN` (Tables; IP sets live in the table) and `driver/ipset-cleanup-vN` (IpSets; deletes the `ipset` sets an iptables-mode run left, as upstream does) |
+//! | [`family`] (every mode) | `driver/routes-vN`, `driver/ifaces-vN` (Routes; subscribed to the interface monitor), `driver/cleanup-vN` (Tables; sweeps the backend we are not programming), and the managers, in programming order: `manager/static-vN` (static chains first, so the fail-closed drops are in place before anything else), `manager/ipsets-vN`, `manager/policy-vN`, `manager/endpoints-vN`, `manager/masq-vN` |
+//!
+//! Every driver factory receives the driver's seam from the runtime and builds its
+//! `Commands` from it ([`family::Family::commands`]), so each command is one seam operation.
+//! Nothing here touches the kernel: detection and every sweep happen in driver applies, after
+//! in-sync.
+
+mod family;
+mod iptables;
+mod nftables;
+
+use std::sync::Arc;
+
+use felix_actors::SupervisorBuilder;
+use felix_config::{Config, DataplaneMode};
+
+use crate::dataplane::generictables::IpVersion;
+use crate::dataplane::ifacemon::InterfaceState;
+use crate::dataplane::kernel::CommandRunner;
+use crate::dataplane::managers::Payload;
+use crate::dataplane::rules::RenderError;
+
+/// Why the dataplane could not be wired.
+#[derive(Debug, thiserror::Error)]
+pub enum WiringError {
+    /// The rendering settings could not be derived from the configuration.
+    #[error("IPv{ipv} rule rendering settings: {source}")]
+    Render {
+        /// 4 or 6.
+        ipv: u8,
+        /// Cause.
+        #[source]
+        source: RenderError,
+    },
+    /// The configuration selects a dataplane this build does not program.
+    #[error("dataplane mode {0} is not available in this build")]
+    UnsupportedMode(&'static str),
+}
+
+/// Registers the managers and drivers for `cfg`'s mode; every kernel command runs on `runner`
+/// (the real `SystemCommands`, one bound to a network namespace in tests). No interface
+/// monitor feeds the route and interface drivers: late interfaces wait for the retry ticker.
+pub fn register(
+    builder: SupervisorBuilder<Payload>,
+    cfg: &Config,
+    runner: Arc<dyn CommandRunner>,
+) -> Result<SupervisorBuilder<Payload>, WiringError> {
+    register_with_interfaces(builder, cfg, runner, &InterfaceState::default())
+}
+
+/// [`register`], with the route and interface-settings drivers subscribed to `ifaces`, the
+/// state the interface monitor keeps (`crate::dataplane::ifacemon`).
+pub fn register_with_interfaces(
+    mut builder: SupervisorBuilder<Payload>,
+    cfg: &Config,
+    runner: Arc<dyn CommandRunner>,
+    ifaces: &InterfaceState,
+) -> Result<SupervisorBuilder<Payload>, WiringError> {
+    let mut families = vec![IpVersion::V4];
+    if cfg.ipv6_support() {
+        families.push(IpVersion::V6);
+    }
+    let shared = family::Shared::new(cfg, runner, ifaces);
+    let mut wired = Vec::new();
+    for ipv in families {
+        let fam = family::Family::new(&shared, cfg, ipv)?;
+        let mode = cfg.dataplane_mode();
+        let (b, tables, sets) = match mode {
+            DataplaneMode::Iptables => {
+                iptables::register(builder, &shared, &fam, cfg.max_ipset_size())
+            }
+            DataplaneMode::Nftables => nftables::register(builder, &shared, &fam),
+            DataplaneMode::Bpf => return Err(WiringError::UnsupportedMode(mode.as_str())),
+        };
+        builder = fam.register_shared_drivers(b, &shared, mode);
+        builder = fam.register_static_manager(builder, &tables);
+        wired.push((fam, tables, sets));
+    }
+    // Managers are registered family by family after all statics, so every family's static
+    // chains are in the first part of the programming pass.
+    for (fam, tables, sets) in wired {
+        builder = fam.register_managers(builder, &shared, tables, sets);
+    }
+    Ok(builder)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use felix_config::Source;
+    use std::collections::BTreeMap;
+
+    fn cfg_with(pairs: &[(&str, &str)]) -> Config {
+        let env: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (cfg, errs) = Config::build(&[(Source::Environment, env)]);
+        assert!(errs.is_empty(), "{errs:?}");
+        cfg
+    }
+
+    #[test]
+    fn chain_insert_mode_reaches_the_iptables_options() {
+        use crate::dataplane::iptables::ChainInsertMode;
+        assert_eq!(
+            family::configured_insert_mode(&cfg_with(&[])),
+            ChainInsertMode::Insert
+        );
+        assert_eq!(
+            family::configured_insert_mode(&cfg_with(&[("ChainInsertMode", "Append")])),
+            ChainInsertMode::Append
+        );
+    }
+}

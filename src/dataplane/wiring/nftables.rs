@@ -1,0 +1,46 @@
+//! nftables mode: our `calico` table (chains and IP sets in one driver) and the sweeper of
+//! `ipset` sets an iptables-mode run left, per family.
+
+use felix_actors::{DesiredInput, Phase, SupervisorBuilder};
+
+use crate::dataplane::managers::drivers::{IpSetCleanupDriver, NftablesDriver};
+use crate::dataplane::managers::{IpSetsDesired, NftDesired, Payload, SetInputs, TableInputs};
+use crate::dataplane::nftables::NftablesOptions;
+
+use super::family::{Family, Shared};
+use super::iptables::ipset_options;
+
+/// Registers `driver/nftables-vN` and `driver/ipset-cleanup-vN`; returns the cells the
+/// family's managers write (one cell for chains and sets).
+pub(super) fn register(
+    mut b: SupervisorBuilder<Payload>,
+    shared: &Shared,
+    fam: &Family,
+) -> (SupervisorBuilder<Payload>, TableInputs, SetInputs) {
+    let ipv = fam.ipv;
+    let cell = DesiredInput::new(NftDesired::default());
+    let opts = NftablesOptions {
+        refresh_interval: shared.refresh,
+        ..NftablesOptions::default()
+    };
+    b = shared.driver(
+        b,
+        &fam.name("driver", "nftables"),
+        Phase::Tables,
+        cell.clone(),
+        move |c| NftablesDriver::new(ipv, c, opts.clone()),
+    );
+    let opts = ipset_options();
+    b = shared.driver(
+        b,
+        &fam.name("driver", "ipset-cleanup"),
+        Phase::IpSets,
+        DesiredInput::new(IpSetsDesired::default()),
+        move |c| IpSetCleanupDriver::new(ipv, c, opts.clone()),
+    );
+    (
+        b,
+        TableInputs::Nftables(cell.clone()),
+        SetInputs::Nftables(cell),
+    )
+}
