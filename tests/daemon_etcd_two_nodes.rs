@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use etcd_support::netns::{admin, calc_view, in_ns, without_state, Topology, FELIX};
+use etcd_support::netns::{admin, calc_view, without_state, Topology, FELIX};
 use serde_json::Value;
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -37,14 +37,8 @@ fn local_workloads(view: &Value) -> Vec<String> {
 
 #[test]
 fn two_daemons_on_one_etcd_each_compute_their_own_node() {
-    if Command::new("etcd").arg("--version").output().is_err() {
-        eprintln!("skipping: etcd not installed");
-        return;
-    }
-    let Some(mut topo) = Topology::create(2) else {
-        eprintln!("skipping: cannot create network namespaces (needs root and `ip`)");
-        return;
-    };
+    felix_netns::require!(netns["etcd"]);
+    let mut topo = Topology::create(2);
     let dir = tempfile::tempdir().unwrap();
     topo.start_etcd(&dir.path().join("etcd-data"));
 
@@ -54,7 +48,8 @@ fn two_daemons_on_one_etcd_each_compute_their_own_node() {
     for (i, node) in ["node1", "node2"].into_iter().enumerate() {
         let socket = dir.path().join(format!("{node}.sock"));
         let log = dir.path().join(format!("{node}.log"));
-        let child = in_ns(&topo.node_ns[i], FELIX)
+        let child = topo.node_ns[i]
+            .command(FELIX)
             .args(["run", "--node", node, "--datastore"])
             .arg(format!("etcdv3:{}", topo.etcd_url_for(i)))
             .arg("--admin-socket")

@@ -60,12 +60,12 @@ fn state_dirs() -> (PathBuf, PathBuf) {
 
 #[test]
 fn felix_calc_binary_view_and_stream() {
-    let Some(bin) = felix_bin() else {
-        eprintln!(
-            "felix binary not built; skipping the end-to-end check (cargo build --bin felix)"
-        );
-        return;
-    };
+    let bin = felix_bin();
+    felix_netns::require!(cond felix_netns::ensure(
+        bin.is_some(),
+        "the felix binary (cargo build --bin felix)"
+    ));
+    let bin = bin.expect("checked by the gate");
     let (s0, s1) = state_dirs();
 
     let out = Command::new(&bin)

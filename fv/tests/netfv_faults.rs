@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
-use felix_fv::netfv::{ns, Backend, Check, Fv};
+use felix_fv::netfv::{Backend, Check, Fv, TOOLS};
 use serde_json::Value;
 
 const SETTLE: Duration = Duration::from_secs(20);
@@ -120,10 +120,6 @@ fn faults(backend: Backend) -> Result<()> {
 }
 
 fn run(backend: Backend) {
-    if let Err(e) = ns::preflight() {
-        eprintln!("skipping: {e}");
-        return;
-    }
     if let Err(e) = faults(backend) {
         panic!("{backend:?}: {e:#}");
     }
@@ -131,10 +127,12 @@ fn run(backend: Backend) {
 
 #[test]
 fn admin_faults_iptables() {
+    felix_netns::require!(netns TOOLS);
     run(Backend::Iptables);
 }
 
 #[test]
 fn admin_faults_nftables() {
+    felix_netns::require!(netns TOOLS);
     run(Backend::Nftables);
 }

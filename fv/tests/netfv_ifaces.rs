@@ -16,7 +16,7 @@ use anyhow::{ensure, Context, Result};
 use felix_fv::netfv::kernel::workload_routes;
 use felix_fv::netfv::topology::{ip4, ip6, wep, PORTS};
 use felix_fv::netfv::wait::poll;
-use felix_fv::netfv::{ns, Backend, Check, Fv};
+use felix_fv::netfv::{Backend, Check, Fv, TOOLS};
 
 /// Shorter than the retry ticker (10 s): only an interface event can make it.
 const PROMPT: Duration = Duration::from_secs(8);
@@ -129,10 +129,6 @@ fn late_interface(backend: Backend) -> Result<()> {
 }
 
 fn run(what: &str, f: impl FnOnce() -> Result<()>) {
-    if let Err(e) = ns::preflight() {
-        eprintln!("skipping: {e}");
-        return;
-    }
     if let Err(e) = f() {
         panic!("{what}: {e:#}");
     }
@@ -140,10 +136,12 @@ fn run(what: &str, f: impl FnOnce() -> Result<()>) {
 
 #[test]
 fn late_and_recreated_interface_iptables() {
+    felix_netns::require!(netns TOOLS);
     run("iptables", || late_interface(Backend::Iptables));
 }
 
 #[test]
 fn late_and_recreated_interface_nftables() {
+    felix_netns::require!(netns TOOLS);
     run("nftables", || late_interface(Backend::Nftables));
 }

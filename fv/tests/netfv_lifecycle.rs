@@ -16,7 +16,7 @@ use felix_fv::netfv::kernel::{
 };
 use felix_fv::netfv::topology::wep;
 use felix_fv::netfv::wait::poll;
-use felix_fv::netfv::{ns, Backend, Check, Fv};
+use felix_fv::netfv::{Backend, Check, Fv, TOOLS};
 
 const SETTLE: Duration = Duration::from_secs(20);
 
@@ -245,10 +245,6 @@ fn backend_switch() -> Result<()> {
 }
 
 fn run(what: &str, f: impl FnOnce() -> Result<()>) {
-    if let Err(e) = ns::preflight() {
-        eprintln!("skipping: {e}");
-        return;
-    }
     if let Err(e) = f() {
         panic!("{what}: {e:#}");
     }
@@ -256,15 +252,18 @@ fn run(what: &str, f: impl FnOnce() -> Result<()>) {
 
 #[test]
 fn lifecycle_iptables() {
+    felix_netns::require!(netns TOOLS);
     run("iptables", || lifecycle(Backend::Iptables));
 }
 
 #[test]
 fn lifecycle_nftables() {
+    felix_netns::require!(netns TOOLS);
     run("nftables", || lifecycle(Backend::Nftables));
 }
 
 #[test]
 fn backend_switch_iptables_nftables_and_back() {
+    felix_netns::require!(netns TOOLS);
     run("switch", backend_switch);
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use felix_fv::netfv::topology::wep;
-use felix_fv::netfv::{ns, Backend, Check, Fv};
+use felix_fv::netfv::{Backend, Check, Fv, TOOLS};
 
 const SETTLE: Duration = Duration::from_secs(20);
 
@@ -195,10 +195,6 @@ fn policy_walkthrough(backend: Backend) -> Result<()> {
 }
 
 fn run(backend: Backend) {
-    if let Err(e) = ns::preflight() {
-        eprintln!("skipping: {e}");
-        return;
-    }
     if let Err(e) = policy_walkthrough(backend) {
         panic!("{backend:?}: {e:#}");
     }
@@ -206,10 +202,12 @@ fn run(backend: Backend) {
 
 #[test]
 fn policy_on_real_traffic_iptables() {
+    felix_netns::require!(netns TOOLS);
     run(Backend::Iptables);
 }
 
 #[test]
 fn policy_on_real_traffic_nftables() {
+    felix_netns::require!(netns TOOLS);
     run(Backend::Nftables);
 }

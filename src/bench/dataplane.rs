@@ -47,7 +47,6 @@ use felix_config::{Config, Source};
 use felix_proto::to_dataplane::Payload;
 use ipnet::{IpNet, Ipv4Net};
 
-use super::netns::{self, Netns};
 use crate::calc::view::DataplaneView;
 use crate::calc::CalcGraph;
 use crate::dataplane::kernel::{CommandOutput, CommandRequest, CommandRunner, SystemCommands};
@@ -55,6 +54,7 @@ use crate::model::{
     Action, Key, NetworkSet, NetworkSetKey, Policy, PolicyKey, Port, Profile, Protocol, Rule,
     SyncStatus, Update, Value, WorkloadEndpoint, WorkloadEndpointKey,
 };
+use felix_netns::{self as netns, Netns};
 
 const HOST: &str = "bench-node";
 const NUM_PROFILES: usize = 10;
@@ -107,12 +107,17 @@ pub struct Sizes {
     pub apps: usize,
 }
 
+/// The name prefix of every namespace the benchmark creates
+/// (`felix-bench-dp-<pid>-<backend>-<a|b>`): [`netns::sweep_stale`] deletes
+/// those of processes that no longer exist, and nothing else.
+pub const NETNS_PREFIX: &str = "felix-bench-dp-";
+
 /// Why the benchmark could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     /// A namespace or raw-tool command failed.
     #[error(transparent)]
-    Netns(#[from] netns::NetnsError),
+    Netns(#[from] netns::Error),
     /// The dataplane could not be set up or did not converge.
     #[error("{0}")]
     Dataplane(String),
@@ -857,14 +862,14 @@ pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Rep
 /// printing the child's report. Both namespaces are deleted afterwards,
 /// whatever the child did.
 pub fn run_outer(backends: &[Backend], sizes: &Sizes) -> anyhow::Result<()> {
-    let swept = netns::sweep_stale();
+    let swept = netns::sweep_stale(NETNS_PREFIX);
     if swept > 0 {
         eprintln!("removed {swept} stale benchmark namespace(s)");
     }
     let exe = std::env::current_exe()?;
     for &b in backends {
-        let ours = Netns::create(&format!("{}-a", b.as_str()))?;
-        let replay = Netns::create(&format!("{}-b", b.as_str()))?;
+        let ours = Netns::create_owned(NETNS_PREFIX, &format!("{}-a", b.as_str()))?;
+        let replay = Netns::create_owned(NETNS_PREFIX, &format!("{}-b", b.as_str()))?;
         let status = std::process::Command::new("ip")
             .args(["netns", "exec", ours.name()])
             .arg(&exe)

@@ -5,7 +5,6 @@
 
 pub mod calc;
 pub mod dataplane;
-pub mod netns;
 
 /// Peak resident set size of this process, in MiB (`VmHWM`).
 pub fn peak_rss_mib() -> f64 {

@@ -2,91 +2,69 @@
 //! its own namespace `E`, each daemon in a namespace `N<i>` that it may
 //! program, linked to `E` by a veth pair on a private /30 (node `i`
 //! reaches etcd at `10.254.<i+1>.1`).  Nothing touches the host's network
-//! namespace.  Names carry the branch tag and the test process's pid plus
-//! a per-process counter; the guard kills the processes and deletes the
-//! namespaces (and so the veths) on every exit path.
+//! namespace.  The namespaces are `felix_netns` guards named
+//! `etcd-s2-<pid>-<seq>-...`; the topology kills its processes and then
+//! the guards delete the namespaces (and so the veths) on every exit path.
+//! Tests pass `felix_netns::require!(netns ["etcd"])` first.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use felix_netns::Netns;
 use serde_json::Value;
 
 pub const FELIX: &str = env!("CARGO_BIN_EXE_felix");
 pub const ETCD_PORT: u16 = 2379;
+const PREFIX: &str = "etcd-s2-";
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 /// Network namespaces and the processes running in them; cleaned up on
-/// drop.
+/// drop (processes first, then the namespace guards).
 pub struct Topology {
-    pub etcd_ns: String,
-    pub node_ns: Vec<String>,
     pub children: Vec<Child>,
+    pub etcd_ns: Netns,
+    pub node_ns: Vec<Netns>,
 }
 
-pub fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-pub fn in_ns(ns: &str, program: &str) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns, program]);
-    c
+fn ip(args: &[&str]) {
+    if let Err(e) = felix_netns::run("ip", args) {
+        panic!("{e}");
+    }
 }
 
 impl Topology {
     /// Builds `E` plus one namespace per node; node `i` (0-based) reaches
-    /// etcd at `10.254.<i+1>.1`.  `None` when namespaces are unavailable.
-    pub fn create(nodes: usize) -> Option<Topology> {
-        let pid = format!(
-            "{}{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::SeqCst)
-        );
-        let mut topo = Topology {
-            etcd_ns: format!("etcd-s2-{pid}-e"),
-            node_ns: Vec::new(),
-            children: Vec::new(),
+    /// etcd at `10.254.<i+1>.1`.  Panics if a namespace cannot be made.
+    pub fn create(nodes: usize) -> Topology {
+        let seq = SEQ.fetch_add(1, Ordering::SeqCst);
+        let ns = |what: &str| {
+            Netns::create_owned(PREFIX, &format!("{seq}-{what}")).unwrap_or_else(|e| panic!("{e}"))
         };
-        if !ip(&["netns", "add", &topo.etcd_ns]) {
-            return None;
-        }
-        assert!(ip(&["-n", &topo.etcd_ns, "link", "set", "lo", "up"]));
+        let mut topo = Topology {
+            children: Vec::new(),
+            etcd_ns: ns("e"),
+            node_ns: Vec::new(),
+        };
+        let id = format!("{}{seq}", std::process::id());
         for i in 1..=nodes {
-            let ns = format!("etcd-s2-{pid}-n{i}");
-            assert!(ip(&["netns", "add", &ns]), "ip netns add {ns}");
-            topo.node_ns.push(ns.clone());
+            let n = ns(&format!("n{i}"));
+            let (e_ns, n_ns) = (topo.etcd_ns.name(), n.name());
             // Veth names: at most 15 characters.
-            let (a, b) = (format!("es2{pid}e{i}"), format!("es2{pid}n{i}"));
-            assert!(ip(&[
-                "link",
-                "add",
-                &a,
-                "netns",
-                &topo.etcd_ns,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &b,
-                "netns",
-                &ns,
-            ]));
+            let (a, b) = (format!("es2{id}e{i}"), format!("es2{id}n{i}"));
+            ip(&[
+                "link", "add", &a, "netns", e_ns, "type", "veth", "peer", "name", &b, "netns", n_ns,
+            ]);
             let (ea, na) = (format!("10.254.{i}.1/30"), format!("10.254.{i}.2/30"));
-            assert!(ip(&["-n", &topo.etcd_ns, "addr", "add", &ea, "dev", &a]));
-            assert!(ip(&["-n", &topo.etcd_ns, "link", "set", &a, "up"]));
-            assert!(ip(&["-n", &ns, "addr", "add", &na, "dev", &b]));
-            assert!(ip(&["-n", &ns, "link", "set", &b, "up"]));
-            assert!(ip(&["-n", &ns, "link", "set", "lo", "up"]));
+            ip(&["-n", e_ns, "addr", "add", &ea, "dev", &a]);
+            ip(&["-n", e_ns, "link", "set", &a, "up"]);
+            ip(&["-n", n_ns, "addr", "add", &na, "dev", &b]);
+            ip(&["-n", n_ns, "link", "set", &b, "up"]);
+            topo.node_ns.push(n);
         }
-        Some(topo)
+        topo
     }
 
     /// The etcd URL as seen from node `i` (0-based).
@@ -99,7 +77,9 @@ impl Topology {
         listen.extend((0..self.node_ns.len()).map(|i| self.etcd_url_for(i)));
         let listen = listen.join(",");
         let peer = "http://127.0.0.1:2380";
-        let child = in_ns(&self.etcd_ns, "etcd")
+        let child = self
+            .etcd_ns
+            .command("etcd")
             .args(["--name", "felix-test", "--data-dir"])
             .arg(data)
             .args(["--listen-client-urls", &listen])
@@ -138,7 +118,8 @@ impl Topology {
 
     /// Runs `felix datastore ARGS` inside the etcd namespace.
     pub fn datastore(&self, args: &[&str]) -> Output {
-        in_ns(&self.etcd_ns, FELIX)
+        self.etcd_ns
+            .command(FELIX)
             .arg("datastore")
             .args(["--endpoints", &format!("http://127.0.0.1:{ETCD_PORT}")])
             .args(args)
@@ -153,9 +134,7 @@ impl Drop for Topology {
             let _ = c.kill();
             let _ = c.wait();
         }
-        for ns in self.node_ns.iter().chain(std::iter::once(&self.etcd_ns)) {
-            let _ = ip(&["netns", "del", ns]);
-        }
+        // The fields drop next: the guards delete the namespaces.
     }
 }
 

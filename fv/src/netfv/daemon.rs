@@ -14,7 +14,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
 use super::datastore::NODE;
-use super::ns::Netns;
+use felix_netns::Netns;
 
 /// The dataplane backend a daemon is started with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::Result;
 
 use super::daemon::Backend;
-use super::ns::Netns;
+use felix_netns::Netns;
 
 /// The iptables save tools, both flavours and families.
 pub const IPTABLES_SAVES: [&str; 4] = [

@@ -2,7 +2,8 @@
 //! workloads wired as Calico's CNI plugin wires them, real TCP traffic
 //! between them, and read-back of the kernel state the daemon programs.
 //!
-//! * [`ns`]: namespaces (drop-guarded), commands inside them, `setns`;
+//! * namespaces (drop-guarded), commands inside them, `setns`: the
+//!   workspace's one namespace crate, [`felix_netns`];
 //! * [`sandbox`]: node + workloads, connectivity checks;
 //! * [`traffic`]: in-process echo servers and probes;
 //! * [`datastore`]: the file datastore directory and resource YAML;
@@ -10,14 +11,13 @@
 //! * [`kernel`]: chains, sets, routes, counters of both backends;
 //! * [`wait`]: polling with deadlines.
 //!
-//! Tests need root, `ip`, `iptables-save`, `ipset` and `nft`
-//! ([`ns::preflight`] says what is missing) and a built `felix` binary
-//! ([`daemon::felix_binary`]).
+//! Tests need root, `ip` and [`TOOLS`] (each test checks them first with
+//! `felix_netns::require!`, which skips locally and fails under CI) and a
+//! built `felix` binary ([`daemon::felix_binary`]).
 
 pub mod daemon;
 pub mod datastore;
 pub mod kernel;
-pub mod ns;
 pub mod sandbox;
 pub mod topology;
 pub mod traffic;
@@ -27,3 +27,6 @@ pub use daemon::{Backend, Daemon};
 pub use datastore::{Datastore, Wep};
 pub use sandbox::{Check, Sandbox};
 pub use topology::Fv;
+
+/// What every dataplane FV test needs besides root and `ip`.
+pub const TOOLS: &[&str] = &["iptables-save", "ipset", "nft", "sysctl"];

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use super::ns::Netns;
 use super::traffic::{probe_all, Server};
 use super::wait::poll;
+use felix_netns::Netns;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -152,7 +152,8 @@ impl Sandbox {
             .ok_or_else(|| anyhow!("no workload {name}"))?;
         let res = self.node.ip(&["link", "del", &w.iface]);
         drop(w);
-        res.map(|_| ())
+        res?;
+        Ok(())
     }
 
     fn plug(

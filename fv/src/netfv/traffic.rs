@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 
-use super::ns::enter_netns;
+use felix_netns::enter_netns;
 
 /// How long a probe waits for the connection and for the reply.
 pub const PROBE_TIMEOUT: Duration = Duration::from_millis(1200);

@@ -294,9 +294,8 @@ mod kernel {
 
     #[test]
     fn kernel_ipsets_create_update_swap_delete_and_sweep() {
-        let Some(ns) = TestNetns::create(&["ipset", "iptables-legacy"]) else {
-            return;
-        };
+        felix_netns::require!(netns ["ipset", "iptables-legacy"]);
+        let ns = TestNetns::create();
         // Stale state from an earlier Felix, and a foreign set.
         ns.sh("ipset", &["create", "cali40s:stale", "hash:ip"]);
         ns.sh("ipset", &["create", "cali4t7", "hash:ip"]);

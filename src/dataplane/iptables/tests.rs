@@ -596,9 +596,7 @@ mod kernel {
     }
 
     fn program_and_check_counters(b: ResolvedBackend) {
-        let Some(ns) = TestNetns::create(&tools(b)) else {
-            return;
-        };
+        let ns = TestNetns::create();
         let mut t = table(&ns, b, IptablesMode::Program);
         t.set_chain(Chain::new("cali-count", vec![]));
         t.set_chain(in_chain("udp"));
@@ -681,11 +679,13 @@ mod kernel {
 
     #[test]
     fn kernel_iptables_nft_program_counters_and_sweep() {
+        felix_netns::require!(netns tools(ResolvedBackend::Nft));
         program_and_check_counters(ResolvedBackend::Nft);
     }
 
     #[test]
     fn kernel_iptables_legacy_program_counters_and_sweep() {
+        felix_netns::require!(netns tools(ResolvedBackend::Legacy));
         program_and_check_counters(ResolvedBackend::Legacy);
     }
 
@@ -693,9 +693,8 @@ mod kernel {
     fn kernel_iptables_backend_switch_leaves_nothing_behind() {
         let mut all = tools(ResolvedBackend::Nft);
         all.extend(tools(ResolvedBackend::Legacy));
-        let Some(ns) = TestNetns::create(&all) else {
-            return;
-        };
+        felix_netns::require!(netns all);
+        let ns = TestNetns::create();
         let program = |t: &mut IptablesTable| {
             t.set_chain(Chain::new("cali-x", vec![rule("tcp", Action::Accept)]));
             t.set_insert_rules(
@@ -751,9 +750,7 @@ mod kernel {
     }
 
     fn cim_append_then_insert(b: ResolvedBackend) {
-        let Some(ns) = TestNetns::create_tagged("cim", &tools(b)) else {
-            return;
-        };
+        let ns = TestNetns::create_tagged("cim");
         ns.sh(
             "sh",
             &[
@@ -831,11 +828,13 @@ mod kernel {
 
     #[test]
     fn kernel_iptables_nft_cim_append_then_insert() {
+        felix_netns::require!(netns tools(ResolvedBackend::Nft));
         cim_append_then_insert(ResolvedBackend::Nft);
     }
 
     #[test]
     fn kernel_iptables_legacy_cim_append_then_insert() {
+        felix_netns::require!(netns tools(ResolvedBackend::Legacy));
         cim_append_then_insert(ResolvedBackend::Legacy);
     }
 
@@ -844,9 +843,8 @@ mod kernel {
     #[test]
     fn kernel_iptables_nft_big_script_creates_and_keeps_builtins() {
         let b = ResolvedBackend::Nft;
-        let Some(ns) = TestNetns::create_tagged("big", &tools(b)) else {
-            return;
-        };
+        felix_netns::require!(netns tools(b));
+        let ns = TestNetns::create_tagged("big");
         let n = WHOLE_TABLE_CACHE_MIN_COMMANDS + 10;
         let mut t = table(&ns, b, IptablesMode::Program);
         big_desired(&mut t, n);

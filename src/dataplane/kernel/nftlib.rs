@@ -330,9 +330,11 @@ mod tests {
         assert!(script_request("nft", &f, Some(&big[1..])).is_some());
     }
 
-    fn library_loads() -> bool {
+    /// The kernel tests' extra requirement: libnftables loads.
+    fn library_loads() -> Result<(), String> {
         // SAFETY: as in `Lib::load`.
-        unsafe { libloading::Library::new(LIBRARY).is_ok() }
+        let ok = unsafe { libloading::Library::new(LIBRARY).is_ok() };
+        felix_netns::ensure(ok, &format!("{LIBRARY} (loadable)"))
     }
 
     fn script(sys: &SystemCommands, text: &str) -> CommandOutput {
@@ -348,16 +350,11 @@ mod tests {
     /// as `nft` does, and each output is that run's alone.
     #[test]
     fn kernel_inprocess_nft_runs_in_the_seams_namespace() {
-        let Some(ns) = TestNetns::create_tagged("nftlib", &["nft"]) else {
-            return;
-        };
+        felix_netns::require!(netns["nft"], library_loads());
+        let ns = TestNetns::create_tagged("nftlib");
         let sys = SystemCommands::in_netns(&ns.name);
         // Selection follows feature detection: the library, not a guess.
-        assert_eq!(sys.nft_inprocess_active(), library_loads());
-        if !sys.nft_inprocess_active() {
-            eprintln!("skipping: {LIBRARY} cannot be loaded");
-            return;
-        }
+        assert!(sys.nft_inprocess_active());
         let table = format!("felixlibtest{}", std::process::id());
         let out = script(
             &sys,
@@ -407,15 +404,11 @@ mod tests {
     /// namespace gets exactly its own scripts.
     #[test]
     fn kernel_inprocess_nft_workers_of_two_namespaces_stay_apart() {
-        if !library_loads() {
-            return;
-        }
-        let (Some(a), Some(b)) = (
-            TestNetns::create_tagged("nftlib-a", &["nft"]),
-            TestNetns::create_tagged("nftlib-b", &["nft"]),
-        ) else {
-            return;
-        };
+        felix_netns::require!(netns["nft"], library_loads());
+        let (a, b) = (
+            TestNetns::create_tagged("nftlib-a"),
+            TestNetns::create_tagged("nftlib-b"),
+        );
         let run = |ns: &TestNetns, tag: &'static str| {
             let sys = SystemCommands::in_netns(&ns.name);
             let name = ns.name.clone();

@@ -1,53 +1,40 @@
-//! Throwaway network namespaces for kernel tests. The guard deletes the
-//! namespace on drop; tests never touch the host's own namespace.
+//! Throwaway network namespaces for the library's kernel tests: a
+//! [`felix_netns::Netns`] guard (deleted on drop, also on panic) plus a
+//! [`Commands`] handle bound to it.  Tests never touch the host's own
+//! namespace.  Each kernel test passes `felix_netns::require!` first, which
+//! checks root and the tools (and skips, or fails under CI).
 
-use std::process::Command;
 use std::sync::Arc;
+
+use felix_netns::Netns;
 
 use super::{Commands, SystemCommands};
 
-/// A network namespace `felix-t-<random>` that is deleted on drop.
+/// A network namespace `felix-t-<pid>-<unique>` that is deleted on drop.
 pub(crate) struct TestNetns {
     pub name: String,
+    ns: Netns,
 }
 
 impl TestNetns {
-    /// Creates the namespace, or returns `None` (with a printed reason) if
-    /// `ip` or any of `tools` is missing.
-    pub fn create(tools: &[&str]) -> Option<TestNetns> {
-        Self::create_named(&format!("felix-t-{:016x}", rand_u64()), tools)
+    /// Creates the namespace; panics if it cannot (the test's
+    /// `felix_netns::require!` has checked root and `ip`).
+    pub fn create() -> TestNetns {
+        Self::from(Netns::unique("felix-t-"))
     }
 
-    /// [`TestNetns::create`] with a name `felix-t-<tag>-<pid>-<random>`, so
-    /// concurrent test runs of different branches can tell theirs apart.
-    pub fn create_tagged(tag: &str, tools: &[&str]) -> Option<TestNetns> {
-        let name = format!(
-            "felix-t-{tag}-{}-{:08x}",
-            std::process::id(),
-            rand_u64() as u32
-        );
-        Self::create_named(&name, tools)
+    /// [`TestNetns::create`] with a name `felix-t-<tag>-<pid>-<unique>`,
+    /// so concurrent test runs of different branches can tell theirs apart.
+    pub fn create_tagged(tag: &str) -> TestNetns {
+        Self::from(Netns::unique(&format!("felix-t-{tag}-")))
     }
 
-    fn create_named(name: &str, tools: &[&str]) -> Option<TestNetns> {
-        let sys = SystemCommands::new();
-        use super::CommandRunner;
-        for t in std::iter::once(&"ip").chain(tools.iter()) {
-            if !sys.program_exists(t) {
-                eprintln!("skipping: `{t}` is not installed");
-                return None;
-            }
+    fn from(ns: Result<Netns, felix_netns::Error>) -> TestNetns {
+        let ns = ns.unwrap_or_else(|e| panic!("creating a test namespace: {e}"));
+        TestNetns {
+            name: ns.name().to_string(),
+            ns,
         }
-        let name = name.to_string();
-        let st = Command::new("ip").args(["netns", "add", &name]).status();
-        assert!(
-            matches!(st, Ok(s) if s.success()),
-            "ip netns add {name} failed"
-        );
-        let _ = Command::new("ip")
-            .args(["netns", "exec", &name, "ip", "link", "set", "lo", "up"])
-            .status();
-        Some(TestNetns { name })
     }
 
     /// A command handle running inside this namespace.
@@ -57,37 +44,8 @@ impl TestNetns {
 
     /// Runs a command inside the namespace, returning stdout; panics on failure.
     pub fn sh(&self, program: &str, args: &[&str]) -> String {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.name, program])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{program} {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        self.ns
+            .exec(program, args)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
-}
-
-impl Drop for TestNetns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
-
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.write_u32(std::process::id());
-    h.finish()
 }

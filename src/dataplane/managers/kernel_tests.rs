@@ -300,13 +300,12 @@ fn counters(node: &TestNetns, prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// What the policy tests need besides root and `ip`.
+const TOOLS: &[&str] = &["ping", "python3", "sysctl"];
+
 async fn policy_on_real_traffic(cfg_kv: &[(&str, &str)], iptables: bool) {
-    let Some(node) = TestNetns::create(&["ping", "python3", "sysctl"]) else {
-        return;
-    };
-    let (Some(w1), Some(w2)) = (TestNetns::create(&[]), TestNetns::create(&[])) else {
-        return;
-    };
+    let node = TestNetns::create();
+    let (w1, w2) = (TestNetns::create(), TestNetns::create());
     // A node has an uplink and a default route (proxy ARP answers only for
     // destinations it can route elsewhere).
     node.sh(
@@ -444,14 +443,13 @@ async fn policy_on_real_traffic(cfg_kv: &[(&str, &str)], iptables: bool) {
 
 #[actix_rt::test]
 async fn iptables_policy_on_real_traffic_and_non_disruptive_resync() {
+    felix_netns::require!(netns TOOLS);
     policy_on_real_traffic(&[("Ipv6Support", "true")], true).await;
 }
 
 #[actix_rt::test]
 async fn nftables_policy_on_real_traffic_and_resync_sweep() {
-    if !SystemCommands::new().program_exists("nft") {
-        return;
-    }
+    felix_netns::require!(netns [TOOLS, &["nft"]].concat());
     policy_on_real_traffic(
         &[("Ipv6Support", "true"), ("NFTablesMode", "Enabled")],
         false,

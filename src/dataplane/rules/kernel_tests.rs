@@ -19,12 +19,9 @@ fn ping_ok(ns: &TestNetns, dst: &str) -> bool {
 #[test]
 fn kernel_unknown_workload_interface_is_dropped_until_its_chain_exists() {
     let tools = ["iptables-nft-restore", "iptables-nft-save", "ping"];
-    let Some(node) = TestNetns::create(&tools) else {
-        return;
-    };
-    let Some(wl) = TestNetns::create(&tools) else {
-        return;
-    };
+    felix_netns::require!(netns tools);
+    let node = TestNetns::create();
+    let wl = TestNetns::create();
     node.sh(
         "ip",
         &[
@@ -265,12 +262,9 @@ mod full_ruleset {
     #[test]
     fn kernel_full_ruleset_loads_and_enforces_with_iptables_restore() {
         let tools = ["iptables-nft-restore", "iptables-nft-save", "ipset", "ping"];
-        let Some(node) = TestNetns::create(&tools) else {
-            return;
-        };
-        let Some(wl) = TestNetns::create(&tools) else {
-            return;
-        };
+        felix_netns::require!(netns tools);
+        let node = TestNetns::create();
+        let wl = TestNetns::create();
         wire(&node, &wl);
         let names = IpVersionConfig::new(IpVersion::V4);
         for (id, ty, member) in [
@@ -332,12 +326,9 @@ mod full_ruleset {
 
     #[test]
     fn kernel_full_ruleset_loads_and_enforces_with_nft() {
-        let Some(node) = TestNetns::create(&["nft", "ping"]) else {
-            return;
-        };
-        let Some(wl) = TestNetns::create(&["ping"]) else {
-            return;
-        };
+        felix_netns::require!(netns ["nft", "ping"]);
+        let node = TestNetns::create();
+        let wl = TestNetns::create();
         wire(&node, &wl);
         let names = IpVersionConfig::new(IpVersion::V4);
         let r = renderer(Backend::Nftables);
@@ -393,9 +384,8 @@ mod full_ruleset {
             "ipset",
             "nft",
         ];
-        let Some(node) = TestNetns::create(&tools) else {
-            return;
-        };
+        felix_netns::require!(netns tools);
+        let node = TestNetns::create();
         let names = IpVersionConfig::new(IpVersion::V6);
         let set_ids = [SRC_SET, "masq-ipam-pools", "all-ipam-pools"];
         for id in set_ids {

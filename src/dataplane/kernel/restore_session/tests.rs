@@ -87,13 +87,16 @@ fn restore(sys: &SystemCommands, script: &str) -> CommandOutput {
         .unwrap()
 }
 
-/// A throwaway namespace and a seam running commands in it, or `None` if
-/// the tools are missing.  Bind as `(ns, sys)`: the seam (and its
-/// sessions) is dropped before the namespace.
-fn session_netns(tag: &str) -> Option<(TestNetns, SystemCommands)> {
-    let ns = TestNetns::create_tagged(tag, &["iptables-nft-restore", "stdbuf"])?;
+/// What the session tests need besides root and `ip`.
+const TOOLS: [&str; 3] = ["iptables-nft-restore", "iptables-nft-save", "stdbuf"];
+
+/// A throwaway namespace and a seam running commands in it.  Bind as
+/// `(ns, sys)`: the seam (and its sessions) is dropped before the
+/// namespace.
+fn session_netns(tag: &str) -> (TestNetns, SystemCommands) {
+    let ns = TestNetns::create_tagged(tag);
     let sys = SystemCommands::in_netns(&ns.name);
-    Some((ns, sys))
+    (ns, sys)
 }
 
 fn rules(ns: &TestNetns, chain: &str) -> Vec<String> {
@@ -109,9 +112,8 @@ fn rules(ns: &TestNetns, chain: &str) -> Vec<String> {
 /// by other processes since the last one.
 #[test]
 fn kernel_restore_session_sees_changes_made_by_others() {
-    let Some((ns, sys)) = session_netns("rsess") else {
-        return;
-    };
+    felix_netns::require!(netns TOOLS);
+    let (ns, sys) = session_netns("rsess");
     let out = restore(
         &sys,
         "*filter\n:cali-x - -\n-A cali-x -s 10.0.0.1 -j ACCEPT\n-A cali-x -s 10.0.0.2 -j ACCEPT\nCOMMIT\n",
@@ -172,9 +174,8 @@ fn kernel_restore_session_sees_changes_made_by_others() {
 /// process.
 #[test]
 fn kernel_restore_session_failure_is_reported_and_recovered() {
-    let Some((ns, sys)) = session_netns("rsessf") else {
-        return;
-    };
+    felix_netns::require!(netns TOOLS);
+    let (ns, sys) = session_netns("rsessf");
     assert!(restore(&sys, "*filter\n:cali-y - -\nCOMMIT\n").success());
     let first = sys.restore_sessions().pids();
     let bad = restore(
@@ -212,9 +213,8 @@ fn kernel_restore_session_failure_is_reported_and_recovered() {
 /// process each and succeed.
 #[test]
 fn kernel_restore_session_killed_falls_back_to_processes() {
-    let Some((ns, sys)) = session_netns("rsessk") else {
-        return;
-    };
+    felix_netns::require!(netns TOOLS);
+    let (ns, sys) = session_netns("rsessk");
     assert!(restore(&sys, "*filter\n:cali-z - -\nCOMMIT\n").success());
     let pids = sys.restore_sessions().pids();
     assert_eq!(pids.len(), 1);
