@@ -1,5 +1,5 @@
 //! Calculation-graph FV for the route side: the L3 route resolver and the
-//! VXLAN resolver (see `felix::calc::l3_routes`, `felix::calc::vxlan`).
+//! VXLAN resolver (see `felix::calc::routes::l3`, `felix::calc::routes::vxlan`).
 //!
 //! States follow upstream's VXLAN calc-graph states (pool + block + node
 //! with a tunnel address), adapted to this model, where a node's VXLAN

@@ -47,7 +47,6 @@ pub mod config_batcher;
 pub mod event_sequencer;
 pub mod ids;
 pub mod istio;
-pub mod l3_routes;
 pub mod labelindex;
 pub mod live_migration;
 pub mod passthru;
@@ -57,7 +56,6 @@ pub mod rule_scanner;
 pub mod shared_key;
 pub mod validation;
 pub mod view;
-pub mod vxlan;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

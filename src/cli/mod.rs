@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 pub mod admin;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod calc;
 pub mod datastore;
@@ -43,8 +44,16 @@ pub enum Command {
     /// Replay datastore states through the calculation graph offline and
     /// print the resulting dataplane view (or message stream).
     Calc(calc::CalcArgs),
-    /// Print benchmark figures (calculation graph, datastore load).
+    /// Print benchmark figures (calculation graph, datastore load, dataplane).
+    #[cfg(feature = "bench")]
     Bench(bench::BenchArgs),
+    /// Benchmarks: not in this build (build with `--features bench`).
+    #[cfg(not(feature = "bench"))]
+    Bench {
+        /// Ignored.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<String>,
+    },
     /// Run the node daemon: datastore -> calculation graph -> dataplane.
     Run(run::RunArgs),
     /// Query or control a running daemon over its admin socket.
@@ -58,7 +67,14 @@ pub enum Command {
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Calc(a) => calc::run(a),
+        #[cfg(feature = "bench")]
         Command::Bench(a) => bench::run(a),
+        #[cfg(not(feature = "bench"))]
+        Command::Bench { .. } => Err(CliError::Input(
+            "this felix was built without benchmarks; build it with \
+             `cargo build --release --features bench`"
+                .into(),
+        )),
         Command::Run(a) => run::run(a),
         Command::Admin(a) => admin::run(a),
         Command::Datastore(a) => datastore::run(a),

@@ -39,6 +39,7 @@
 //! file, line and reason; a resource that fails validation is absent and
 //! reported naming file, line and field.  Nothing else is affected.
 
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod etcd;
 pub mod file;

@@ -1,5 +1,5 @@
 //! Route-side graph nodes, assembled: the L3 route resolver
-//! ([`super::l3_routes`]) and the VXLAN resolver ([`super::vxlan`]), fed
+//! ([`l3`]) and the VXLAN resolver ([`vxlan`]), fed
 //! from the all-updates dispatcher and gated on the encapsulation.
 //!
 //! # Gating (why the nodes always exist)
@@ -30,15 +30,17 @@
 //! every workload endpoint's addresses.  The source is fixed for the
 //! lifetime of the nodes, as upstream (a change restarts Felix).
 
+pub mod l3;
 pub mod trie;
+pub mod vxlan;
 
 use felix_proto as pb;
 use ipnet::IpNet;
 
 use super::event_sequencer::EventSequencer;
-use super::l3_routes::L3RouteResolver;
+use l3::L3RouteResolver;
 use super::passthru::Encap;
-use super::vxlan::VxlanResolver;
+use vxlan::VxlanResolver;
 use crate::model::{IpPool, IpamBlock, Node, WorkloadEndpoint, WorkloadEndpointKey};
 
 /// Receiver of route output.

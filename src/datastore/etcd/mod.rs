@@ -23,11 +23,13 @@
 //! logged with its key and treated as absent.
 
 pub mod apply;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod client;
 pub mod config;
 pub mod keys;
 pub mod syncer;
+#[cfg(feature = "bench")]
 pub mod testing;
 pub mod tls;
 

@@ -26,7 +26,7 @@ use std::net::IpAddr;
 
 use felix_proto as pb;
 
-use super::routes::VtepSink;
+use super::VtepSink;
 use crate::hash::FastMap as HashMap;
 use crate::model::Node;
 

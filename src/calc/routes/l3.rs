@@ -53,8 +53,8 @@ use felix_proto as pb;
 use ipnet::IpNet;
 use pb::{IpPoolType, RouteType};
 
-use super::routes::trie::{host_cidr, CidrMap};
-use super::routes::{RouteSink, RouteSource};
+use super::trie::{host_cidr, CidrMap};
+use super::{RouteSink, RouteSource};
 use crate::hash::FastMap as HashMap;
 use crate::model::{EncapMode, IpPool, IpamBlock, Node, WorkloadEndpoint, WorkloadEndpointKey};
 
@@ -642,5 +642,5 @@ impl L3RouteResolver {
 }
 
 #[cfg(test)]
-#[path = "routes/l3_tests.rs"]
+#[path = "l3_tests.rs"]
 mod tests;
