@@ -484,6 +484,52 @@ mod kernel {
         foreign_intact(&ns);
     }
 
+    /// An ICMP type+code match (and its negation) loads in nft for both
+    /// families; it used to fail the whole transaction.
+    #[test]
+    fn kernel_icmp_type_and_code_matches_load_in_nft() {
+        use crate::dataplane::generictables::Match;
+        let Some(ns) = TestNetns::create(&["nft"]) else {
+            return;
+        };
+        for ipv in [IpVersion::V4, IpVersion::V6] {
+            let m = |icmp_type, code, negate| match ipv {
+                IpVersion::V4 => Match::IcmpType {
+                    icmp_type,
+                    code,
+                    negate,
+                },
+                IpVersion::V6 => Match::Icmpv6Type {
+                    icmp_type,
+                    code,
+                    negate,
+                },
+            };
+            let mut t =
+                NftablesTable::new(ipv, NftablesMode::Program, ns.commands("nft"), quiet_opts());
+            let rules = [
+                (8, Some(0), false),
+                (8, Some(1), true),
+                (8, None, true),
+                (3, None, false),
+            ]
+            .into_iter()
+            .map(|(ty, code, neg)| {
+                Rule::new(MatchCriteria::new().with(m(ty, code, neg)), Action::Accept)
+            })
+            .collect();
+            t.set_chain(Chain::new("cali-icmp", rules));
+            let s = t.apply().unwrap_or_else(|e| panic!("{ipv:?}: {e}"));
+            assert_eq!(s.retries, 0, "{ipv:?}: {s:?}");
+            let fam = if ipv == IpVersion::V4 { "ip" } else { "ip6" };
+            let listed = ns.sh("nft", &["list", "chain", fam, "calico", "cali-icmp"]);
+            assert!(
+                listed.contains(" . "),
+                "the negated pair stays a pair: {listed}"
+            );
+        }
+    }
+
     #[test]
     fn kernel_nftables_atomic_rebuild_after_failures() {
         let Some(ns) = TestNetns::create(&["nft"]) else {
