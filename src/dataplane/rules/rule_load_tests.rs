@@ -236,9 +236,13 @@ fn gen_rule(rng: &mut SeededRng, ipv: IpVersion) -> ProtoRule {
     r
 }
 
-/// A log prefix from the alphabet the v3 API allows (`[a-zA-Z0-9%: /_-]`),
-/// with the `%` specifiers the renderer expands.
+/// A log prefix: mostly from the alphabet the v3 API allows
+/// (`[a-zA-Z0-9%: /_-]`) with the `%` specifiers the renderer expands;
+/// sometimes anything, as the config file and environment take any string.
 fn gen_log_prefix(rng: &mut SeededRng) -> String {
+    if rng.one_in(4) {
+        return gen_text(rng);
+    }
     const PIECES: [&str; 12] = [
         "calico", "-", "_", " ", ":", "/", "%k", "%n", "%p", "%t", "%", "X9",
     ];
@@ -248,7 +252,7 @@ fn gen_log_prefix(rng: &mut SeededRng) -> String {
 
 /// A renderer under a random Felix configuration (log prefix, rate limit,
 /// connection-transition logging, deny action).
-fn gen_renderer(rng: &mut SeededRng, backend: Backend, ipv: IpVersion) -> Renderer {
+fn gen_renderer(rng: &mut SeededRng, backend: Backend, ipv: IpVersion) -> (Renderer, String) {
     let mut kv: BTreeMap<String, String> = BTreeMap::new();
     kv.insert("LogPrefix".into(), gen_log_prefix(rng));
     if rng.one_in(2) {
@@ -263,13 +267,17 @@ fn gen_renderer(rng: &mut SeededRng, backend: Backend, ipv: IpVersion) -> Render
             "LogConnectionTransitions".into(),
             "FirstResponseAfterLog".into(),
         );
+        if rng.one_in(2) {
+            kv.insert("LogConnectionTransitionsPrefix".into(), gen_text(rng));
+        }
     }
     let deny = rng.pick(&["DROP", "REJECT"]).to_string();
     kv.insert("IptablesFilterDenyAction".into(), deny.clone());
     kv.insert("NftablesFilterDenyAction".into(), deny);
     let (cfg, errs) = Config::build(&[(Source::ConfigFile, kv.clone())]);
     assert!(errs.is_empty(), "{kv:?}: {errs:?}");
-    Renderer::new(RenderConfig::build(&cfg, ipv, backend).unwrap())
+    let r = Renderer::new(RenderConfig::build(&cfg, ipv, backend).unwrap());
+    (r, format!("{kv:?}"))
 }
 
 /// A random policy identity (kind, namespace, tier feed the log prefix).
@@ -434,6 +442,8 @@ struct Run<'a> {
     loader: Loader,
     ipv: IpVersion,
     renderer: Renderer,
+    /// The Felix configuration of `renderer`, for failure messages.
+    config: String,
     id: PolicyId,
     tier: String,
     loads: Cell<usize>,
@@ -463,13 +473,41 @@ impl Run<'_> {
             .policy_chains_in(TableName::Filter, &id, &policy, &namer);
         let text = script(self.loader, self.ipv, &chains);
         let rendered: usize = chains.iter().map(|c| c.rules.len()).sum();
-        let (program, args): (&str, &[&str]) = match self.loader {
-            Loader::Nft => ("nft", &["-f", "-"]),
-            _ => (self.loader.restore(self.ipv), &["--noflush"]),
-        };
-        run(self.ns, program, args, &text).map_err(|e| (text, e))?;
+        run(self.ns, self.program(), self.args(), &text).map_err(|e| (text, e))?;
         self.kernel_rules.set(self.kernel_rules.get() + rendered);
         Ok(())
+    }
+
+    /// Loads the static chain whose rules depend on the log settings
+    /// (`cali-log-conn`, present with connection-transition logging).
+    fn load_log_conn_chain(&self) {
+        let chains: Vec<Chain> = self
+            .renderer
+            .static_chains(TableName::Filter)
+            .into_iter()
+            .filter(|c| c.name.ends_with(super::CHAIN_LOG_CONN))
+            .collect();
+        if chains.is_empty() {
+            return;
+        }
+        let text = script(self.loader, self.ipv, &chains);
+        if let Err(e) = run(self.ns, self.program(), self.args(), &text) {
+            panic!(
+                "{:?} {:?} refuses the log chain under config {}:\n{text}\nerror:\n{e}",
+                self.loader, self.ipv, self.config
+            );
+        }
+    }
+
+    fn program(&self) -> &'static str {
+        self.loader.restore(self.ipv)
+    }
+
+    fn args(&self) -> &'static [&'static str] {
+        match self.loader {
+            Loader::Nft => &["-f", "-"],
+            _ => &["--noflush"],
+        }
     }
 
     /// Loads `rules`; on refusal finds a rule refused on its own and fails
@@ -500,8 +538,8 @@ impl Run<'_> {
         };
         match culprit {
             Some((rule, (text, err))) => panic!(
-                "{:?} {:?} refuses a valid rule:\n{rule:#?}\nrendered as:\n{text}\nerror:\n{err}",
-                self.loader, self.ipv
+                "{:?} {:?} refuses a valid rule:\n{rule:#?}\nunder config {}\nrendered as:\n{text}\nerror:\n{err}",
+                self.loader, self.ipv, self.config
             ),
             None => panic!(
                 "{:?} {:?} refuses a batch but no single rule of it:\n{batch_err}",
@@ -532,17 +570,20 @@ fn every_valid_rule_loads(loader: Loader) {
         while done < count {
             let n = BATCH.min(count - done);
             let (id, tier) = gen_policy_id(&mut rng, batch_no);
+            let (renderer, config) = gen_renderer(&mut rng, loader.backend(), ipv);
             let run = Run {
                 ns: &ns,
                 loader,
                 ipv,
-                renderer: gen_renderer(&mut rng, loader.backend(), ipv),
+                renderer,
+                config,
                 id,
                 tier,
                 loads: Cell::new(0),
                 kernel_rules: Cell::new(0),
             };
             let rules: Vec<ProtoRule> = (0..n).map(|_| gen_rule(&mut rng, ipv)).collect();
+            run.load_log_conn_chain();
             run.load_or_name_culprit(&rules);
             kernel_rules += run.kernel_rules.get();
             done += n;
