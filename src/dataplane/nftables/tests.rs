@@ -620,6 +620,81 @@ mod kernel {
         assert!(!listed.contains("range"), "{listed}");
     }
 
+    /// Overlapping members (which nft refuses in a set without
+    /// `auto-merge`): a covering CIDR keeps what it covers out of the
+    /// kernel and puts it back when it goes, each change one transaction
+    /// that succeeds first time.
+    #[test]
+    fn kernel_covering_cidr_hides_and_restores_covered_members() {
+        let Some(ns) = TestNetns::create(&["nft"]) else {
+            return;
+        };
+        for ipv in [IpVersion::V4, IpVersion::V6] {
+            let (set, fam, cover, nested, host, other, outside) = match ipv {
+                IpVersion::V4 => (
+                    "cali40s:ov",
+                    "ip",
+                    "10.0.0.0/8",
+                    "10.1.0.0/16",
+                    "10.1.2.3",
+                    "10.2.0.1",
+                    "11.0.0.1",
+                ),
+                IpVersion::V6 => (
+                    "cali60s:ov",
+                    "ip6",
+                    "fd00::/16",
+                    "fd00:1::/32",
+                    "fd00:1::5",
+                    "fd00:2::1",
+                    "fd01::1",
+                ),
+            };
+            let listed = || {
+                let l = ns.sh(
+                    "nft",
+                    &["list", "set", fam, "calico", &set.replace(':', "-")],
+                );
+                let has = |m: &str| l.contains(&format!(" {m},")) || l.contains(&format!(" {m} "));
+                [cover, nested, host, other, outside].map(has)
+            };
+            let mut t =
+                NftablesTable::new(ipv, NftablesMode::Program, ns.commands("nft"), quiet_opts());
+            let apply = |t: &mut NftablesTable| {
+                let s = t.apply().unwrap_or_else(|e| panic!("{ipv:?}: {e}"));
+                assert_eq!((s.retries, s.read_backs), (0, 0), "{ipv:?}: {s:?}");
+            };
+            t.set_ip_set(
+                set,
+                NftSetKind::Net,
+                [nested, host, other, outside].map(String::from),
+            );
+            t.set_chain(Chain::new(
+                "cali-ov",
+                vec![Rule::new(
+                    MatchCriteria::new().source_ip_set(set),
+                    Action::Accept,
+                )],
+            ));
+            let s = t.apply().unwrap_or_else(|e| panic!("{ipv:?}: {e}"));
+            assert_eq!(s.retries, 0, "{ipv:?}: {s:?}");
+            // The host inside the nested CIDR is covered from the start.
+            assert_eq!(listed(), [false, true, false, true, true], "{ipv:?}");
+            t.add_ip_set_members(set, [cover.to_string()]);
+            apply(&mut t);
+            assert_eq!(listed(), [true, false, false, false, true], "{ipv:?}");
+            // A covered member leaves without touching the kernel's set.
+            t.remove_ip_set_members(set, [nested.to_string()]);
+            apply(&mut t);
+            t.remove_ip_set_members(set, [cover.to_string()]);
+            apply(&mut t);
+            assert_eq!(listed(), [false, false, true, true, true], "{ipv:?}");
+            t.queue_resync();
+            let s = t.apply().unwrap();
+            assert!(s.no_writes(), "{ipv:?}: {s:?}");
+        }
+    }
+
     /// A set left with `auto-merge` by an older version (its members merged
     /// into ranges) is recreated with our declaration, after which
     /// single-member deletes succeed.
