@@ -163,7 +163,12 @@ pub fn render_action(a: &Action) -> String {
         Action::RestoreConnMark { mask } => {
             format!("--jump CONNMARK --restore-mark --mask {}", hex(*mask))
         }
-        Action::Log { prefix } => format!("--jump LOG --log-prefix \"{prefix}: \" --log-level 5"),
+        // Escaped as comments are: LogPrefix is any string in the config
+        // file or environment, and a quote would end the argument.
+        Action::Log { prefix } => format!(
+            "--jump LOG --log-prefix \"{}: \" --log-level 5",
+            escape_comment(prefix)
+        ),
         Action::Nflog {
             group,
             prefix,
@@ -204,7 +209,8 @@ pub fn render_action(a: &Action) -> String {
     }
 }
 
-/// Replaces characters that are unsafe in a quoted comment with `_`.
+/// Replaces characters that are unsafe in a quoted comment (or log
+/// prefix) with `_`.
 fn escape_comment(c: &str) -> String {
     let mut s: String = c
         .chars()
@@ -341,6 +347,17 @@ mod tests {
                 "Wgi5uNiZIwrCVUw1".to_string(),
                 "lIBvhOYGhsAtz_oX".to_string()
             ]
+        );
+    }
+
+    #[test]
+    fn log_prefix_with_quotes_and_non_ascii_stays_one_quoted_argument() {
+        let a = Action::Log {
+            prefix: "a\"b\\c 日-%k/x_y:z".into(),
+        };
+        assert_eq!(
+            render_action(&a),
+            "--jump LOG --log-prefix \"a_b_c _-%k/x_y:z: \" --log-level 5"
         );
     }
 }

@@ -49,3 +49,57 @@ impl TestNetns {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 }
+
+/// A small seeded random number generator (SplitMix64) for kernel tests
+/// that generate random work: the seed comes from the environment
+/// variable `var` if set (decimal), so a failure can be replayed.
+pub(crate) struct SeededRng(u64);
+
+impl SeededRng {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        SeededRng(seed)
+    }
+
+    /// Seeded from `var` if set, otherwise from `default`; prints the seed.
+    pub fn from_env(var: &str, default: u64) -> Self {
+        let seed = std::env::var(var)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(default);
+        eprintln!("{var}={seed}");
+        SeededRng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// True with probability `1/n`.
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+
+    /// A random element of `items` (non-empty).
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// A count from the environment variable `var` (decimal), or `default`.
+pub(crate) fn env_count(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(default)
+}

@@ -117,7 +117,21 @@ pub(crate) fn parse_table(
                 let Some(name) = obj.get("name").and_then(Value::as_str) else {
                     continue;
                 };
-                let k = set_kind(obj);
+                let mut k = set_kind(obj);
+                // A range in a CIDR set is the mark of an `auto-merge`
+                // declaration (ours never writes ranges, and nft 1.0.6
+                // does not show the flag in JSON): an unknown kind gets
+                // the set recreated with our declaration, after which
+                // single-member deletes stop failing.
+                let merged = |e: &Value| e.get("range").is_some();
+                if k == Some(NftSetKind::Net)
+                    && obj
+                        .get("elem")
+                        .and_then(Value::as_array)
+                        .is_some_and(|es| es.iter().any(merged))
+                {
+                    k = None;
+                }
                 let members = match (k, obj.get("elem")) {
                     (Some(k), Some(Value::Array(elems))) => {
                         elems.iter().map(|e| member(k, ipv, e)).collect()
@@ -231,6 +245,10 @@ mod tests {
         assert_eq!(m("s2"), Some(vec!["10.0.0.0/24".into(), "10.1.0.1".into()]));
         assert_eq!(m("s3"), Some(vec!["10.0.0.1,tcp:80".into()]));
         assert_eq!(m("s4"), None);
+        assert_eq!(
+            st.sets["s4"].kind, None,
+            "a merged range marks an auto-merge set, to be recreated"
+        );
         assert_eq!(m("s5"), Some(vec![]));
         assert!(parse_table("not json", IpVersion::V4, "cali:").is_err());
     }

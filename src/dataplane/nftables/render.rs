@@ -62,6 +62,20 @@ fn proto(p: &Protocol) -> String {
     }
 }
 
+/// An ICMP (`l4` = `icmp`) or ICMPv6 (`icmpv6`) type match with an
+/// optional code. nft refuses a concatenation compared with a singleton
+/// (`icmp type . icmp code 8 . 0`), so a positive type+code match is two
+/// matches, and a negated one compares the (type, code) pair against a
+/// one-element set: `!=` must negate the pair, not each field (a packet of
+/// type 8 code 1 passes `not {type: 8, code: 0}`).
+fn icmp_match(l4: &str, icmp_type: u8, code: Option<u8>, negate: bool) -> String {
+    match (code, negate) {
+        (None, _) => format!("{l4} type {}{icmp_type}", ne(negate)),
+        (Some(c), false) => format!("{l4} type {icmp_type} {l4} code {c}"),
+        (Some(c), true) => format!("{l4} type . {l4} code != {{ {icmp_type} . {c} }}"),
+    }
+}
+
 fn render_match(m: &Match, ipv: IpVersion) -> String {
     let ip = l3(ipv);
     match m {
@@ -100,18 +114,12 @@ fn render_match(m: &Match, ipv: IpVersion) -> String {
             icmp_type,
             code,
             negate,
-        } => match code {
-            Some(c) => format!("icmp type . icmp code {}{icmp_type} . {c}", ne(*negate)),
-            None => format!("icmp type {}{icmp_type}", ne(*negate)),
-        },
+        } => icmp_match("icmp", *icmp_type, *code, *negate),
         Match::Icmpv6Type {
             icmp_type,
             code,
             negate,
-        } => match code {
-            Some(c) => format!("icmpv6 type . icmpv6 code {}{icmp_type} . {c}", ne(*negate)),
-            None => format!("icmpv6 type {}{icmp_type}", ne(*negate)),
-        },
+        } => icmp_match("icmpv6", *icmp_type, *code, *negate),
         Match::SrcAddrType {
             addr_type,
             limit_iface_out,
@@ -310,5 +318,43 @@ mod tests {
         assert_eq!(v6.body(&r6), "ip6 daddr @cali60s-x counter drop");
         let c = n.comment("HHHH", &r.clone().comment("x\"y"));
         assert_eq!(c, "cali:HHHH; x_y");
+    }
+
+    #[test]
+    fn icmp_type_and_code_render_in_forms_nft_accepts() {
+        let icmp = |icmp_type, code, negate| {
+            render_match(
+                &Match::IcmpType {
+                    icmp_type,
+                    code,
+                    negate,
+                },
+                IpVersion::V4,
+            )
+        };
+        let icmp6 = |icmp_type, code, negate| {
+            render_match(
+                &Match::Icmpv6Type {
+                    icmp_type,
+                    code,
+                    negate,
+                },
+                IpVersion::V6,
+            )
+        };
+        assert_eq!(icmp(8, Some(0), false), "icmp type 8 icmp code 0");
+        assert_eq!(
+            icmp(8, Some(1), true),
+            "icmp type . icmp code != { 8 . 1 }",
+            "a negated type+code negates the pair"
+        );
+        assert_eq!(icmp(8, None, false), "icmp type 8");
+        assert_eq!(icmp(8, None, true), "icmp type != 8");
+        assert_eq!(icmp6(128, Some(0), false), "icmpv6 type 128 icmpv6 code 0");
+        assert_eq!(
+            icmp6(128, Some(1), true),
+            "icmpv6 type . icmpv6 code != { 128 . 1 }"
+        );
+        assert_eq!(icmp6(1, None, true), "icmpv6 type != 1");
     }
 }

@@ -1,6 +1,8 @@
 //! Native nftables sets for IP sets: kinds, nft type declarations and the
 //! canonical member form shared by desired state and read-back.
 
+use std::borrow::Cow;
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -27,7 +29,12 @@ impl NftSetKind {
         };
         match self {
             NftSetKind::Ip => format!("type {addr};"),
-            NftSetKind::Net => format!("type {addr}; flags interval; auto-merge;"),
+            // No `auto-merge`: nft would merge adjacent members into
+            // ranges (10.0.0.1-10.0.0.3) and a later delete of one member
+            // would fail with "element does not exist". Without it nft
+            // refuses overlapping members, so the kernel holds
+            // [`kernel_members`] only.
+            NftSetKind::Net => format!("type {addr}; flags interval;"),
             NftSetKind::IpPort => format!("type {addr} . inet_proto . inet_service;"),
         }
     }
@@ -114,6 +121,48 @@ pub fn canonical_member_owned(
         }
     }
     canonical_member(kind, ipv, &member)
+}
+
+/// The members of a set as the kernel holds them. An interval set
+/// without `auto-merge` refuses overlapping members, and CIDRs either nest
+/// or are disjoint, so a CIDR set holds each member not covered by another
+/// member (`10.1.0.0/16` is left out while `10.0.0.0/8` is in the set, and
+/// goes back in when `10.0.0.0/8` leaves). The kernel's members are then
+/// pairwise disjoint and each is a member as written, so a single-member
+/// delete always names an element the kernel holds. Borrowed (no work
+/// beyond a scan) when no member is a CIDR shorter than a host, as nothing
+/// can then be covered; other kinds are returned as they are.
+pub(crate) fn kernel_members(
+    kind: NftSetKind,
+    members: &BTreeSet<String>,
+) -> Cow<'_, BTreeSet<String>> {
+    if kind != NftSetKind::Net || !members.iter().any(|m| m.contains('/')) {
+        return Cow::Borrowed(members);
+    }
+    let mut nets: Vec<(IpNet, &String)> = members
+        .iter()
+        .filter_map(|m| {
+            let n = m
+                .parse::<IpNet>()
+                .ok()
+                .or_else(|| m.parse::<IpAddr>().ok().map(IpNet::from))?;
+            Some((n.trunc(), m))
+        })
+        .collect();
+    // By network address, then shorter prefix first: a covering CIDR
+    // comes just before everything it covers, so one sweep that remembers
+    // the last kept CIDR finds every covered member.
+    nets.sort();
+    let mut kept = BTreeSet::new();
+    let mut last: Option<IpNet> = None;
+    for (n, m) in nets {
+        if last.is_some_and(|l| l.contains(&n)) {
+            continue;
+        }
+        last = Some(n);
+        kept.insert(m.clone());
+    }
+    Cow::Owned(kept)
 }
 
 /// Renders a canonical member as an nft set element.
@@ -214,6 +263,57 @@ mod tests {
         let ports: Vec<String> = vec!["b,tcp:1".into(), "a,tcp:2".into()];
         let got: Vec<&String> = in_element_order(NftSetKind::IpPort, &ports);
         assert_eq!(got, [&ports[0], &ports[1]], "other kinds keep their order");
+    }
+
+    fn set(members: &[&str]) -> BTreeSet<String> {
+        members.iter().map(|m| m.to_string()).collect()
+    }
+
+    #[test]
+    fn net_sets_are_declared_without_auto_merge() {
+        for ipv in [IpVersion::V4, IpVersion::V6] {
+            let d = NftSetKind::Net.declaration(ipv);
+            assert!(d.contains("flags interval;"), "{d}");
+            assert!(!d.contains("auto-merge"), "{d}");
+        }
+    }
+
+    #[test]
+    fn kernel_members_drop_only_covered_members() {
+        let m = set(&[
+            "10.0.0.0/8",
+            "10.1.0.0/16",
+            "10.1.2.3",
+            "11.0.0.1",
+            "11.0.0.2",
+            "11.0.0.0/31",
+            "12.0.0.0/24",
+            "12.0.1.0/24",
+            "fd00::/64",
+            "fd00::1",
+        ]);
+        assert_eq!(
+            *kernel_members(NftSetKind::Net, &m),
+            set(&[
+                "10.0.0.0/8",
+                "11.0.0.0/31",
+                "11.0.0.2",
+                "12.0.0.0/24",
+                "12.0.1.0/24",
+                "fd00::/64"
+            ])
+        );
+        let hosts = set(&["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+        assert!(matches!(
+            kernel_members(NftSetKind::Net, &hosts),
+            Cow::Borrowed(_)
+        ));
+        let ip = set(&["10.0.0.0/8", "10.1.0.0/16"]);
+        assert_eq!(
+            *kernel_members(NftSetKind::Ip, &ip),
+            ip,
+            "only CIDR sets nest"
+        );
     }
 
     #[test]

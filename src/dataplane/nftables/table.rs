@@ -23,7 +23,7 @@ use crate::dataplane::kernel::{Commands, KernelError, RetryPolicy};
 use super::json::{parse_table, ActualSet, NftState};
 use super::render::{legalize_set_name, NftRenderer};
 use super::sets::{
-    canonical_member, canonical_member_owned, element, in_element_order, NftSetKind,
+    canonical_member, canonical_member_owned, element, in_element_order, kernel_members, NftSetKind,
 };
 
 /// nftables address family of a table.
@@ -537,17 +537,19 @@ impl NftablesTable {
                         del_sets.push(format!("delete set {fam} {t} {name}"));
                         recreated_sets.insert(name.clone());
                     }
+                    // What the kernel is to hold (covered CIDRs left out).
+                    let want = kernel_members(d.kind, &d.members);
                     let replace = || {
                         SetUpdate::Replace(ActualSet {
                             kind: Some(d.kind),
-                            members: Some(d.members.clone()),
+                            members: Some(want.clone().into_owned()),
                         })
                     };
                     let update = match a {
                         Some(a) if !recreate => match &a.members {
                             Some(cur) => {
-                                let removed: Vec<&String> = cur.difference(&d.members).collect();
-                                let added: Vec<&String> = d.members.difference(cur).collect();
+                                let removed: Vec<&String> = cur.difference(&want).collect();
+                                let added: Vec<&String> = want.difference(cur).collect();
                                 self.element_lines("delete", name, d.kind, &removed, &mut set_ops);
                                 self.element_lines("add", name, d.kind, &added, &mut set_ops);
                                 // Not recreated: the kind is already right.
@@ -558,7 +560,7 @@ impl NftablesTable {
                             }
                             None => {
                                 set_ops.push(format!("flush set {fam} {t} {name}"));
-                                let all: Vec<&String> = d.members.iter().collect();
+                                let all: Vec<&String> = want.iter().collect();
                                 self.element_lines("add", name, d.kind, &all, &mut set_ops);
                                 replace()
                             }
@@ -569,7 +571,7 @@ impl NftablesTable {
                             // faster than the same members as `add element`
                             // commands (measured at 50 interval sets of
                             // 10,000).
-                            set_ops.push(self.set_declaration(name, d.kind, &d.members));
+                            set_ops.push(self.set_declaration(name, d.kind, &want));
                             replace()
                         }
                     };

@@ -1,6 +1,7 @@
 //! Tests of the nftables table and the iptables-nft cleanup: scripted-seam
 //! unit tests and kernel tests in throwaway namespaces.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -481,6 +482,260 @@ mod kernel {
             "{listed}"
         );
         foreign_intact(&ns);
+    }
+
+    /// An ICMP type+code match (and its negation) loads in nft for both
+    /// families; it used to fail the whole transaction.
+    #[test]
+    fn kernel_icmp_type_and_code_matches_load_in_nft() {
+        use crate::dataplane::generictables::Match;
+        let Some(ns) = TestNetns::create(&["nft"]) else {
+            return;
+        };
+        for ipv in [IpVersion::V4, IpVersion::V6] {
+            let m = |icmp_type, code, negate| match ipv {
+                IpVersion::V4 => Match::IcmpType {
+                    icmp_type,
+                    code,
+                    negate,
+                },
+                IpVersion::V6 => Match::Icmpv6Type {
+                    icmp_type,
+                    code,
+                    negate,
+                },
+            };
+            let mut t =
+                NftablesTable::new(ipv, NftablesMode::Program, ns.commands("nft"), quiet_opts());
+            let rules = [
+                (8, Some(0), false),
+                (8, Some(1), true),
+                (8, None, true),
+                (3, None, false),
+            ]
+            .into_iter()
+            .map(|(ty, code, neg)| {
+                Rule::new(MatchCriteria::new().with(m(ty, code, neg)), Action::Accept)
+            })
+            .collect();
+            t.set_chain(Chain::new("cali-icmp", rules));
+            let s = t.apply().unwrap_or_else(|e| panic!("{ipv:?}: {e}"));
+            assert_eq!(s.retries, 0, "{ipv:?}: {s:?}");
+            let fam = if ipv == IpVersion::V4 { "ip" } else { "ip6" };
+            let listed = ns.sh("nft", &["list", "chain", fam, "calico", "cali-icmp"]);
+            assert!(
+                listed.contains(" . "),
+                "the negated pair stays a pair: {listed}"
+            );
+        }
+    }
+
+    /// Single-member adds and deletes in a CIDR set of thousands of
+    /// adjacent and nested members never fail a transaction and never make
+    /// the driver re-read the table. (With `auto-merge` nft merged
+    /// adjacent members into ranges and deleting one failed; without it nft
+    /// refuses overlapping members, so nested ones must be kept out.)
+    /// `FELIX_CHURN_OPS` (default 150) sets the number of random changes,
+    /// `FELIX_CHURN_SEED` the seed; the failure count is printed.
+    #[test]
+    fn kernel_single_member_set_changes_never_fail_at_scale() {
+        use crate::dataplane::kernel::testns::{env_count, SeededRng};
+        let Some(ns) = TestNetns::create(&["nft"]) else {
+            return;
+        };
+        let ops = env_count("FELIX_CHURN_OPS", 150);
+        let mut rng = SeededRng::from_env("FELIX_CHURN_SEED", 4);
+        let host = |i: usize| format!("10.65.{}.{}", i / 256, i % 256);
+        // 2,000 adjacent hosts, CIDRs covering some of them (nested in
+        // each other, one covering the whole block) and a disjoint one.
+        let mut pool: Vec<String> = (0..2000).map(host).collect();
+        let cidrs = [
+            "10.65.0.0/24",
+            "10.65.1.0/25",
+            "10.65.1.0/26",
+            "10.65.1.64/26",
+            "10.65.2.4/30",
+            "10.65.3.0/31",
+            "10.65.0.0/16",
+            "10.66.0.0/24",
+        ];
+        pool.extend(cidrs.iter().map(|c| c.to_string()));
+        let mut members: BTreeSet<String> = (0..2000).map(host).collect();
+        members.insert("10.65.1.0/26".into());
+        members.insert("10.66.0.0/24".into());
+        let set = "cali40s:churn";
+        let mut t = NftablesTable::new(
+            IpVersion::V4,
+            NftablesMode::Program,
+            ns.commands("nft"),
+            quiet_opts(),
+        );
+        t.set_ip_set(set, NftSetKind::Net, members.clone());
+        t.set_chain(Chain::new(
+            "cali-churn",
+            vec![Rule::new(
+                MatchCriteria::new().source_ip_set(set),
+                Action::Accept,
+            )],
+        ));
+        t.apply().unwrap();
+        let (mut failed, mut read_backs) = (0, 0);
+        let started = std::time::Instant::now();
+        for _ in 0..ops {
+            // Mostly hosts (workload churn); one change in eight is a CIDR.
+            let m = if rng.one_in(8) {
+                rng.pick(&pool[2000..]).clone()
+            } else {
+                rng.pick(&pool[..2000]).clone()
+            };
+            if members.remove(&m) {
+                t.remove_ip_set_members(set, [m]);
+            } else {
+                members.insert(m.clone());
+                t.add_ip_set_members(set, [m]);
+            }
+            match t.apply() {
+                Ok(s) => {
+                    failed += s.retries;
+                    read_backs += s.read_backs;
+                }
+                Err(e) => panic!("apply gave up: {e}"),
+            }
+        }
+        eprintln!(
+            "churn: {ops} single-member changes in {:?}: {failed} failed nft transactions, {read_backs} read-backs",
+            started.elapsed()
+        );
+        assert_eq!(failed, 0, "failed nft transactions during churn");
+        assert_eq!(read_backs, 0, "delta applies re-read the table");
+        // The kernel holds exactly the uncovered members.
+        t.queue_resync();
+        let s = t.apply().unwrap();
+        assert!(s.no_writes(), "kernel differs from the desired set: {s:?}");
+        let listed = ns.sh(
+            "nft",
+            &["-j", "list", "set", "ip", "calico", "cali40s-churn"],
+        );
+        assert!(!listed.contains("range"), "{listed}");
+    }
+
+    /// Overlapping members (which nft refuses in a set without
+    /// `auto-merge`): a covering CIDR keeps what it covers out of the
+    /// kernel and puts it back when it goes, each change one transaction
+    /// that succeeds first time.
+    #[test]
+    fn kernel_covering_cidr_hides_and_restores_covered_members() {
+        let Some(ns) = TestNetns::create(&["nft"]) else {
+            return;
+        };
+        for ipv in [IpVersion::V4, IpVersion::V6] {
+            let (set, fam, cover, nested, host, other, outside) = match ipv {
+                IpVersion::V4 => (
+                    "cali40s:ov",
+                    "ip",
+                    "10.0.0.0/8",
+                    "10.1.0.0/16",
+                    "10.1.2.3",
+                    "10.2.0.1",
+                    "11.0.0.1",
+                ),
+                IpVersion::V6 => (
+                    "cali60s:ov",
+                    "ip6",
+                    "fd00::/16",
+                    "fd00:1::/32",
+                    "fd00:1::5",
+                    "fd00:2::1",
+                    "fd01::1",
+                ),
+            };
+            let listed = || {
+                let l = ns.sh(
+                    "nft",
+                    &["list", "set", fam, "calico", &set.replace(':', "-")],
+                );
+                let has = |m: &str| l.contains(&format!(" {m},")) || l.contains(&format!(" {m} "));
+                [cover, nested, host, other, outside].map(has)
+            };
+            let mut t =
+                NftablesTable::new(ipv, NftablesMode::Program, ns.commands("nft"), quiet_opts());
+            let apply = |t: &mut NftablesTable| {
+                let s = t.apply().unwrap_or_else(|e| panic!("{ipv:?}: {e}"));
+                assert_eq!((s.retries, s.read_backs), (0, 0), "{ipv:?}: {s:?}");
+            };
+            t.set_ip_set(
+                set,
+                NftSetKind::Net,
+                [nested, host, other, outside].map(String::from),
+            );
+            t.set_chain(Chain::new(
+                "cali-ov",
+                vec![Rule::new(
+                    MatchCriteria::new().source_ip_set(set),
+                    Action::Accept,
+                )],
+            ));
+            let s = t.apply().unwrap_or_else(|e| panic!("{ipv:?}: {e}"));
+            assert_eq!(s.retries, 0, "{ipv:?}: {s:?}");
+            // The host inside the nested CIDR is covered from the start.
+            assert_eq!(listed(), [false, true, false, true, true], "{ipv:?}");
+            t.add_ip_set_members(set, [cover.to_string()]);
+            apply(&mut t);
+            assert_eq!(listed(), [true, false, false, false, true], "{ipv:?}");
+            // A covered member leaves without touching the kernel's set.
+            t.remove_ip_set_members(set, [nested.to_string()]);
+            apply(&mut t);
+            t.remove_ip_set_members(set, [cover.to_string()]);
+            apply(&mut t);
+            assert_eq!(listed(), [false, false, true, true, true], "{ipv:?}");
+            t.queue_resync();
+            let s = t.apply().unwrap();
+            assert!(s.no_writes(), "{ipv:?}: {s:?}");
+        }
+    }
+
+    /// A set left with `auto-merge` by an older version (its members merged
+    /// into ranges) is recreated with our declaration, after which
+    /// single-member deletes succeed.
+    #[test]
+    fn kernel_auto_merged_set_is_recreated_and_then_deletes_succeed() {
+        let Some(ns) = TestNetns::create(&["nft"]) else {
+            return;
+        };
+        let members: Vec<String> = (10..20).map(|i| format!("10.65.0.{i}")).collect();
+        ns.sh(
+            "nft",
+            &[&format!(
+                "add table ip calico; add set ip calico cali40s-old {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {} }}; }}",
+                members.join(", ")
+            )],
+        );
+        let mut t = NftablesTable::new(
+            IpVersion::V4,
+            NftablesMode::Program,
+            ns.commands("nft"),
+            quiet_opts(),
+        );
+        t.set_ip_set("cali40s:old", NftSetKind::Net, members.clone());
+        t.set_chain(Chain::new(
+            "cali-old",
+            vec![Rule::new(
+                MatchCriteria::new().dest_ip_set("cali40s:old"),
+                Action::Drop,
+            )],
+        ));
+        let s = t.apply().unwrap();
+        assert_eq!(s.retries, 0, "{s:?}");
+        let listed = ns.sh("nft", &["list", "set", "ip", "calico", "cali40s-old"]);
+        assert!(
+            !listed.contains("auto-merge") && !listed.contains("-10.65"),
+            "{listed}"
+        );
+        for m in &members[3..6] {
+            t.remove_ip_set_members("cali40s:old", [m.clone()]);
+            let s = t.apply().unwrap();
+            assert_eq!((s.retries, s.read_backs), (0, 0), "{s:?}");
+        }
     }
 
     #[test]

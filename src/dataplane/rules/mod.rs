@@ -37,3 +37,5 @@ pub use statics::{CHAIN_FIP_DNAT, CHAIN_FIP_SNAT, CHAIN_LOG_CONN, CHAIN_RPF_SKIP
 mod kernel_tests;
 #[cfg(test)]
 mod render_tests;
+#[cfg(test)]
+mod rule_load_tests;

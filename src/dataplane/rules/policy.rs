@@ -101,7 +101,11 @@ fn filter_nets(nets: &[String], ipv: IpVersion, negated: bool) -> Result<Vec<Str
         .filter(|n| is_v6_text(n) == want_v6)
         .cloned()
         .collect();
-    if negated && kept.iter().any(|n| n == "0.0.0.0/0" || n == "::/0") {
+    // Any address with a zero-length prefix is the catch-all, however
+    // written (`10.1.2.3/0`); iptables-nft refuses `! --destination
+    // 0.0.0.0/0` outright.
+    let catch_all = |n: &String| n.parse::<IpNet>().is_ok_and(|n| n.prefix_len() == 0);
+    if negated && kept.iter().any(catch_all) {
         return Err(());
     }
     if kept.is_empty() {
@@ -145,6 +149,30 @@ fn protocol(p: &felix_proto::Protocol) -> Result<Option<Protocol>, Unrenderable>
             })?))
         }
     })
+}
+
+/// The number of a protocol given by number or by a name the tools know.
+fn protocol_number(p: &Protocol) -> Option<u8> {
+    match p {
+        Protocol::Number(n) => Some(*n),
+        Protocol::Named(n) => Some(match n.to_ascii_lowercase().as_str() {
+            "icmp" => 1,
+            "tcp" => 6,
+            "udp" => 17,
+            "icmpv6" | "ipv6-icmp" => 58,
+            "sctp" => 132,
+            "udplite" => 136,
+            _ => return None,
+        }),
+    }
+}
+
+/// True if `a` and `b` name the same protocol (by name or number).
+fn same_protocol(a: &Protocol, b: &Protocol) -> bool {
+    match (protocol_number(a), protocol_number(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
 }
 
 fn icmp_u8(v: i32) -> Result<u8, Unrenderable> {
@@ -395,6 +423,26 @@ fn render_rule_inner(
     let not_proto = match &rule.not_protocol {
         Some(p) => protocol(p)?,
         None => None,
+    };
+    // ICMP fields are those of the protocol's ICMP version: under the
+    // other family's ICMP protocol the rule matches nothing here (and the
+    // tools refuse an ICMP match under the other ICMP protocol).
+    let other_icmp = match ipv {
+        IpVersion::V4 => 58,
+        IpVersion::V6 => 1,
+    };
+    if (rule.icmp.is_some() || rule.not_icmp.is_some())
+        && proto.as_ref().and_then(protocol_number) == Some(other_icmp)
+    {
+        return Ok(Vec::new());
+    }
+    // A protocol and a negated protocol: the same one matches nothing;
+    // another is implied by the protocol (and the tools allow one protocol
+    // match per rule), so only the protocol is matched.
+    let not_proto = match (&proto, not_proto) {
+        (Some(p), Some(np)) if same_protocol(p, &np) => return Ok(Vec::new()),
+        (Some(_), Some(_)) => None,
+        (_, np) => np,
     };
     let mut src_named: Vec<String> = rule.src_named_port_ip_set_ids.clone();
     let mut dst_named: Vec<String> = rule.dst_named_port_ip_set_ids.clone();

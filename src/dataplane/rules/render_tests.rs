@@ -819,3 +819,121 @@ fn profiles_names_and_unrenderable_rules() {
         "raw-cali-pi-gnp/u"
     );
 }
+
+fn proto_named(n: &str) -> Option<ProtoProtocol> {
+    Some(ProtoProtocol {
+        number_or_name: Some(NumberOrName::Name(n.into())),
+    })
+}
+
+fn proto_number(n: i32) -> Option<ProtoProtocol> {
+    Some(ProtoProtocol {
+        number_or_name: Some(NumberOrName::Number(n)),
+    })
+}
+
+/// The single rule-matching line of a one-rule policy (the verdict rule
+/// that follows is dropped), or `None` if the rule rendered nothing.
+fn one_rule(r: &Renderer, rule: ProtoRule) -> Option<String> {
+    let pol = Policy {
+        inbound_rules: vec![rule],
+        ..Default::default()
+    };
+    let chains = r.policy_chains(&gnp("one"), &pol, &namer4);
+    let c = chains[0].clone();
+    match r.config().backend {
+        Backend::Iptables => ipt_lines(&c).first().cloned(),
+        Backend::Nftables => nft_lines(&c, r.config().ip_version).first().cloned(),
+    }
+}
+
+#[test]
+fn protocol_with_a_negated_protocol_renders_one_protocol_match() {
+    for backend in [Backend::Iptables, Backend::Nftables] {
+        let r = renderer(&[], IpVersion::V4, backend);
+        let rule = |p, np| ProtoRule {
+            action: "allow".into(),
+            protocol: p,
+            not_protocol: np,
+            ..Default::default()
+        };
+        // A different negated protocol is implied by the protocol.
+        let line = one_rule(&r, rule(proto_named("TCP"), proto_named("UDP"))).unwrap();
+        let (pos, neg) = match backend {
+            Backend::Iptables => ("-p tcp", "! -p"),
+            Backend::Nftables => ("meta l4proto tcp", "l4proto !="),
+        };
+        assert!(
+            line.contains(pos) && !line.contains(neg),
+            "{backend:?}: {line}"
+        );
+        // The same protocol, by name or by number, matches nothing.
+        assert_eq!(
+            one_rule(&r, rule(proto_named("TCP"), proto_number(6))),
+            None
+        );
+        assert_eq!(
+            one_rule(&r, rule(proto_named("ICMPv6"), proto_named("icmpv6"))),
+            None
+        );
+        // A negated protocol alone stays.
+        let line = one_rule(&r, rule(None, proto_number(17))).unwrap();
+        assert!(line.contains("17"), "{backend:?}: {line}");
+    }
+}
+
+#[test]
+fn icmp_fields_under_the_other_familys_icmp_protocol_render_nothing() {
+    use felix_proto::rule::NotIcmp;
+    for backend in [Backend::Iptables, Backend::Nftables] {
+        for (ipv, other, own) in [
+            (IpVersion::V4, "ICMPv6", "ICMP"),
+            (IpVersion::V6, "ICMP", "ICMPv6"),
+        ] {
+            let r = renderer(&[], ipv, backend);
+            let rule = |p: &str| ProtoRule {
+                action: "deny".into(),
+                protocol: proto_named(p),
+                not_icmp: Some(NotIcmp::NotIcmpTypeCode(IcmpTypeAndCode {
+                    r#type: 3,
+                    code: 1,
+                })),
+                ..Default::default()
+            };
+            assert_eq!(one_rule(&r, rule(other)), None, "{backend:?} {ipv:?}");
+            assert!(one_rule(&r, rule(own)).is_some(), "{backend:?} {ipv:?}");
+            // The other ICMP protocol without ICMP fields still renders.
+            let bare = ProtoRule {
+                action: "deny".into(),
+                protocol: proto_named(other),
+                ..Default::default()
+            };
+            assert!(one_rule(&r, bare).is_some(), "{backend:?} {ipv:?}");
+        }
+    }
+}
+
+#[test]
+fn negated_catch_all_with_host_bits_renders_nothing() {
+    for backend in [Backend::Iptables, Backend::Nftables] {
+        for (ipv, all) in [
+            (IpVersion::V4, "156.167.80.11/0"),
+            (IpVersion::V6, "fd00::1/0"),
+        ] {
+            let r = renderer(&[], ipv, backend);
+            let rule = ProtoRule {
+                action: "deny".into(),
+                not_dst_net: vec![all.into()],
+                ..Default::default()
+            };
+            assert_eq!(one_rule(&r, rule), None, "{backend:?} {all}");
+            // The positive catch-all still renders (it matches everything).
+            let rule = ProtoRule {
+                action: "deny".into(),
+                src_net: vec![all.into()],
+                ..Default::default()
+            };
+            assert!(one_rule(&r, rule).is_some(), "{backend:?} {all}");
+        }
+    }
+}
