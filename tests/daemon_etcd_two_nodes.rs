@@ -14,7 +14,7 @@ mod etcd_support;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use etcd_support::netns::{admin, calc_view, without_state, Topology, FELIX};
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! equal the JSON gateway's, page by page, and failures are typed.
 
 use std::net::TcpListener;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use felix::datastore::etcd::client::{prefix_end, RangePage};
 use felix::datastore::etcd::testing::EtcdTestServer;

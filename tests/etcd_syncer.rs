@@ -4,7 +4,7 @@
 mod etcd_support;
 
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use etcd_support::*;
 use felix::datastore::etcd::testing::EtcdTestServer;

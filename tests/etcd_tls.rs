@@ -12,7 +12,7 @@ mod etcd_support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use etcd_support::Consumer;
 use felix::datastore::etcd::testing::{EtcdTestServer, ServerTls};

@@ -7,7 +7,7 @@ pub mod netns;
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::Receiver;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use felix::model::{Key, SyncStatus, SyncerEvent, Value};
 

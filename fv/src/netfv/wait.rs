@@ -1,7 +1,7 @@
 //! Polling with deadlines: every wait in the dataplane FV goes through here,
 //! nothing sleeps blindly.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Result};
 

@@ -489,9 +489,8 @@ mod kernel {
     #[test]
     fn kernel_icmp_type_and_code_matches_load_in_nft() {
         use crate::dataplane::generictables::Match;
-        let Some(ns) = TestNetns::create(&["nft"]) else {
-            return;
-        };
+        felix_netns::require!(netns ["nft"]);
+        let ns = TestNetns::create();
         for ipv in [IpVersion::V4, IpVersion::V6] {
             let m = |icmp_type, code, negate| match ipv {
                 IpVersion::V4 => Match::IcmpType {
@@ -540,9 +539,8 @@ mod kernel {
     #[test]
     fn kernel_single_member_set_changes_never_fail_at_scale() {
         use crate::dataplane::kernel::testns::{env_count, SeededRng};
-        let Some(ns) = TestNetns::create(&["nft"]) else {
-            return;
-        };
+        felix_netns::require!(netns ["nft"]);
+        let ns = TestNetns::create();
         let ops = env_count("FELIX_CHURN_OPS", 150);
         let mut rng = SeededRng::from_env("FELIX_CHURN_SEED", 4);
         let host = |i: usize| format!("10.65.{}.{}", i / 256, i % 256);
@@ -580,7 +578,7 @@ mod kernel {
         ));
         t.apply().unwrap();
         let (mut failed, mut read_backs) = (0, 0);
-        let started = std::time::Instant::now();
+        let started = felix_actors::clock::real_now();
         for _ in 0..ops {
             // Mostly hosts (workload churn); one change in eight is a CIDR.
             let m = if rng.one_in(8) {
@@ -625,9 +623,8 @@ mod kernel {
     /// that succeeds first time.
     #[test]
     fn kernel_covering_cidr_hides_and_restores_covered_members() {
-        let Some(ns) = TestNetns::create(&["nft"]) else {
-            return;
-        };
+        felix_netns::require!(netns ["nft"]);
+        let ns = TestNetns::create();
         for ipv in [IpVersion::V4, IpVersion::V6] {
             let (set, fam, cover, nested, host, other, outside) = match ipv {
                 IpVersion::V4 => (
@@ -699,9 +696,8 @@ mod kernel {
     /// single-member deletes succeed.
     #[test]
     fn kernel_auto_merged_set_is_recreated_and_then_deletes_succeed() {
-        let Some(ns) = TestNetns::create(&["nft"]) else {
-            return;
-        };
+        felix_netns::require!(netns ["nft"]);
+        let ns = TestNetns::create();
         let members: Vec<String> = (10..20).map(|i| format!("10.65.0.{i}")).collect();
         ns.sh(
             "nft",
