@@ -75,14 +75,14 @@ pub struct CalcReport {
     /// CPU time of the benchmark thread over the same span (what one core
     /// did, even on a busy machine).
     pub cpu: Duration,
-    pub peak_rss_mib: f64,
     /// Peak resident set size, MiB.
-    pub messages: usize,
+    pub peak_rss_mib: f64,
     /// Messages the graph emitted.
-    pub ip_sets: usize,
+    pub messages: usize,
     /// `IPSetUpdate` messages emitted.
-    pub policies: usize,
+    pub ip_sets: usize,
     /// `ActivePolicyUpdate` messages emitted.
+    pub policies: usize,
     /// For the churn workload: updates per second during the churn phase,
     /// per wall-clock second and per CPU-second of the benchmark thread.
     pub churn_updates_per_sec: Option<(f64, f64)>,

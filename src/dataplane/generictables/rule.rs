@@ -216,6 +216,7 @@ pub enum Match {
         icmp_type: u8,
         /// ICMP code; `None` matches any code.
         code: Option<u8>,
+        /// Inverts the match.
         negate: bool,
     },
     /// ICMPv6 type and optional code.
@@ -224,6 +225,7 @@ pub enum Match {
         icmp_type: u8,
         /// ICMPv6 code; `None` matches any code.
         code: Option<u8>,
+        /// Inverts the match.
         negate: bool,
     },
     /// Source address type.
@@ -232,6 +234,7 @@ pub enum Match {
         addr_type: AddrType,
         /// Only consider addresses of the outgoing interface (`--limit-iface-out`).
         limit_iface_out: bool,
+        /// Inverts the match.
         negate: bool,
     },
     /// Destination address type.
