@@ -99,9 +99,7 @@ mod tests {
         let mut c = EndpointComputed::default();
         c.apply(&ComputedUpdate::IstioAmbient(true));
         c.apply(&ComputedUpdate::LiveMigration {
-            /// The role.
             role: LiveMigrationRole::Target,
-            /// UID of the `LiveMigration` that gave it.
             uid: "u1".into(),
         });
         assert!(!c.is_empty());
@@ -115,9 +113,7 @@ mod tests {
         assert_eq!(wep.live_migration_uid, "u1");
         c.apply(&ComputedUpdate::IstioAmbient(false));
         c.apply(&ComputedUpdate::LiveMigration {
-            /// The role.
             role: LiveMigrationRole::NoRole,
-            /// UID of the `LiveMigration` that gave it.
             uid: "stale".into(),
         });
         assert!(c.is_empty());
