@@ -561,7 +561,7 @@ pub struct WorkloadEndpoint {
     pub ipv6_gateway: Option<IpAddr>,
     /// Named ports of the endpoint.
     pub ports: Vec<EndpointPort>,
-    /// `metadata.generateName` of the workload's pod.
+    /// The endpoint resource's `metadata.generateName`.
     pub generate_name: String,
     /// Source prefixes the workload may send from besides its own addresses.
     pub allow_spoofed_source_prefixes: Vec<IpNet>,
