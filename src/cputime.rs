@@ -29,8 +29,11 @@ pub fn thread_cpu_time() -> Duration {
 /// cost depends on the host; benchmarks print it separately.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadUsage {
+    /// CPU time in user mode.
     pub user: Duration,
+    /// CPU time in kernel mode.
     pub system: Duration,
+    /// Minor page faults.
     pub minor_faults: u64,
 }
 

@@ -48,16 +48,22 @@ pub struct PolicyKey {
 /// Identity of a workload endpoint (upstream `model.WorkloadEndpointKey`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct WorkloadEndpointKey {
+    /// Node the endpoint lives on.
     pub hostname: String,
+    /// Orchestrator that created it (e.g. `k8s`).
     pub orchestrator_id: String,
+    /// Workload (e.g. `namespace/pod`) the endpoint belongs to.
     pub workload_id: String,
+    /// The endpoint's name within the workload.
     pub endpoint_id: String,
 }
 
 /// Identity of a host endpoint (upstream `model.HostEndpointKey`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HostEndpointKey {
+    /// Node the host endpoint belongs to.
     pub hostname: String,
+    /// The host endpoint's name.
     pub endpoint_id: String,
 }
 
@@ -66,6 +72,7 @@ pub struct HostEndpointKey {
 /// upstream keys them.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NetworkSetKey {
+    /// The set's name (`namespace/name` for a namespaced `NetworkSet`).
     pub name: String,
 }
 
@@ -79,8 +86,11 @@ pub enum Key {
     /// A profile (from a `Profile` resource, or the `kns.` / `ksa.` profiles
     /// derived from Kubernetes namespaces and service accounts), by name.
     Profile(String),
+    /// A workload endpoint.
     WorkloadEndpoint(WorkloadEndpointKey),
+    /// A host endpoint.
     HostEndpoint(HostEndpointKey),
+    /// A `GlobalNetworkSet` or `NetworkSet`.
     NetworkSet(NetworkSetKey),
     /// An IP pool, by CIDR.
     IpPool(IpNet),
@@ -92,7 +102,9 @@ pub enum Key {
     Namespace(String),
     /// A Kubernetes service account (for `ServiceAccountUpdate`).
     ServiceAccount {
+        /// The service account's namespace.
         namespace: String,
+        /// The service account's name.
         name: String,
     },
     /// Cluster-wide Felix configuration parameter (from the
@@ -100,7 +112,9 @@ pub enum Key {
     GlobalConfig(String),
     /// Per-host Felix configuration parameter (from `node.<host>`).
     HostConfig {
+        /// Node the parameter applies to.
         host: String,
+        /// Parameter name.
         name: String,
     },
     /// The `ClusterInformation` `datastoreReady` flag.
@@ -115,7 +129,9 @@ pub enum Key {
 /// Identity of a `LiveMigration` resource (namespaced).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LiveMigrationKey {
+    /// Namespace of the `LiveMigration`.
     pub namespace: String,
+    /// Name of the `LiveMigration`.
     pub name: String,
 }
 
@@ -173,14 +189,23 @@ impl fmt::Display for Key {
 /// A value for a [`Key`].  The variant always matches the key's variant.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// For [`Key::Policy`].
     Policy(Arc<Policy>),
+    /// For [`Key::Tier`].
     Tier(Arc<Tier>),
+    /// For [`Key::Profile`].
     Profile(Arc<Profile>),
+    /// For [`Key::WorkloadEndpoint`].
     WorkloadEndpoint(Arc<WorkloadEndpoint>),
+    /// For [`Key::HostEndpoint`].
     HostEndpoint(Arc<HostEndpoint>),
+    /// For [`Key::NetworkSet`].
     NetworkSet(Arc<NetworkSet>),
+    /// For [`Key::IpPool`].
     IpPool(Arc<IpPool>),
+    /// For [`Key::IpamBlock`].
     IpamBlock(Arc<IpamBlock>),
+    /// For [`Key::Node`].
     Node(Arc<Node>),
     /// Labels of a Kubernetes namespace.
     Namespace(Arc<Labels>),
@@ -191,6 +216,7 @@ pub enum Value {
     Config(String),
     /// `datastoreReady`.
     Ready(bool),
+    /// For [`Key::LiveMigration`].
     LiveMigration(Arc<LiveMigration>),
 }
 
@@ -198,17 +224,24 @@ pub enum Value {
 /// module docs: never use it to decide existence).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UpdateType {
+    /// The key was not known before.
     New,
+    /// The key existed and its value changed.
     Updated,
+    /// The key was removed.
     Deleted,
+    /// The syncer cannot tell whether the key is new.
     Unknown,
 }
 
 /// One key/value event from a syncer.  `value == None` means "absent".
 #[derive(Clone, Debug, PartialEq)]
 pub struct Update {
+    /// Which resource the update is about.
     pub key: Key,
+    /// The resource's current value; `None` means it does not exist.
     pub value: Option<Value>,
+    /// Statistics only; see [`UpdateType`].
     pub update_type: UpdateType,
 }
 
@@ -235,8 +268,11 @@ impl Update {
 /// Connection state of a syncer, as upstream's `api.SyncStatus`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncStatus {
+    /// Not yet connected to the datastore.
     WaitForDatastore,
+    /// Connected, sending the initial snapshot.
     ResyncInProgress,
+    /// The snapshot is complete; later updates are live changes.
     InSync,
 }
 
@@ -257,8 +293,16 @@ pub enum SyncerEvent {
 /// A port match: a number, an inclusive range, or a named port.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Port {
+    /// A single port.
     Number(u16),
-    Range { first: u16, last: u16 },
+    /// An inclusive range `first:last`.
+    Range {
+        /// First port of the range.
+        first: u16,
+        /// Last port of the range.
+        last: u16,
+    },
+    /// A named port, resolved against endpoint ports.
     Named(String),
 }
 
@@ -269,6 +313,7 @@ pub enum Protocol {
     /// it: `tcp`, `udp`, `icmp`, `icmpv6`, `sctp`, `udplite`.  Consumers
     /// compare case-insensitively all the same.
     Name(String),
+    /// A protocol number.
     Number(u8),
 }
 
@@ -276,9 +321,13 @@ pub enum Protocol {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Action {
     #[default]
+    /// Accept the packet.
     Allow,
+    /// Drop the packet.
     Deny,
+    /// Log the packet and continue with the next rule.
     Log,
+    /// Skip to the next tier.
     Pass,
 }
 
@@ -297,6 +346,7 @@ impl Action {
 /// HTTP match criteria passed through to the dataplane.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct HttpMatch {
+    /// HTTP methods to match; empty matches any.
     pub methods: Vec<String>,
     /// `(exact, prefix)` pairs, one of which is set.
     pub paths: Vec<HttpPath>,
@@ -305,7 +355,9 @@ pub struct HttpMatch {
 /// One HTTP path match.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HttpPath {
+    /// Matches this path exactly.
     Exact(String),
+    /// Matches paths starting with this prefix.
     Prefix(String),
 }
 
@@ -318,43 +370,75 @@ pub enum HttpPath {
 /// The `original_*` fields carry the v3 fields unmodified for pass-through.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Rule {
+    /// What to do with a matching packet.
     pub action: Action,
     /// 4 or 6 when the rule is restricted to one family.
     pub ip_version: Option<u8>,
+    /// Protocol the packet must have.
     pub protocol: Option<Protocol>,
+    /// Protocol the packet must not have.
     pub not_protocol: Option<Protocol>,
+    /// ICMP type the packet must have.
     pub icmp_type: Option<u8>,
+    /// ICMP code the packet must have (with `icmp_type`).
     pub icmp_code: Option<u8>,
+    /// ICMP type the packet must not have.
     pub not_icmp_type: Option<u8>,
+    /// ICMP code the packet must not have (with `not_icmp_type`).
     pub not_icmp_code: Option<u8>,
 
+    /// Source CIDRs, any of which must contain the source address.
     pub src_nets: Vec<IpNet>,
+    /// Combined source selector (see the type docs).
     pub src_selector: String,
+    /// Source ports, any of which must match.
     pub src_ports: Vec<Port>,
+    /// Kubernetes service the source must belong to.
     pub src_service: Option<ServiceMatch>,
+    /// Destination CIDRs, any of which must contain the destination address.
     pub dst_nets: Vec<IpNet>,
+    /// Combined destination selector (see the type docs).
     pub dst_selector: String,
+    /// Destination ports, any of which must match.
     pub dst_ports: Vec<Port>,
+    /// Kubernetes service the destination must belong to.
     pub dst_service: Option<ServiceMatch>,
 
+    /// Source CIDRs none of which may contain the source address.
     pub not_src_nets: Vec<IpNet>,
+    /// Combined selector the source must not match.
     pub not_src_selector: String,
+    /// Source ports none of which may match.
     pub not_src_ports: Vec<Port>,
+    /// Destination CIDRs none of which may contain the destination address.
     pub not_dst_nets: Vec<IpNet>,
+    /// Combined selector the destination must not match.
     pub not_dst_selector: String,
+    /// Destination ports none of which may match.
     pub not_dst_ports: Vec<Port>,
 
+    /// v3 `source.selector`, unmodified.
     pub original_src_selector: String,
+    /// v3 `source.namespaceSelector`, unmodified.
     pub original_src_namespace_selector: String,
+    /// v3 `destination.selector`, unmodified.
     pub original_dst_selector: String,
+    /// v3 `destination.namespaceSelector`, unmodified.
     pub original_dst_namespace_selector: String,
+    /// v3 `source.notSelector`, unmodified.
     pub original_not_src_selector: String,
+    /// v3 `destination.notSelector`, unmodified.
     pub original_not_dst_selector: String,
+    /// v3 `source.serviceAccounts.names`, unmodified.
     pub original_src_service_account_names: Vec<String>,
+    /// v3 `source.serviceAccounts.selector`, unmodified.
     pub original_src_service_account_selector: String,
+    /// v3 `destination.serviceAccounts.names`, unmodified.
     pub original_dst_service_account_names: Vec<String>,
+    /// v3 `destination.serviceAccounts.selector`, unmodified.
     pub original_dst_service_account_selector: String,
 
+    /// HTTP match (application layer), passed through.
     pub http_match: Option<HttpMatch>,
     /// Rule metadata annotations.
     pub metadata: Option<BTreeMap<String, String>>,
@@ -363,26 +447,37 @@ pub struct Rule {
 /// A Kubernetes service match in a rule (`services: {name, namespace}`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceMatch {
+    /// The service's name.
     pub name: String,
+    /// The service's namespace.
     pub namespace: String,
 }
 
 /// A policy, as upstream's `model.Policy`.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Policy {
+    /// Namespace of a namespaced policy; empty for a global one.
     pub namespace: String,
+    /// Tier the policy belongs to.
     pub tier: String,
+    /// Order within the tier; `None` sorts last.
     pub order: Option<f64>,
+    /// Ingress rules.
     pub inbound_rules: Vec<Rule>,
+    /// Egress rules.
     pub outbound_rules: Vec<Rule>,
     /// The policy's selector, already ANDed with its namespace (and with
     /// its namespace / service-account selectors) for namespaced policies.
     pub selector: String,
+    /// Untracked policy: applied before connection tracking.
     pub do_not_track: bool,
+    /// Applied before DNAT (host endpoints only).
     pub pre_dnat: bool,
+    /// Also applied to traffic forwarded through host endpoints.
     pub apply_on_forward: bool,
     /// `"ingress"` / `"egress"`, defaulted as upstream defaults `types`.
     pub types: Vec<String>,
+    /// The policy's `metadata.annotations`.
     pub annotations: BTreeMap<String, String>,
     /// `performanceHints` (e.g. `AssumeNeededOnEveryNode`).
     pub performance_hints: Vec<String>,
@@ -391,6 +486,7 @@ pub struct Policy {
 /// A tier.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tier {
+    /// Order among tiers; `None` sorts last.
     pub order: Option<f64>,
     /// Action for traffic that reaches the end of the tier without a
     /// verdict: `Deny` (the default when the resource does not say) or
@@ -410,7 +506,9 @@ impl Default for Tier {
 /// A profile: rules plus labels that endpoints inherit.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Profile {
+    /// Ingress rules.
     pub inbound_rules: Vec<Rule>,
+    /// Egress rules.
     pub outbound_rules: Vec<Rule>,
     /// `labelsToApply`.
     pub labels: Labels,
@@ -419,37 +517,55 @@ pub struct Profile {
 /// A named port on an endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndpointPort {
+    /// The port's name, referenced by rules.
     pub name: String,
+    /// The port's protocol.
     pub protocol: Protocol,
+    /// The port number.
     pub port: u16,
 }
 
 /// A 1:1 NAT mapping on a workload endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IpNat {
+    /// The endpoint's own address.
     pub int_ip: IpAddr,
+    /// The address mapped to it.
     pub ext_ip: IpAddr,
 }
 
 /// A workload endpoint, as upstream's `model.WorkloadEndpoint`.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct WorkloadEndpoint {
+    /// Endpoint state; always `active` for converted endpoints.
     pub state: String,
     /// Host-side interface name.
     pub name: String,
+    /// MAC address of the endpoint's interface.
     pub mac: Option<String>,
+    /// Profiles applied to the endpoint, in order.
     pub profile_ids: Vec<String>,
+    /// The endpoint's IPv4 addresses.
     pub ipv4_nets: Vec<IpNet>,
+    /// The endpoint's IPv6 addresses.
     pub ipv6_nets: Vec<IpNet>,
+    /// IPv4 1:1 NAT mappings.
     pub ipv4_nat: Vec<IpNat>,
+    /// IPv6 1:1 NAT mappings.
     pub ipv6_nat: Vec<IpNat>,
     /// Includes the `projectcalico.org/*` labels added by conversion.
     pub labels: Labels,
+    /// IPv4 gateway of the endpoint.
     pub ipv4_gateway: Option<IpAddr>,
+    /// IPv6 gateway of the endpoint.
     pub ipv6_gateway: Option<IpAddr>,
+    /// Named ports of the endpoint.
     pub ports: Vec<EndpointPort>,
+    /// The endpoint resource's `metadata.generateName`.
     pub generate_name: String,
+    /// Source prefixes the workload may send from besides its own addresses.
     pub allow_spoofed_source_prefixes: Vec<IpNet>,
+    /// The endpoint's `metadata.annotations`.
     pub annotations: BTreeMap<String, String>,
 }
 
@@ -458,19 +574,26 @@ pub struct WorkloadEndpoint {
 pub struct HostEndpoint {
     /// Interface name; empty or `*` for "all interfaces".
     pub name: String,
+    /// The host's expected IPv4 addresses on the interface.
     pub expected_ipv4_addrs: Vec<IpAddr>,
+    /// The host's expected IPv6 addresses on the interface.
     pub expected_ipv6_addrs: Vec<IpAddr>,
+    /// The endpoint's labels.
     pub labels: Labels,
+    /// Profiles applied to the endpoint, in order.
     pub profile_ids: Vec<String>,
+    /// Named ports of the endpoint.
     pub ports: Vec<EndpointPort>,
 }
 
 /// A network set (global or namespaced).
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct NetworkSet {
+    /// The set's CIDRs.
     pub nets: Vec<IpNet>,
     /// Includes `projectcalico.org/namespace` for namespaced sets.
     pub labels: Labels,
+    /// Profiles whose labels the set inherits (`kns.<namespace>` for a namespaced set).
     pub profile_ids: Vec<String>,
 }
 
@@ -478,28 +601,39 @@ pub struct NetworkSet {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
 pub enum EncapMode {
     #[default]
+    /// No encapsulation.
     Never,
+    /// Encapsulate all traffic to other nodes.
     Always,
+    /// Encapsulate only traffic to nodes in other subnets.
     CrossSubnet,
 }
 
 /// An IP pool.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct IpPool {
+    /// The pool's CIDR (always set by the v3 conversion).
     pub cidr: Option<IpNet>,
+    /// IP-in-IP mode.
     pub ipip_mode: EncapMode,
+    /// VXLAN mode.
     pub vxlan_mode: EncapMode,
+    /// Masquerade traffic leaving the pool (`natOutgoing`).
     pub masquerade: bool,
+    /// No new addresses are allocated from the pool.
     pub disabled: bool,
+    /// Do not advertise the pool over BGP.
     pub disable_bgp_export: bool,
     /// `allowedUses` (`Workload`, `Tunnel`, `LoadBalancer`).
     pub allowed_uses: Vec<String>,
+    /// `Automatic` or `Manual`.
     pub assignment_mode: String,
 }
 
 /// An IPAM block.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct IpamBlock {
+    /// The block's CIDR (always set by the v3 conversion).
     pub cidr: Option<IpNet>,
     /// Node name from `affinity: host:<node>`, if affine to a host.
     pub affinity_host: Option<String>,
@@ -532,8 +666,11 @@ pub struct Node {
 /// the workload (upstream `WorkloadIdentifier`).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct WorkloadIdentifier {
+    /// Node the workload runs on.
     pub hostname: String,
+    /// Orchestrator that created it.
     pub orchestrator_id: String,
+    /// The workload's ID.
     pub workload_id: String,
 }
 
@@ -541,9 +678,13 @@ pub struct WorkloadIdentifier {
 /// `WorkloadEndpointIdentifier`).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct WorkloadEndpointIdentifier {
+    /// Node the endpoint lives on.
     pub hostname: String,
+    /// Orchestrator that created it.
     pub orchestrator_id: String,
+    /// The workload's ID.
     pub workload_id: String,
+    /// The endpoint's name within the workload.
     pub endpoint_id: String,
 }
 
@@ -551,7 +692,9 @@ pub struct WorkloadEndpointIdentifier {
 /// endpoint (OpenStack); `workload` wins when both are set.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct LiveMigrationSource {
+    /// The whole workload being moved.
     pub workload: Option<WorkloadIdentifier>,
+    /// The one endpoint being moved.
     pub workload_endpoint: Option<WorkloadEndpointIdentifier>,
 }
 
@@ -559,7 +702,9 @@ pub struct LiveMigrationSource {
 /// (KubeVirt) and/or one named endpoint (OpenStack).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct LiveMigrationTarget {
+    /// Selector of the target endpoints.
     pub selector: Option<String>,
+    /// The one target endpoint.
     pub workload_endpoint: Option<WorkloadEndpointIdentifier>,
 }
 
@@ -568,6 +713,8 @@ pub struct LiveMigrationTarget {
 pub struct LiveMigration {
     /// `metadata.uid` (reported to the dataplane with the role).
     pub uid: String,
+    /// Where the migration moves from.
     pub source: Option<LiveMigrationSource>,
+    /// Where the migration moves to.
     pub target: Option<LiveMigrationTarget>,
 }

@@ -18,15 +18,18 @@ static EMPTY_KV: BTreeMap<String, String> = BTreeMap::new();
 static EMPTY_KD: BTreeMap<String, Duration> = BTreeMap::new();
 
 impl Value {
+    /// The value of a `Bool` parameter; `false` for any other variant.
     pub fn as_bool(&self) -> bool {
         matches!(self, Value::Bool(true))
     }
+    /// The value of an `OptBool` parameter; `None` when unset.
     pub fn as_opt_bool(&self) -> Option<bool> {
         match self {
             Value::OptBool(b) => *b,
             _ => None,
         }
     }
+    /// The value of an `Int` parameter; `0` for any other variant.
     pub fn as_int(&self) -> i64 {
         match self {
             Value::Int(i) => *i,
@@ -37,96 +40,112 @@ impl Value {
     pub fn as_port(&self) -> u16 {
         u16::try_from(self.as_int()).unwrap_or(0)
     }
+    /// The value of a `Seconds`/`Millis` parameter; zero for any other variant.
     pub fn as_duration(&self) -> Duration {
         match self {
             Value::Duration(d) => *d,
             _ => Duration::ZERO,
         }
     }
+    /// The text of a string parameter; empty for any other variant.
     pub fn as_str(&self) -> &str {
         match self {
             Value::Str(s) => s,
             _ => "",
         }
     }
+    /// The entries of a string-list parameter; empty for any other variant.
     pub fn as_str_list(&self) -> &[String] {
         match self {
             Value::StrList(l) => l,
             _ => &[],
         }
     }
+    /// The entries of an `InterfaceExclude`-style pattern list.
     pub fn as_iface_patterns(&self) -> &[IfacePattern] {
         match self {
             Value::IfacePatterns(l) => l,
             _ => &[],
         }
     }
+    /// The compiled regex of a `Regex` parameter; `None` when unset.
     pub fn as_regex(&self) -> Option<&Pattern> {
         match self {
             Value::Regex(r) => r.as_ref(),
             _ => None,
         }
     }
+    /// The address of an IPv4 parameter; `None` when unset.
     pub fn as_ipv4(&self) -> Option<Ipv4Addr> {
         match self {
             Value::Ipv4(a) => *a,
             _ => None,
         }
     }
+    /// The address of an IPv6 parameter; `None` when unset.
     pub fn as_ipv6(&self) -> Option<Ipv6Addr> {
         match self {
             Value::Ipv6(a) => *a,
             _ => None,
         }
     }
+    /// The entries of a failsafe-port list parameter.
     pub fn as_ports(&self) -> &[ProtoPort] {
         match self {
             Value::Ports(p) => p,
             _ => &[],
         }
     }
+    /// The range of a single port-range parameter; `None` when unset.
     pub fn as_port_range(&self) -> Option<PortRange> {
         match self {
             Value::PortRange(r) => *r,
             _ => None,
         }
     }
+    /// The ranges of a port-range-list parameter.
     pub fn as_port_ranges(&self) -> &[PortRange] {
         match self {
             Value::PortRanges(r) => r,
             _ => &[],
         }
     }
+    /// The mask of a mark-bitmask parameter; `0` for any other variant.
     pub fn as_mark(&self) -> u32 {
         match self {
             Value::Mark(m) => *m,
             _ => 0,
         }
     }
+    /// The networks of a CIDR-list parameter.
     pub fn as_cidrs(&self) -> &[IpNet] {
         match self {
             Value::Cidrs(c) => c,
             _ => &[],
         }
     }
+    /// The range of the deprecated single routing-table-range parameter; `None` when unset.
     pub fn as_route_table_range(&self) -> Option<IndexRange> {
         match self {
             Value::RouteTableRange(r) => *r,
             _ => None,
         }
     }
+    /// The ranges of a routing-table-ranges parameter.
     pub fn as_route_table_ranges(&self) -> &[IndexRange] {
         match self {
             Value::RouteTableRanges(r) => r,
             _ => &[],
         }
     }
+    /// The pairs of a `key=value` list parameter.
     pub fn as_key_values(&self) -> &BTreeMap<String, String> {
         match self {
             Value::KeyValues(kv) => kv,
             _ => &EMPTY_KV,
         }
     }
+    /// The pairs of a `key=<duration>` list parameter.
     pub fn as_key_durations(&self) -> &BTreeMap<String, Duration> {
         match self {
             Value::KeyDurations(kv) => kv,

@@ -8,11 +8,17 @@ use std::time::Duration;
 /// A log severity (`LogSeverity*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LogLevel {
+    /// `TRACE`: everything.
     Trace,
+    /// `DEBUG`.
     Debug,
+    /// `INFO` (the default).
     Info,
+    /// `WARNING`.
     Warning,
+    /// `ERROR`.
     Error,
+    /// `FATAL`: logged at error level.
     Fatal,
 }
 
@@ -46,16 +52,22 @@ impl LogLevel {
 /// `NFTablesMode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NftablesMode {
+    /// `Enabled`: program nftables.
     Enabled,
+    /// `Disabled`: do not use nftables.
     Disabled,
+    /// `Auto`: the daemon chooses at start.
     Auto,
 }
 
 /// `IptablesBackend`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IptablesBackend {
+    /// `legacy`: the legacy iptables backend.
     Legacy,
+    /// `nft`: the iptables-nft backend.
     Nft,
+    /// `auto`: detect the backend in use.
     Auto,
 }
 
@@ -63,31 +75,42 @@ pub enum IptablesBackend {
 /// kernel's base chains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChainInsertMode {
+    /// `insert`: hooks go at the top of the base chains (the default).
     Insert,
+    /// `append`: hooks go at the end of the base chains.
     Append,
 }
 
 /// `BPFAttachType`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BpfAttachType {
+    /// `Netkit`: netkit devices where possible (the default).
     Netkit,
+    /// `TCX`: attach through the tcx hook.
     Tcx,
+    /// `TC`: attach as classic tc filters.
     Tc,
 }
 
 /// `DefaultEndpointToHostAction`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EndpointToHostAction {
+    /// `DROP`: drop traffic from workloads to the host (the default).
     Drop,
+    /// `RETURN`: continue into the host rules.
     Return,
+    /// `ACCEPT`: accept it.
     Accept,
 }
 
 /// Which dataplane `felix run` programs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DataplaneMode {
+    /// The iptables dataplane.
     Iptables,
+    /// The nftables dataplane.
     Nftables,
+    /// The eBPF dataplane.
     Bpf,
 }
 
@@ -106,16 +129,20 @@ impl DataplaneMode {
 pub const DEFAULT_ROUTE_TABLE_RANGE: IndexRange = IndexRange { min: 1, max: 250 };
 
 impl Config {
+    /// `LogSeverityScreen`: minimum level of lines written to stderr.
     pub fn log_severity_screen(&self) -> LogLevel {
         LogLevel::from_param(self.log_severity_screen_str())
     }
+    /// `LogSeverityFile`: minimum level of lines written to the log file.
     pub fn log_severity_file(&self) -> LogLevel {
         LogLevel::from_param(self.log_severity_file_str())
     }
+    /// `LogSeveritySys`: minimum level of lines sent to syslog.
     pub fn log_severity_sys(&self) -> LogLevel {
         LogLevel::from_param(self.log_severity_sys_str())
     }
 
+    /// `NFTablesMode`, parsed; unknown text maps to `Auto`.
     pub fn nftables_mode(&self) -> NftablesMode {
         match self.nftables_mode_str() {
             "Enabled" => NftablesMode::Enabled,
@@ -124,6 +151,7 @@ impl Config {
         }
     }
 
+    /// `IptablesBackend`, parsed; unknown text maps to `Auto`.
     pub fn iptables_backend(&self) -> IptablesBackend {
         match self.iptables_backend_str() {
             "legacy" => IptablesBackend::Legacy,
@@ -132,6 +160,7 @@ impl Config {
         }
     }
 
+    /// `ChainInsertMode`, parsed; anything but `append` means `Insert`.
     pub fn chain_insert_mode(&self) -> ChainInsertMode {
         match self.chain_insert_mode_str() {
             "append" => ChainInsertMode::Append,
@@ -139,6 +168,7 @@ impl Config {
         }
     }
 
+    /// `BPFAttachType`, parsed; unknown text maps to `Netkit`.
     pub fn bpf_attach_type(&self) -> BpfAttachType {
         match self.bpf_attach_type_str() {
             "TCX" => BpfAttachType::Tcx,
@@ -147,6 +177,7 @@ impl Config {
         }
     }
 
+    /// `DefaultEndpointToHostAction`, parsed; unknown text maps to `Drop`.
     pub fn default_endpoint_to_host_action(&self) -> EndpointToHostAction {
         match self.default_endpoint_to_host_action_str() {
             "RETURN" => EndpointToHostAction::Return,

@@ -14,7 +14,9 @@ use std::time::Duration;
 /// Unit that a bare number stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unit {
+    /// A bare number is seconds.
     Seconds,
+    /// A bare number is milliseconds.
     Millis,
 }
 

@@ -21,11 +21,18 @@ const ACCEPT_RETURN: K = K::OneOf(&["ACCEPT", "RETURN"]);
 const DROP_REJECT: K = K::OneOf(&["DROP", "REJECT"]);
 const ENABLED_DISABLED: K = K::OneOf(&["Enabled", "Disabled"]);
 
+/// The `doc` entry of one `param_table!` row (the fields before it are
+/// skipped).
+macro_rules! param_doc {
+    (doc: $doc:expr $(, $($rest:tt)*)?) => { $doc };
+    ($field:ident : $val:expr $(, $($rest:tt)*)?) => { param_doc!($($($rest)*)?) };
+}
+
 macro_rules! param_table {
     ($( $name:ident { $($field:ident : $val:expr),* $(,)? } )*) => {
         /// Every parameter, by its canonical upstream name.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub enum Param { $($name,)* }
+        pub enum Param { $(#[doc = param_doc!($($field: $val),*)] $name,)* }
 
         impl Param {
             /// All parameters in table order.

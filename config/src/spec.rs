@@ -5,25 +5,42 @@ use crate::value::{Kind, Value};
 /// Documentation group of a parameter (sections of `docs/config.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Group {
+    /// Datastore connection and node identity.
     Datastore,
+    /// Logging.
     Logging,
+    /// Health and metrics.
     HealthMetrics,
+    /// Endpoints and host protection.
     Endpoints,
+    /// Dataplane selection and general behaviour.
     Dataplane,
+    /// iptables.
     Iptables,
+    /// nftables.
     Nftables,
+    /// IP sets.
     IpSets,
+    /// Routing.
     Routing,
+    /// Encapsulation (VXLAN, IP-in-IP).
     Encapsulation,
+    /// NAT.
     Nat,
+    /// eBPF dataplane.
     Bpf,
+    /// XDP.
     Xdp,
+    /// Status and usage reporting.
     Reporting,
+    /// Cluster information (from `ClusterInformation`).
     ClusterInfo,
+    /// Debugging and fault simulation.
     Debug,
 }
 
 impl Group {
+    /// Every group, in documentation order.
     pub const ALL: [Group; 16] = [
         Group::Datastore,
         Group::Logging,
@@ -43,6 +60,7 @@ impl Group {
         Group::Debug,
     ];
 
+    /// Section heading of the group in `docs/config.md`.
     pub fn title(self) -> &'static str {
         match self {
             Group::Datastore => "Datastore connection and node identity",
@@ -73,10 +91,12 @@ pub struct ParamSpec {
     /// Field name in the v3 `FelixConfiguration` spec, if the parameter can
     /// be set there.
     pub v3_field: Option<&'static str>,
+    /// Syntax and validation rule of the value.
     pub kind: Kind,
     /// Default in the parameter's text syntax; empty means the zero value
     /// of the kind (false, 0, empty, unset).
     pub default: &'static str,
+    /// Documentation group the parameter is listed under.
     pub group: Group,
     /// May only come from the config file or environment.
     pub local: bool,

@@ -10,6 +10,7 @@ use std::fmt;
 pub struct ProtoPort {
     /// `tcp` or `udp`, always lower case.
     pub protocol: String,
+    /// Port number.
     pub port: u16,
     /// Optional peer network the port is restricted to (truncated to its
     /// network address).
@@ -29,7 +30,9 @@ impl fmt::Display for ProtoPort {
 /// An inclusive port range `min:max` (a single port has `min == max`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PortRange {
+    /// First port of the range.
     pub min: u16,
+    /// Last port of the range (inclusive).
     pub max: u16,
 }
 
@@ -46,7 +49,9 @@ impl fmt::Display for PortRange {
 /// An inclusive range of Linux routing-table indices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IndexRange {
+    /// First table index of the range.
     pub min: u32,
+    /// Last table index of the range (inclusive).
     pub max: u32,
 }
 
@@ -62,9 +67,11 @@ impl fmt::Display for IndexRange {
 pub struct Pattern(pub Regex);
 
 impl Pattern {
+    /// Whether the regex matches anywhere in `s`.
     pub fn is_match(&self, s: &str) -> bool {
         self.0.is_match(s)
     }
+    /// The regex's source text.
     pub fn as_str(&self) -> &str {
         self.0.as_str()
     }
@@ -87,6 +94,7 @@ pub struct IfacePattern {
 }
 
 impl IfacePattern {
+    /// Whether `iface` is excluded by this entry.
     pub fn matches(&self, iface: &str) -> bool {
         self.pattern.is_match(iface)
     }

@@ -43,7 +43,12 @@ pub enum Kind {
     OptBool,
     /// Integer (Go syntax: decimal, `0x` hex, `0o`/leading-0 octal, `0b`
     /// binary) within `min..=max`.
-    Int { min: i64, max: i64 },
+    Int {
+        /// Smallest allowed value.
+        min: i64,
+        /// Largest allowed value.
+        max: i64,
+    },
     /// Duration; a bare number is seconds.
     Seconds,
     /// Duration; a bare number is milliseconds.
@@ -60,7 +65,10 @@ pub enum Kind {
     /// A regular expression; empty means "unset".
     Regex,
     /// A file path; `must_exist` requires the file to exist when set.
-    File { must_exist: bool },
+    File {
+        /// Whether a set path must name an existing file.
+        must_exist: bool,
+    },
     /// An IPv4 address; empty means unset.
     Ipv4,
     /// An IPv6 address; empty means unset.
@@ -97,24 +105,43 @@ pub const MAX_ROUTE_TABLES: u64 = 0xffff;
 /// A parsed, validated parameter value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// Parsed `Bool`.
     Bool(bool),
+    /// Parsed `OptBool`; `None` is unset.
     OptBool(Option<bool>),
+    /// Parsed `Int`.
     Int(i64),
+    /// Parsed `Seconds` or `Millis`.
     Duration(Duration),
+    /// Parsed string kinds (`Str`, `OneOf`, `File`).
     Str(String),
+    /// Parsed list kinds of plain strings (interface prefixes, endpoints, filters).
     StrList(Vec<String>),
+    /// Parsed `IfaceRegexList`.
     IfacePatterns(Vec<IfacePattern>),
+    /// Parsed `Regex`; `None` is unset.
     Regex(Option<Pattern>),
+    /// Parsed `Ipv4`; `None` is unset.
     Ipv4(Option<Ipv4Addr>),
+    /// Parsed `Ipv6`; `None` is unset.
     Ipv6(Option<Ipv6Addr>),
+    /// Parsed `PortList`.
     Ports(Vec<ProtoPort>),
+    /// Parsed `PortRange`; `None` is unset.
     PortRange(Option<PortRange>),
+    /// Parsed `PortRangeList`.
     PortRanges(Vec<PortRange>),
+    /// Parsed `MarkBitmask`.
     Mark(u32),
+    /// Parsed `CidrList`.
     Cidrs(Vec<IpNet>),
+    /// Parsed `RouteTableRange`; `None` is unset.
     RouteTableRange(Option<IndexRange>),
+    /// Parsed `RouteTableRanges`.
     RouteTableRanges(Vec<IndexRange>),
+    /// Parsed `KeyValueList`.
     KeyValues(BTreeMap<String, String>),
+    /// Parsed `KeyDurationList`.
     KeyDurations(BTreeMap<String, Duration>),
 }
 
@@ -122,28 +149,48 @@ pub enum Value {
 /// the table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
+    /// [`Value::Bool`].
     Bool,
+    /// [`Value::OptBool`].
     OptBool,
+    /// [`Value::Int`].
     Int,
+    /// [`Value::Duration`].
     Duration,
+    /// [`Value::Str`].
     Str,
+    /// [`Value::StrList`].
     StrList,
+    /// [`Value::IfacePatterns`].
     IfacePatterns,
+    /// [`Value::Regex`].
     Regex,
+    /// [`Value::Ipv4`].
     Ipv4,
+    /// [`Value::Ipv6`].
     Ipv6,
+    /// [`Value::Ports`].
     Ports,
+    /// [`Value::PortRange`].
     PortRange,
+    /// [`Value::PortRanges`].
     PortRanges,
+    /// [`Value::Mark`].
     Mark,
+    /// [`Value::Cidrs`].
     Cidrs,
+    /// [`Value::RouteTableRange`].
     RouteTableRange,
+    /// [`Value::RouteTableRanges`].
     RouteTableRanges,
+    /// [`Value::KeyValues`].
     KeyValues,
+    /// [`Value::KeyDurations`].
     KeyDurations,
 }
 
 impl Value {
+    /// The variant family of this value.
     pub fn shape(&self) -> Shape {
         match self {
             Value::Bool(_) => Shape::Bool,
@@ -248,6 +295,7 @@ impl Kind {
         }
     }
 
+    /// The variant family values of this kind parse into.
     pub fn shape(self) -> Shape {
         self.zero().shape()
     }

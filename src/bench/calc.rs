@@ -68,14 +68,20 @@ pub const WORKLOADS: [&str; 8] = ["a", "a-delete", "b1k", "b10k", "c1k", "c10k",
 /// Figures of one run.
 #[derive(Debug, Clone)]
 pub struct CalcReport {
+    /// Name of the workload run (see [`WORKLOADS`]).
     pub workload: String,
+    /// Wall-clock time of the run.
     pub wall: Duration,
     /// CPU time of the benchmark thread over the same span (what one core
     /// did, even on a busy machine).
     pub cpu: Duration,
+    /// Peak resident set size, MiB.
     pub peak_rss_mib: f64,
+    /// Messages the graph emitted.
     pub messages: usize,
+    /// `IPSetUpdate` messages emitted.
     pub ip_sets: usize,
+    /// `ActivePolicyUpdate` messages emitted.
     pub policies: usize,
     /// For the churn workload: updates per second during the churn phase,
     /// per wall-clock second and per CPU-second of the benchmark thread.

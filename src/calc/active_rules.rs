@@ -42,6 +42,7 @@ pub type PolicyRef = super::shared_key::Shared<PolicyKey>;
 /// Selector IDs in the inherit index.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SelectorOwner {
+    /// The selector of a policy's `selector` field.
     Policy(PolicyRef),
     /// An extra computed selector (its source text) and who listens to it.
     Computed(String, ComputedListener),
@@ -51,25 +52,35 @@ pub enum SelectorOwner {
 /// ID, so two listeners may register the same selector independently.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ComputedListener {
+    /// The Istio ambient calculator.
     Istio,
+    /// The live-migration calculator.
     LiveMigration,
 }
 
 /// Profile rules as the dataplane sees them.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct ProfileRules {
+    /// Ingress rules.
     pub inbound: Vec<Rule>,
+    /// Egress rules.
     pub outbound: Vec<Rule>,
 }
 
 /// What the calculator reports.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ArcEvent {
+    /// The policy became active (it matches a local endpoint, or its hints force it); carries its rules.
     PolicyActive(PolicyRef, Arc<Policy>),
+    /// The policy is no longer active.
     PolicyInactive(PolicyRef),
+    /// The profile is used by a local endpoint; carries its rules (deny-all if it does not exist).
     ProfileActive(String, Arc<ProfileRules>),
+    /// The profile is no longer used by any local endpoint.
     ProfileInactive(String),
+    /// The policy started matching the endpoint.
     MatchStarted(PolicyRef, EndpointKey),
+    /// The policy stopped matching the endpoint.
     MatchStopped(PolicyRef, EndpointKey),
     /// A computed selector (source text) started matching a local endpoint.
     ComputedMatchStarted(ComputedListener, String, EndpointKey),
@@ -151,6 +162,7 @@ fn forced(performance_hints: &[String]) -> bool {
 }
 
 impl ActiveRulesCalculator {
+    /// A calculator with nothing known.
     pub fn new() -> Self {
         Self::default()
     }

@@ -557,6 +557,7 @@ pub struct CompactPolicy {
 }
 
 impl CompactPolicy {
+    /// Packs `p`.
     pub fn new(p: &Policy) -> CompactPolicy {
         let Policy {
             namespace,

@@ -16,12 +16,16 @@ use felix_proto as pb;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LiveMigrationRole {
     #[default]
+    /// Not part of a live migration.
     NoRole,
+    /// The workload is being migrated away.
     Source,
+    /// The workload is the migration's destination.
     Target,
 }
 
 impl LiveMigrationRole {
+    /// The proto enum value.
     pub fn to_proto(self) -> pb::LiveMigrationRole {
         match self {
             LiveMigrationRole::NoRole => pb::LiveMigrationRole::NoRole,
@@ -39,6 +43,7 @@ pub struct EndpointComputed {
     /// Live-migration role and the UID of the `LiveMigration` that gave it
     /// (empty UID when that resource has none).
     pub live_migration_role: LiveMigrationRole,
+    /// UID of the `LiveMigration` that gave the role.
     pub live_migration_uid: String,
 }
 
@@ -74,9 +79,13 @@ impl EndpointComputed {
 /// A new value for one kind of computed data.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ComputedUpdate {
+    /// Whether the endpoint is in Istio ambient mode.
     IstioAmbient(bool),
+    /// The endpoint's live-migration role.
     LiveMigration {
+        /// The role.
         role: LiveMigrationRole,
+        /// UID of the `LiveMigration` that gave it.
         uid: String,
     },
 }

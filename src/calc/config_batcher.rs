@@ -33,6 +33,7 @@ pub const SOURCE_DATASTORE_GLOBAL: u32 = 2;
 pub const SOURCE_DATASTORE_PER_HOST: u32 = 4;
 
 impl ConfigBatcher {
+    /// A batcher for node `hostname`, with nothing known yet.
     pub fn new(hostname: &str) -> Self {
         ConfigBatcher {
             hostname: hostname.to_string(),
@@ -42,12 +43,14 @@ impl ConfigBatcher {
         }
     }
 
+    /// Global config parameter `name` was set, or (with `None`) removed.
     pub fn on_global(&mut self, name: &str, value: Option<&str>) {
         if set(&mut self.global, name, value) {
             self.dirty = true;
         }
     }
 
+    /// Per-host config parameter `name` of `host` was set or removed; other hosts are ignored.
     pub fn on_host(&mut self, host: &str, name: &str, value: Option<&str>) {
         if host != self.hostname {
             return;
@@ -66,6 +69,7 @@ impl ConfigBatcher {
         self.ready = ready;
     }
 
+    /// The datastore is in sync.
     pub fn on_in_sync(&mut self) {
         self.in_sync = true;
     }

@@ -51,9 +51,13 @@ use std::net::Ipv4Addr;
 /// Host metadata as emitted.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostInfo {
+    /// The node's IPv4 address (`HostMetadataUpdate.ipv4_addr`).
     pub ipv4_addr: String,
+    /// The node's IPv6 address.
     pub ipv6_addr: String,
+    /// The node's BGP AS number, as text.
     pub asnumber: String,
+    /// The node's labels.
     pub labels: BTreeMap<String, String>,
 }
 
@@ -218,6 +222,7 @@ fn policy_id(k: &PolicyKey) -> pb::PolicyId {
 }
 
 impl EventSequencer {
+    /// A sequencer with nothing sent and nothing pending.
     pub fn new() -> Self {
         Self::default()
     }
@@ -253,10 +258,12 @@ impl EventSequencer {
 
     // ---------------------------------------------------------------- inputs
 
+    /// Queues a config update; only the latest is sent.
     pub fn on_config_update(&mut self, update: pb::ConfigUpdate) {
         self.pending_config = Some(update);
     }
 
+    /// Queues the creation of IP set `id` (members follow as deltas).
     pub fn on_ipset_added(&mut self, id: &str, t: SetType) {
         self.pending_added_sets.insert(id.to_string(), t);
         self.pending_removed_sets.remove(id);
@@ -264,6 +271,7 @@ impl EventSequencer {
         self.pending_removed_members.remove(id);
     }
 
+    /// Queues the removal of IP set `id` if it was sent; drops pending work on it.
     pub fn on_ipset_removed(&mut self, id: &str) {
         if self.sent_sets.contains(id) {
             self.pending_removed_sets.insert(id.to_string());
@@ -322,6 +330,7 @@ impl EventSequencer {
         self.pending_policy_updates.insert(key.clone(), packed);
     }
 
+    /// Queues the removal of policy `key` if it was sent; drops a pending update.
     pub fn on_policy_inactive(&mut self, key: &PolicyKey) {
         self.pending_policy_updates.remove(key);
         if self.sent_policies.contains(key) {
@@ -341,6 +350,7 @@ impl EventSequencer {
             .insert(name.to_string(), packed);
     }
 
+    /// Queues the removal of profile `name` if it was sent; drops a pending update.
     pub fn on_profile_inactive(&mut self, name: &str) {
         self.pending_profile_updates.remove(name);
         if self.sent_profiles.contains(name) {
@@ -348,6 +358,7 @@ impl EventSequencer {
         }
     }
 
+    /// Queues an endpoint's update (with its tiers) or, for `endpoint: None`, its removal.
     pub fn on_endpoint_tiers(&mut self, update: EndpointTiers) {
         match update.endpoint {
             None => {
@@ -364,6 +375,7 @@ impl EventSequencer {
         }
     }
 
+    /// Queues host metadata for `host`, or its removal when `info` is `None`.
     pub fn on_host_update(&mut self, host: &str, info: Option<HostInfo>) {
         match info {
             Some(i) => {
@@ -425,12 +437,14 @@ impl EventSequencer {
         }
     }
 
+    /// Queues a route, keyed by its destination.
     pub fn on_route_update(&mut self, update: pb::RouteUpdate) {
         self.pending_route_deletes.remove(&update.dst);
         self.pending_route_updates
             .insert(update.dst.clone(), update);
     }
 
+    /// Queues the removal of the route to `dst` if it was sent.
     pub fn on_route_remove(&mut self, dst: &str) {
         self.pending_route_updates.remove(dst);
         if self.sent_routes.contains(dst) {
@@ -438,12 +452,14 @@ impl EventSequencer {
         }
     }
 
+    /// Queues a VTEP, keyed by its node.
     pub fn on_vtep_update(&mut self, update: pb::VxlanTunnelEndpointUpdate) {
         self.pending_vtep_deletes.remove(&update.node);
         self.pending_vtep_updates
             .insert(update.node.clone(), update);
     }
 
+    /// Queues the removal of `node`'s VTEP if it was sent.
     pub fn on_vtep_remove(&mut self, node: &str) {
         self.pending_vtep_updates.remove(node);
         if self.sent_vteps.contains(node) {
@@ -451,6 +467,7 @@ impl EventSequencer {
         }
     }
 
+    /// Queues encapsulation settings; only the latest is sent.
     pub fn on_encap_update(&mut self, encap: pb::Encapsulation) {
         self.pending_encap = Some(encap);
     }

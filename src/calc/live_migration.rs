@@ -171,6 +171,7 @@ pub struct LiveMigrationCalculator {
 }
 
 impl LiveMigrationCalculator {
+    /// A calculator with no migrations.
     pub fn new() -> Self {
         Self::default()
     }

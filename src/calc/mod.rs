@@ -83,14 +83,18 @@ use shared_key::Shared;
 /// hash them (comparison and ordering are by value).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EndpointKey {
+    /// A local workload endpoint.
     Workload(Shared<WorkloadEndpointKey>),
+    /// A local host endpoint.
     Host(Shared<HostEndpointKey>),
 }
 
 /// A local endpoint's value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum EndpointValue {
+    /// A workload endpoint's value.
     Workload(Arc<WorkloadEndpoint>),
+    /// A host endpoint's value.
     Host(Arc<HostEndpoint>),
 }
 
@@ -134,14 +138,23 @@ impl MemberSink for EventSequencer {
 /// Counters for metrics and introspection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GraphStats {
+    /// Datastore updates fed into the graph.
     pub updates_processed: u64,
+    /// Messages emitted to the dataplane.
     pub output_events: u64,
+    /// Local endpoints known to the policy resolver.
     pub active_local_endpoints: usize,
+    /// Policies matching at least one local endpoint.
     pub active_local_policies: usize,
+    /// Active IP sets (from the rule scanner).
     pub active_local_selectors: usize,
+    /// Labelled objects in the IP-set index (endpoints and network sets, all nodes).
     pub cluster_endpoints: usize,
+    /// Policies known, cluster-wide.
     pub cluster_policies: usize,
+    /// Profiles known, cluster-wide.
     pub cluster_profiles: usize,
+    /// Tiers known, cluster-wide.
     pub cluster_tiers: usize,
 }
 

@@ -22,13 +22,18 @@ use crate::model::{EncapMode, IpPool, Node};
 /// Encapsulation state derived from the IP pools.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Encap {
+    /// Some pool uses IP-in-IP.
     pub ipip: bool,
+    /// Some IPv4 pool uses VXLAN.
     pub vxlan: bool,
+    /// Some IPv6 pool uses VXLAN.
     pub vxlan_v6: bool,
+    /// Some pool uses no encapsulation.
     pub no_encap: bool,
 }
 
 impl Encap {
+    /// The dataplane message for this state.
     pub fn to_proto(self) -> pb::Encapsulation {
         pb::Encapsulation {
             ipip_enabled: self.ipip,
@@ -97,8 +102,16 @@ pub const SERVICE_ACCOUNT_LABEL_PREFIX: &str = "pcsa.";
 /// What a profile name stands for (upstream's profile decoder).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProfileClass {
+    /// `kns.<namespace>`: the profile of a namespace.
     Namespace(String),
-    ServiceAccount { namespace: String, name: String },
+    /// `ksa.<namespace>.<name>`: the profile of a service account.
+    ServiceAccount {
+        /// The service account's namespace.
+        namespace: String,
+        /// The service account's name.
+        name: String,
+    },
+    /// Any other profile.
     Other,
 }
 
@@ -155,6 +168,7 @@ pub fn strip_label_prefix<'a>(
 }
 
 impl Passthru {
+    /// A passthru with no hosts or pools, not yet in sync.
     pub fn new() -> Self {
         Self::default()
     }
@@ -175,6 +189,7 @@ impl Passthru {
         }
     }
 
+    /// A node changed: emits its host metadata when it differs from what was sent.
     pub fn on_node(&mut self, name: &str, node: Option<&Node>, seq: &mut EventSequencer) {
         match node {
             None => {
@@ -198,6 +213,7 @@ impl Passthru {
         }
     }
 
+    /// An IP pool changed: emits the pool and, once in sync, the encapsulation.
     pub fn on_pool(&mut self, cidr: &IpNet, pool: Option<&IpPool>, seq: &mut EventSequencer) {
         let id = pool_id(cidr);
         match pool {
@@ -227,6 +243,7 @@ impl Passthru {
         }
     }
 
+    /// The datastore is in sync: emits the encapsulation the first time.
     pub fn on_in_sync(&mut self, seq: &mut EventSequencer) {
         if !self.in_sync {
             self.in_sync = true;

@@ -30,13 +30,19 @@ pub const DEFAULT_TIER: &str = "default";
 /// What the resolver needs of a policy.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyMeta {
+    /// Tier the policy belongs to.
     pub tier: String,
     /// `None` sorts last (upstream's +Inf).
     pub order: Option<f64>,
+    /// Untracked policy (`doNotTrack`).
     pub do_not_track: bool,
+    /// Applied before DNAT (`preDNAT`).
     pub pre_dnat: bool,
+    /// Also applied to forwarded traffic (`applyOnForward`).
     pub apply_on_forward: bool,
+    /// Has ingress rules to apply (from `types`, both when empty).
     pub ingress: bool,
+    /// Has egress rules to apply (from `types`, both when empty).
     pub egress: bool,
     /// `name/namespace/kind`, the tie-break inside a tier, built once per
     /// policy rather than once per (endpoint, policy) at every resolve.
@@ -44,6 +50,7 @@ pub struct PolicyMeta {
 }
 
 impl PolicyMeta {
+    /// Extracts the resolver's view of policy `key`.
     pub fn from_policy(key: &PolicyKey, p: &Policy) -> PolicyMeta {
         let (mut ingress, mut egress) = (false, false);
         if p.types.is_empty() {
@@ -77,18 +84,22 @@ impl PolicyMeta {
 /// A tier as applied to one endpoint.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ResolvedTier {
+    /// The tier's name.
     pub name: String,
     /// `"Deny"` / `"Pass"`; empty when the tier has no `Tier` resource.
     pub default_action: String,
+    /// The tier's policies that match the endpoint, in order.
     pub policies: Vec<(PolicyRef, Arc<PolicyMeta>)>,
 }
 
 /// One endpoint's resolution, emitted at flush.
 #[derive(Clone, Debug)]
 pub struct EndpointTiers {
+    /// The endpoint resolved.
     pub key: EndpointKey,
     /// `None`: the endpoint is gone.
     pub endpoint: Option<EndpointValue>,
+    /// The endpoint's tiers, in order.
     pub tiers: Vec<ResolvedTier>,
     /// Data other nodes computed for a workload endpoint (default for host
     /// endpoints and removals).
@@ -134,6 +145,7 @@ fn policy_sort_name(k: &PolicyKey) -> String {
 }
 
 impl PolicyResolver {
+    /// A resolver with no endpoints, policies or tiers.
     pub fn new() -> Self {
         Self::default()
     }
@@ -148,6 +160,7 @@ impl PolicyResolver {
         self.policy_eps.len()
     }
 
+    /// The datastore is in sync; [`PolicyResolver::flush`] starts emitting.
     pub fn on_in_sync(&mut self) {
         self.in_sync = true;
     }
@@ -219,6 +232,7 @@ impl PolicyResolver {
         }
     }
 
+    /// Policy `policy` now matches local endpoint `ep`.
     pub fn on_match_started(&mut self, policy: &PolicyRef, ep: &EndpointKey) {
         self.policy_eps
             .entry(policy.clone())
@@ -240,6 +254,7 @@ impl PolicyResolver {
         self.last_dirty = Some(ep.clone());
     }
 
+    /// Policy `policy` no longer matches local endpoint `ep`.
     pub fn on_match_stopped(&mut self, policy: &PolicyRef, ep: &EndpointKey) {
         if let Some(s) = self.policy_eps.get_mut(policy) {
             s.remove(ep);

@@ -31,21 +31,27 @@ use crate::selector::{self, Selector};
 pub enum RulesId {
     /// Shared: each of a policy's IP sets names it as a user.
     Policy(PolicyRef),
+    /// A profile, by name.
     Profile(String),
 }
 
 /// The kind of an IP set, as the proto `IPSetType`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SetType {
+    /// `IP`: single addresses.
     Ip,
+    /// `IP_AND_PORT`: (address, protocol, port) entries of a named port.
     IpAndPort,
+    /// `NET`: addresses and CIDRs (selector and service sets).
     Net,
 }
 
 /// An IP set a rule needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IpSetData {
+    /// The set's unique ID (derived from its definition).
     pub uid: String,
+    /// Kind of entries the set holds.
     pub set_type: SetType,
     /// `None` for a service set (its members come from the service index,
     /// which this project does not have yet: such sets stay empty).
@@ -55,7 +61,9 @@ pub struct IpSetData {
 /// What the scanner asks of its downstream when IP sets change.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ScanEvent {
+    /// A rule started needing the set.
     SetActive(IpSetData),
+    /// No rule needs the set any more.
     SetInactive(IpSetData),
 }
 
@@ -120,6 +128,7 @@ impl SelectorCache {
 }
 
 impl RuleScanner {
+    /// A scanner with no rules.
     pub fn new() -> Self {
         Self::default()
     }

@@ -30,6 +30,7 @@ struct Inner<T> {
 pub struct Shared<T>(Arc<Inner<T>>);
 
 impl<T: Hash> Shared<T> {
+    /// Wraps `value`, hashing it once.
     pub fn new(value: T) -> Shared<T> {
         let hash = foldhash::fast::FixedState::with_seed(0x5eed_f311_c5a1_0001).hash_one(&value);
         Shared(Arc::new(Inner { hash, value }))

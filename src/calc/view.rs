@@ -31,7 +31,9 @@ use serde_json::{json, Value as Json};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("flush-order contract violated by {message}: {reason}")]
 pub struct ContractViolation {
+    /// Name of the offending message's payload (e.g. `ipSetUpdate`).
     pub message: String,
+    /// Which rule of the contract it broke.
     pub reason: String,
 }
 
@@ -41,19 +43,33 @@ type WepIdKey = (String, String, String);
 /// See the module docs.
 #[derive(Debug, Default, Clone)]
 pub struct DataplaneView {
+    /// An `InSync` message has been applied.
     pub in_sync: bool,
+    /// The latest `ConfigUpdate`'s settings.
     pub config: BTreeMap<String, String>,
+    /// IP sets by ID: set type and members.
     pub ip_sets: BTreeMap<String, (i32, BTreeSet<String>)>,
+    /// Active policies.
     pub policies: BTreeMap<PolicyIdKey, pb::Policy>,
+    /// Active profiles, by name.
     pub profiles: BTreeMap<String, pb::Profile>,
+    /// Workload endpoints.
     pub workload_endpoints: BTreeMap<WepIdKey, pb::WorkloadEndpoint>,
+    /// Host endpoints, by endpoint ID.
     pub host_endpoints: BTreeMap<String, pb::HostEndpoint>,
+    /// Routes, by destination CIDR.
     pub routes: BTreeMap<String, pb::RouteUpdate>,
+    /// VXLAN tunnel endpoints, by node.
     pub vteps: BTreeMap<String, pb::VxlanTunnelEndpointUpdate>,
+    /// IPAM pools, by pool ID.
     pub ipam_pools: BTreeMap<String, pb::IpamPoolUpdate>,
+    /// Host metadata, by node.
     pub host_metadata: BTreeMap<String, pb::HostMetadataUpdate>,
+    /// The latest encapsulation settings, if any were sent.
     pub encapsulation: Option<pb::Encapsulation>,
+    /// Namespaces, by name.
     pub namespaces: BTreeMap<String, pb::NamespaceUpdate>,
+    /// Service accounts, by (namespace, name).
     pub service_accounts: BTreeMap<(String, String), pb::ServiceAccountUpdate>,
 }
 
@@ -144,6 +160,7 @@ pub fn payload_name(p: &Payload) -> &'static str {
 }
 
 impl DataplaneView {
+    /// An empty view, as before the first message.
     pub fn new() -> Self {
         Self::default()
     }

@@ -23,12 +23,12 @@ pub struct AdminArgs {
     #[arg(long, value_name = "PATH", default_value = DEFAULT_ADMIN_SOCKET)]
     pub socket: PathBuf,
     #[command(subcommand)]
-    pub command: AdminCommand,
+    pub(crate) command: AdminCommand,
 }
 
 /// `felix admin` requests.
 #[derive(Debug, Subcommand)]
-pub enum AdminCommand {
+pub(crate) enum AdminCommand {
     /// GET /status: in-sync, dataplane mode, applies, actors.
     Status,
     /// GET /dataplane: the desired dataplane view (as one `felix calc` line).
@@ -97,7 +97,7 @@ pub struct FaultAddArgs {
 }
 
 /// The HTTP request for a command: (method, path, body).
-pub fn request_for(cmd: &AdminCommand) -> (&'static str, &'static str, Option<String>) {
+pub(crate) fn request_for(cmd: &AdminCommand) -> (&'static str, &'static str, Option<String>) {
     match cmd {
         AdminCommand::Status => ("GET", "/status", None),
         AdminCommand::Dataplane => ("GET", "/dataplane", None),

@@ -12,11 +12,11 @@ use crate::bench;
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     #[command(subcommand)]
-    pub what: BenchWhat,
+    pub(crate) what: BenchWhat,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum BenchWhat {
+pub(crate) enum BenchWhat {
     /// Calculation-graph workloads modelled on upstream's benchmarks:
     /// a, a-delete, b1k, b10k, c1k, c10k, c100k, d (churn).  Without
     /// --workload, runs each in its own child process (so peak RSS is the

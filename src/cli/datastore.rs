@@ -51,12 +51,12 @@ pub struct DatastoreArgs {
     #[arg(long, global = true, env = "ETCD_KEY_FILE", value_name = "FILE")]
     pub key_file: Option<PathBuf>,
     #[command(subcommand)]
-    pub command: DatastoreCommand,
+    pub(crate) command: DatastoreCommand,
 }
 
 /// `felix datastore` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum DatastoreCommand {
+pub(crate) enum DatastoreCommand {
     /// Validate resources from a file or directory and store them in etcd
     /// as calicoctl would (create or replace).
     Apply {
@@ -81,7 +81,7 @@ pub enum DatastoreCommand {
 
 /// Output format of `get`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Output {
+pub(crate) enum Output {
     Yaml,
     Json,
 }

@@ -36,11 +36,11 @@ impl CliError {
 #[command(name = "felix", version, about, long_about = None)]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Replay datastore states through the calculation graph offline and
     /// print the resulting dataplane view (or message stream).
     Calc(calc::CalcArgs),

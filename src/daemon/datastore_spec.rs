@@ -49,8 +49,11 @@ pub enum SpecError {
     /// A malformed etcd endpoint.
     #[error("--datastore {spec:?}: bad etcd endpoint {url:?}: {reason}")]
     BadEndpoint {
+        /// The whole `--datastore` value.
         spec: String,
+        /// The offending endpoint.
         url: String,
+        /// What is wrong with it.
         reason: &'static str,
     },
     /// `DatastoreType` names a datastore this build cannot use.

@@ -191,6 +191,7 @@ spec:
 /// Figures from one [`run_load_bench`].
 #[derive(Clone, Debug)]
 pub struct LoadReport {
+    /// Files listed.
     pub files: usize,
     /// Documents decoded (valid or not).
     pub resources: usize,
@@ -198,8 +199,11 @@ pub struct LoadReport {
     pub keys: usize,
     /// File-level, validation and duplicate errors.
     pub errors: usize,
+    /// Bytes read.
     pub bytes: u64,
+    /// Time to list the directory.
     pub list_time: Duration,
+    /// Time spent reading files.
     pub read_time: Duration,
     /// Parse + validate + convert (`resources::decode_documents`).
     pub decode_time: Duration,
@@ -210,6 +214,7 @@ pub struct LoadReport {
     pub decode_usage: crate::cputime::ThreadUsage,
     /// Duplicate rule and per-key diff.
     pub merge_time: Duration,
+    /// Wall-clock time of the whole load.
     pub wall: Duration,
     /// CPU time this thread spent in the load (equals `wall` on an idle
     /// machine; on a busy one it is the figure that says what one core does).

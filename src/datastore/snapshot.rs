@@ -34,7 +34,9 @@ pub enum ErrorClass {
 /// file, line and reason (or field).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateError {
+    /// What kind of problem it is.
     pub class: ErrorClass,
+    /// One line naming the file, line and reason (or field).
     pub message: String,
 }
 
@@ -72,8 +74,10 @@ pub enum LoadError {
     /// The path (file or directory root) could not be read.
     #[error("{path}: {source}")]
     Io {
+        /// The path that could not be read.
         path: PathBuf,
         #[source]
+        /// The I/O error.
         source: io::Error,
     },
 }

@@ -52,10 +52,12 @@ pub use selectors::prefix_selector_labels;
 /// One resource's identity: (kind, namespace, name).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ResourceId {
+    /// The resource's kind.
     pub kind: Kind,
     /// Set for namespaced kinds only (`NetworkPolicy`, `NetworkSet`,
     /// `WorkloadEndpoint`, `ServiceAccount`).
     pub namespace: Option<String>,
+    /// `metadata.name`.
     pub name: String,
 }
 
@@ -71,20 +73,35 @@ impl fmt::Display for ResourceId {
 /// The resource kinds the datastores accept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
+    /// `projectcalico.org/v3` `GlobalNetworkPolicy`.
     GlobalNetworkPolicy,
+    /// `projectcalico.org/v3` `NetworkPolicy` (namespaced).
     NetworkPolicy,
+    /// `projectcalico.org/v3` `Tier`.
     Tier,
+    /// `projectcalico.org/v3` `Profile`.
     Profile,
+    /// `projectcalico.org/v3` `WorkloadEndpoint` (namespaced).
     WorkloadEndpoint,
+    /// `projectcalico.org/v3` `HostEndpoint`.
     HostEndpoint,
+    /// `projectcalico.org/v3` `GlobalNetworkSet`.
     GlobalNetworkSet,
+    /// `projectcalico.org/v3` `NetworkSet` (namespaced).
     NetworkSet,
+    /// `projectcalico.org/v3` `IPPool`.
     IPPool,
+    /// `projectcalico.org/v3` `Node`.
     Node,
+    /// `projectcalico.org/v3` `FelixConfiguration`.
     FelixConfiguration,
+    /// `projectcalico.org/v3` `ClusterInformation`.
     ClusterInformation,
+    /// `projectcalico.org/v3` `IPAMBlock`.
     IPAMBlock,
+    /// Kubernetes `v1` `Namespace`.
     Namespace,
+    /// Kubernetes `v1` `ServiceAccount` (namespaced).
     ServiceAccount,
 }
 
@@ -171,7 +188,9 @@ impl FromStr for Kind {
 /// Input format of a text, normally chosen from the file extension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
+    /// YAML: one or more `---`-separated documents.
     Yaml,
+    /// JSON: one object or an array of objects.
     Json,
 }
 
@@ -188,6 +207,7 @@ impl Format {
 /// One decoded document.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decoded {
+    /// Identity of the decoded resource.
     pub id: ResourceId,
     /// 1-based line where the document starts.
     pub line: usize,
@@ -202,9 +222,11 @@ pub struct Decoded {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{origin}:{line}: {reason}")]
 pub struct DecodeError {
+    /// The file the text came from (its path as displayed).
     pub origin: String,
     /// 1-based; 0 when the file could not be read at all.
     pub line: usize,
+    /// Why the file is unusable.
     pub reason: String,
 }
 
@@ -213,7 +235,9 @@ pub struct DecodeError {
 /// not tied to one field.  Display is one line: `"<field>: <reason>"`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub struct ValidationError {
+    /// Path of the offending field; empty if none.
     pub field: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 

@@ -16,8 +16,11 @@ use ipnet::{IpNet, Ipv4Net};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Cidrs {
     #[default]
+    /// No CIDR.
     Empty,
+    /// Exactly one IPv4 CIDR.
     V4(Ipv4Net),
+    /// Any other list, in insertion order.
     Many(Box<Vec<IpNet>>),
 }
 

@@ -28,8 +28,11 @@ pub const SMALL_MAX: usize = 16;
 /// See the module docs.
 #[derive(Clone, Debug, PartialEq)]
 pub enum IdSet {
+    /// Exactly one member.
     One(u32),
+    /// 2 to [`SMALL_MAX`] members, unsorted.
     Small(Box<Vec<u32>>),
+    /// More than [`SMALL_MAX`] members, as a compressed bitmap.
     Large(Box<LargeSet>),
 }
 

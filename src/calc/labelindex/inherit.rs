@@ -32,7 +32,9 @@ use std::hash::Hash;
 /// A match transition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MatchEvent<S, E> {
+    /// Selector `S` started matching endpoint `E`.
     Started(S, E),
+    /// Selector `S` stopped matching endpoint `E`.
     Stopped(S, E),
 }
 
@@ -176,6 +178,7 @@ impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> Default for Inherit
 }
 
 impl<S: Clone + Eq + Hash + Ord, E: Clone + Eq + Hash + Ord> InheritIndex<S, E> {
+    /// An empty index.
     pub fn new() -> Self {
         Self::default()
     }

@@ -49,8 +49,11 @@ use crate::selector::{LabelSource, Selector};
 /// Identity of a labelled object in the index.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LabelledKey {
+    /// A workload endpoint.
     Workload(crate::model::WorkloadEndpointKey),
+    /// A host endpoint.
     Host(crate::model::HostEndpointKey),
+    /// A network set.
     NetworkSet(crate::model::NetworkSetKey),
 }
 
@@ -136,8 +139,11 @@ type Ids = SmallVec<[u32; 2]>;
 /// The value of a labelled object, as it arrives.
 #[derive(Clone, Debug)]
 pub enum LabelledValue {
+    /// A workload endpoint's value.
     Workload(Arc<WorkloadEndpoint>),
+    /// A host endpoint's value.
     Host(Arc<HostEndpoint>),
+    /// A network set's value.
     NetworkSet(Arc<NetworkSet>),
 }
 
@@ -208,7 +214,9 @@ impl LabelledValue {
 
 /// Receives membership changes.
 pub trait MemberSink {
+    /// `member` joined IP set `set_id`.
     fn member_added(&mut self, set_id: &str, member: Member);
+    /// `member` left IP set `set_id`.
     fn member_removed(&mut self, set_id: &str, member: Member);
 
     /// Whether the members a set gets when it is first filled are wanted
@@ -223,6 +231,7 @@ pub trait MemberSink {
 /// Definition of an active IP set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IpSetDef {
+    /// Selector the set's members must match.
     pub selector: Selector,
     /// `None` for a selector-only set.
     pub np_protocol: NpProtocol,
@@ -477,6 +486,7 @@ fn parent_labels<'a>(parents: &'a [Option<ParentData>], ids: &[u32]) -> ParentLa
 }
 
 impl IpSetIndex {
+    /// An empty index.
     pub fn new() -> Self {
         Self::default()
     }

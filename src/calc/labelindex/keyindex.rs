@@ -58,6 +58,7 @@ impl<K: Hash + Eq> KeyIndex<K> {
         self.table.len()
     }
 
+    /// Whether no key is held.
     pub fn is_empty(&self) -> bool {
         self.table.is_empty()
     }

@@ -14,10 +14,15 @@ use crate::model::Protocol;
 /// upstream's (`tcp`, `udp`, `sctp`, `any`, `none`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum NpProtocol {
+    /// No named port: a selector-only set.
     None,
+    /// TCP.
     Tcp,
+    /// UDP.
     Udp,
+    /// SCTP.
     Sctp,
+    /// The named port's rule gives no protocol.
     Any,
 }
 
@@ -80,8 +85,11 @@ pub enum Member {
     /// An address plus protocol and port (`IP_AND_PORT` sets).  `proto` is
     /// never `None` or `Any`.
     IpPort {
+        /// The address.
         addr: IpAddr,
+        /// The named port's protocol.
         proto: NpProtocol,
+        /// The port number.
         port: u16,
     },
 }

@@ -35,6 +35,7 @@ impl<T> Slots<T> {
         self.len
     }
 
+    /// Whether there are no slots.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -57,6 +58,7 @@ impl<T> Slots<T> {
         &mut self[i]
     }
 
+    /// Slot `i`, or `None` if it does not exist.
     pub fn get(&self, i: usize) -> Option<&Option<T>> {
         if i >= self.len {
             return None;
@@ -64,6 +66,7 @@ impl<T> Slots<T> {
         self.chunks.get(i / CHUNK).map(|c| &c[i % CHUNK])
     }
 
+    /// Slot `i` for writing, or `None` if it does not exist.
     pub fn get_mut(&mut self, i: usize) -> Option<&mut Option<T>> {
         if i >= self.len {
             return None;

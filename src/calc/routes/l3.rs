@@ -219,6 +219,7 @@ pub struct L3RouteResolver {
 }
 
 impl L3RouteResolver {
+    /// A resolver for node `hostname` taking workload routes from `source`, with nothing sent.
     pub fn new(hostname: &str, source: RouteSource) -> Self {
         L3RouteResolver {
             hostname: hostname.to_string(),
@@ -235,6 +236,7 @@ impl L3RouteResolver {
         }
     }
 
+    /// Where workload routes come from.
     pub fn route_source(&self) -> RouteSource {
         self.source
     }

@@ -45,13 +45,17 @@ use crate::model::{IpPool, IpamBlock, Node, WorkloadEndpoint, WorkloadEndpointKe
 
 /// Receiver of route output.
 pub trait RouteSink {
+    /// Adds or replaces the route to `update.dst`.
     fn route_update(&mut self, update: pb::RouteUpdate);
+    /// Removes the route to `dst`.
     fn route_remove(&mut self, dst: &str);
 }
 
 /// Receiver of VTEP output.
 pub trait VtepSink {
+    /// Adds or replaces `update.node`'s VTEP.
     fn vtep_update(&mut self, update: pb::VxlanTunnelEndpointUpdate);
+    /// Removes `node`'s VTEP.
     fn vtep_remove(&mut self, node: &str);
 }
 
@@ -99,8 +103,11 @@ impl RouteSource {
 /// configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RouteConfig {
+    /// `RouteSource`: where workload routes come from (IPAM blocks or endpoints).
     pub route_source: RouteSource,
+    /// `BPFEnabled`: routes are emitted whatever the encapsulation.
     pub bpf_enabled: bool,
+    /// `WireguardEnabled`: routes are emitted whatever the encapsulation.
     pub wireguard_enabled: bool,
     /// `ProgramClusterRoutes` is `Enabled` or `EnabledIPIPOnly` (default).
     pub program_ipip_cluster_routes: bool,
@@ -123,7 +130,9 @@ impl Default for RouteConfig {
 /// Which of the two nodes may emit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RouteModes {
+    /// The L3 route resolver may emit routes.
     pub routes: bool,
+    /// The VXLAN resolver may emit VTEPs.
     pub vteps: bool,
 }
 
@@ -150,6 +159,7 @@ pub struct RouteNodes {
 }
 
 impl RouteNodes {
+    /// Both resolvers for node `hostname`, with nothing emitted yet.
     pub fn new(hostname: &str, config: RouteConfig) -> Self {
         RouteNodes {
             config,
@@ -158,26 +168,32 @@ impl RouteNodes {
         }
     }
 
+    /// The configuration the nodes were built with.
     pub fn config(&self) -> &RouteConfig {
         &self.config
     }
 
+    /// The L3 route resolver.
     pub fn l3(&self) -> &L3RouteResolver {
         &self.l3
     }
 
+    /// The VXLAN (VTEP) resolver.
     pub fn vxlan(&self) -> &VxlanResolver {
         &self.vxlan
     }
 
+    /// An IP pool was added, changed or (with `None`) removed.
     pub fn on_pool(&mut self, cidr: &IpNet, pool: Option<&IpPool>) {
         self.l3.on_pool(cidr, pool);
     }
 
+    /// An IPAM block was added, changed or (with `None`) removed.
     pub fn on_block(&mut self, cidr: &IpNet, block: Option<&IpamBlock>) {
         self.l3.on_block(cidr, block);
     }
 
+    /// A node was added, changed or (with `None`) removed.
     pub fn on_node(&mut self, name: &str, node: Option<&Node>) {
         self.l3.on_node(name, node);
         self.vxlan.on_node(name, node);

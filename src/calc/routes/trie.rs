@@ -39,6 +39,7 @@ pub fn host_cidr(addr: IpAddr) -> IpNet {
 }
 
 impl<V> CidrMap<V> {
+    /// An empty map.
     pub fn new() -> Self {
         Self::default()
     }
@@ -65,10 +66,12 @@ impl<V> CidrMap<V> {
         self.entries.len()
     }
 
+    /// Whether the map holds no CIDR.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
+    /// The value stored under `cidr` (host bits ignored).
     pub fn get(&self, cidr: &IpNet) -> Option<&V> {
         self.entries.get(&cidr.trunc())
     }
@@ -83,6 +86,7 @@ impl<V> CidrMap<V> {
         old
     }
 
+    /// Removes the value stored under `cidr`, returning it.
     pub fn remove(&mut self, cidr: &IpNet) -> Option<V> {
         let key = cidr.trunc();
         let old = self.entries.remove(&key);

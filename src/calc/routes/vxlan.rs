@@ -65,6 +65,7 @@ pub struct VxlanResolver {
 }
 
 impl VxlanResolver {
+    /// A resolver with no nodes, nothing sent.
     pub fn new() -> Self {
         Self::default()
     }

@@ -118,55 +118,141 @@ impl AddrType {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Match {
     /// Transport protocol.
-    Protocol { proto: Protocol, negate: bool },
+    Protocol {
+        /// The protocol.
+        proto: Protocol,
+        /// Inverts the match.
+        negate: bool,
+    },
     /// Source address in a CIDR.
-    SourceNet { net: IpNet, negate: bool },
+    SourceNet {
+        /// The CIDR.
+        net: IpNet,
+        /// Inverts the match.
+        negate: bool,
+    },
     /// Destination address in a CIDR.
-    DestNet { net: IpNet, negate: bool },
+    DestNet {
+        /// The CIDR.
+        net: IpNet,
+        /// Inverts the match.
+        negate: bool,
+    },
     /// Source port in any of the ranges (needs a protocol match first).
-    SourcePorts { ports: Vec<PortRange>, negate: bool },
+    SourcePorts {
+        /// The port ranges.
+        ports: Vec<PortRange>,
+        /// Inverts the match.
+        negate: bool,
+    },
     /// Destination port in any of the ranges (needs a protocol match first).
-    DestPorts { ports: Vec<PortRange>, negate: bool },
+    DestPorts {
+        /// The port ranges.
+        ports: Vec<PortRange>,
+        /// Inverts the match.
+        negate: bool,
+    },
     /// Source address in the named IP set.
-    SourceIpSet { set: String, negate: bool },
+    SourceIpSet {
+        /// Name of the IP set.
+        set: String,
+        /// Inverts the match.
+        negate: bool,
+    },
     /// Destination address in the named IP set.
-    DestIpSet { set: String, negate: bool },
+    DestIpSet {
+        /// Name of the IP set.
+        set: String,
+        /// Inverts the match.
+        negate: bool,
+    },
     /// Source (address, protocol, port) in the named IP+port set.
-    SourceIpPortSet { set: String, negate: bool },
+    SourceIpPortSet {
+        /// Name of the IP set.
+        set: String,
+        /// Inverts the match.
+        negate: bool,
+    },
     /// Destination (address, protocol, port) in the named IP+port set.
-    DestIpPortSet { set: String, negate: bool },
+    DestIpPortSet {
+        /// Name of the IP set.
+        set: String,
+        /// Inverts the match.
+        negate: bool,
+    },
     /// Conntrack state is any of these.
-    ConntrackState { states: Vec<CtState>, negate: bool },
+    ConntrackState {
+        /// The conntrack states.
+        states: Vec<CtState>,
+        /// Inverts the match.
+        negate: bool,
+    },
     /// `(packet mark & mask) == mark`.
-    Mark { mark: u32, mask: u32, negate: bool },
+    Mark {
+        /// Value the masked packet mark must equal.
+        mark: u32,
+        /// Bits of the packet mark compared.
+        mask: u32,
+        /// Inverts the match.
+        negate: bool,
+    },
     /// Incoming interface (trailing `+` = prefix wildcard).
-    InInterface { name: String, negate: bool },
+    InInterface {
+        /// Interface name; a trailing `+` matches any suffix.
+        name: String,
+        /// Inverts the match.
+        negate: bool,
+    },
     /// Outgoing interface (trailing `+` = prefix wildcard).
-    OutInterface { name: String, negate: bool },
+    OutInterface {
+        /// Interface name; a trailing `+` matches any suffix.
+        name: String,
+        /// Inverts the match.
+        negate: bool,
+    },
     /// ICMP (v4) type and optional code.
     IcmpType {
+        /// ICMP type.
         icmp_type: u8,
+        /// ICMP code; `None` matches any code.
         code: Option<u8>,
+        /// Inverts the match.
         negate: bool,
     },
     /// ICMPv6 type and optional code.
     Icmpv6Type {
+        /// ICMPv6 type.
         icmp_type: u8,
+        /// ICMPv6 code; `None` matches any code.
         code: Option<u8>,
+        /// Inverts the match.
         negate: bool,
     },
     /// Source address type.
     SrcAddrType {
+        /// Address type to match.
         addr_type: AddrType,
+        /// Only consider addresses of the outgoing interface (`--limit-iface-out`).
         limit_iface_out: bool,
+        /// Inverts the match.
         negate: bool,
     },
     /// Destination address type.
-    DstAddrType { addr_type: AddrType, negate: bool },
+    DstAddrType {
+        /// Address type to match.
+        addr_type: AddrType,
+        /// Inverts the match.
+        negate: bool,
+    },
     /// Reverse-path check failed (strict RPF).
     RpfCheckFailed,
     /// A construct with no typed form: iptables and nftables text.
-    Raw { iptables: String, nftables: String },
+    Raw {
+        /// The match in iptables syntax.
+        iptables: String,
+        /// The match in nftables syntax.
+        nftables: String,
+    },
 }
 
 /// An ordered conjunction of matches.
@@ -299,44 +385,81 @@ pub enum Action {
     /// Goto a chain (does not return here).
     Goto(String),
     /// Set the bits of `mark` (mark/mark).
-    SetMark { mark: u32 },
+    SetMark {
+        /// Bits to set.
+        mark: u32,
+    },
     /// Set `mark` under `mask` (other bits untouched).
-    SetMaskedMark { mark: u32, mask: u32 },
+    SetMaskedMark {
+        /// Value to set under `mask`.
+        mark: u32,
+        /// Bits of the packet mark that change.
+        mask: u32,
+    },
     /// Clear the bits of `mark`.
-    ClearMark { mark: u32 },
+    ClearMark {
+        /// Bits to clear.
+        mark: u32,
+    },
     /// Set the conntrack mark to `mark` under `mask`.
-    SetConnMark { mark: u32, mask: u32 },
+    SetConnMark {
+        /// Value to set under `mask`.
+        mark: u32,
+        /// Bits of the connection mark that change.
+        mask: u32,
+    },
     /// Copy packet mark bits in `mask` to the connection mark.
-    SaveConnMark { mask: u32 },
+    SaveConnMark {
+        /// Bits copied.
+        mask: u32,
+    },
     /// Copy connection mark bits in `mask` to the packet mark.
-    RestoreConnMark { mask: u32 },
+    RestoreConnMark {
+        /// Bits copied.
+        mask: u32,
+    },
     /// Log with a prefix.
-    Log { prefix: String },
+    Log {
+        /// Prefix of the kernel log line.
+        prefix: String,
+    },
     /// NFLOG to a group.
     Nflog {
+        /// NFLOG group the packet is sent to.
         group: u16,
+        /// Prefix attached to the logged packet.
         prefix: String,
+        /// Bytes of the packet to copy; `None` leaves the default.
         size: Option<u32>,
     },
     /// MASQUERADE.
     Masquerade {
+        /// Source ports to map to; `None` keeps the kernel's choice.
         to_ports: Option<PortRange>,
+        /// Fully randomize the source port mapping.
         fully_random: bool,
     },
     /// DNAT to an address and optional port.
     Dnat {
+        /// New destination address.
         addr: std::net::IpAddr,
+        /// New destination port; `None` keeps it.
         port: Option<u16>,
     },
     /// SNAT to an address.
     Snat {
+        /// New source address.
         addr: std::net::IpAddr,
+        /// Fully randomize the source port mapping.
         fully_random: bool,
     },
     /// Skip conntrack (raw table).
     NoTrack,
     /// REJECT, optionally with an iptables `--reject-with` value.
-    Reject { with: Option<String> },
+    Reject {
+        /// The `--reject-with` value; `None` for the default.
+        with: Option<String>,
+    },
 }
 
 /// A rule: matches, action and free-text comments.

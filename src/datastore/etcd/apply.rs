@@ -51,6 +51,7 @@ pub const POLICY_NAME_ANNOTATION: &str = "projectcalico.org/metadata";
 /// One validated resource from the input.
 #[derive(Clone, Debug)]
 pub struct Prepared {
+    /// Identity of the resource.
     pub id: ResourceId,
     /// `file:line` of the document.
     pub origin: String,
@@ -307,8 +308,11 @@ fn block_form(p: &Prepared, doc: &Map<String, Json>) -> Result<(String, Json), S
 /// What [`apply`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ApplySummary {
+    /// Resources stored under a new key.
     pub created: usize,
+    /// Resources whose stored value changed.
     pub updated: usize,
+    /// Resources already stored as given.
     pub unchanged: usize,
 }
 
@@ -349,7 +353,9 @@ pub fn apply(client: &EtcdClient, resources: &[Prepared]) -> Result<ApplySummary
 /// One stored resource of a kind, as `get` shows it.
 #[derive(Clone, Debug)]
 pub struct Listed {
+    /// The etcd key.
     pub key: String,
+    /// Identity of the resource.
     pub id: ResourceId,
     /// The stored object (IPAM blocks shown as v3 `IPAMBlock` objects),
     /// with `metadata.resourceVersion` set to the key's modification

@@ -42,20 +42,31 @@ const TXN_OPS: usize = 128;
 /// Figures from [`run`].
 #[derive(Clone, Debug)]
 pub struct EtcdBenchReport {
+    /// Keys stored in etcd.
     pub keys: usize,
+    /// Updates delivered by the initial sync.
     pub updates: usize,
+    /// Time to load the keys into etcd.
     pub load_time: Duration,
+    /// Time from the syncer's start to `InSync`.
     pub sync_time: Duration,
+    /// Stored keys delivered per second of the initial sync.
     pub keys_per_sec: f64,
+    /// Process RSS before the sync, KiB.
     pub rss_before_kib: u64,
+    /// Process RSS after the sync, KiB.
     pub rss_after_kib: u64,
+    /// Process RSS high-water mark, KiB.
     pub rss_peak_kib: u64,
+    /// Time from etcd answering after a restart until the syncer delivered the change made meanwhile.
     pub recovery: Duration,
     /// Initial sync into the calculation graph (through its first flush).
     pub graph_time: Duration,
+    /// Stored keys per second of the sync into the calculation graph.
     pub graph_keys_per_sec: f64,
     /// Messages of the graph's first flush.
     pub graph_messages: usize,
+    /// Process RSS after the sync into the graph, KiB.
     pub graph_rss_after_kib: u64,
     /// CPU time of the etcd process during the first sync.
     pub etcd_cpu: Duration,
@@ -70,7 +81,9 @@ pub struct EtcdBenchReport {
 /// Settings of [`run_with`].
 #[derive(Clone, Copy, Debug)]
 pub struct BenchOptions {
+    /// Workload endpoints to store.
     pub workloads: usize,
+    /// Policies to store.
     pub policies: usize,
     /// Keys per listing page (the syncer's default when `None`).
     pub page_size: Option<i64>,

@@ -54,12 +54,19 @@ pub enum EtcdError {
     /// The revision asked for has been compacted away.
     #[error("etcd revision {revision} has been compacted (compact revision {compact_revision})")]
     Compacted {
+        /// The revision asked for.
         revision: i64,
+        /// The oldest revision etcd still has.
         compact_revision: i64,
     },
     /// etcd answered with an error.
     #[error("etcd error (code {code}): {message}")]
-    Server { code: i64, message: String },
+    Server {
+        /// gRPC status code.
+        code: i64,
+        /// etcd's error message.
+        message: String,
+    },
     /// The answer could not be understood.
     #[error("unexpected answer from etcd: {0}")]
     Protocol(String),
@@ -102,9 +109,13 @@ impl From<GrpcError> for EtcdError {
 /// One stored key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyValue {
+    /// The key's bytes.
     pub key: Vec<u8>,
+    /// The value's bytes.
     pub value: Vec<u8>,
+    /// Revision of the last change to the key.
     pub mod_revision: i64,
+    /// Revision at which the key was created.
     pub create_revision: i64,
 }
 
@@ -113,6 +124,7 @@ pub struct KeyValue {
 pub struct RangePage {
     /// The revision the read was served at.
     pub revision: i64,
+    /// The keys read, in key order.
     pub kvs: Vec<KeyValue>,
     /// More keys follow the last one returned.
     pub more: bool,
@@ -121,26 +133,43 @@ pub struct RangePage {
 /// A key change seen by a watch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WatchEvent {
+    /// The key was created or changed.
     Put(KeyValue),
-    Delete { key: Vec<u8>, mod_revision: i64 },
+    /// The key was deleted.
+    Delete {
+        /// The deleted key.
+        key: Vec<u8>,
+        /// Revision of the deletion.
+        mod_revision: i64,
+    },
 }
 
 /// One message of a watch stream.
 #[derive(Debug)]
 pub enum WatchMessage {
     /// The watch is established.
-    Created { revision: i64 },
+    Created {
+        /// Revision of the response header.
+        revision: i64,
+    },
     /// Changes, all at or below `revision`.
     Events {
+        /// Revision of the response header.
         revision: i64,
+        /// The changes, in order.
         events: Vec<WatchEvent>,
     },
     /// A progress notification: nothing changed up to `revision`.
-    Progress { revision: i64 },
+    Progress {
+        /// Revision up to which nothing changed.
+        revision: i64,
+    },
     /// etcd cancelled the watch; `compact_revision > 0` when the start
     /// revision had been compacted.
     Canceled {
+        /// The oldest revision etcd still has; 0 if not compacted.
         compact_revision: i64,
+        /// etcd's reason for cancelling.
         reason: String,
     },
 }

@@ -30,10 +30,18 @@ pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:2379";
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     #[error("invalid --datastore {spec:?}: {reason}")]
-    Spec { spec: String, reason: String },
+    /// The `--datastore` value cannot be used.
+    Spec {
+        /// The `--datastore` value, as given.
+        spec: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
     #[error("invalid etcd endpoint {0}")]
+    /// The endpoint list is empty or an entry does not parse.
     Endpoint(String),
     #[error("etcd TLS settings: {0}")]
+    /// The TLS files or settings cannot be used.
     Tls(String),
 }
 

@@ -115,6 +115,7 @@ const MAX_IMMEDIATE: u32 = 3;
 /// Settings of an [`EtcdSyncer`].
 #[derive(Clone, Debug)]
 pub struct EtcdSyncerConfig {
+    /// Connection settings.
     pub etcd: EtcdConfig,
     /// Maximum updates per batch (at least 1).
     pub batch_size: usize,
@@ -123,7 +124,9 @@ pub struct EtcdSyncerConfig {
     /// Start reading the next page of the first listing before decoding
     /// the current one (default true; false is for measurements).
     pub prefetch: bool,
+    /// First delay before retrying after a failure.
     pub backoff_min: Duration,
+    /// Longest delay between retries (the backoff doubles up to it).
     pub backoff_max: Duration,
     /// Timeout of one unary request (a listing page).
     pub request_timeout: Duration,
@@ -148,8 +151,10 @@ impl EtcdSyncerConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdSyncerError {
     #[error(transparent)]
+    /// The etcd settings are unusable.
     Config(#[from] ConfigError),
     #[error("cannot start the etcd syncer thread: {0}")]
+    /// The syncer's thread could not be spawned.
     Spawn(#[from] io::Error),
 }
 

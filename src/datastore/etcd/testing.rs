@@ -38,6 +38,7 @@ pub struct ServerTls {
     /// The server's certificate (must name 127.0.0.1 and, because etcd's
     /// gateway dials the server with it, allow client auth too).
     pub cert_file: std::path::PathBuf,
+    /// The server certificate's private key.
     pub key_file: std::path::PathBuf,
     /// CA that client certificates must be signed by.
     pub client_ca_file: std::path::PathBuf,
@@ -49,10 +50,13 @@ pub struct ServerTls {
 #[derive(Debug, thiserror::Error)]
 pub enum TestServerError {
     #[error("etcd binary not found (install Debian's etcd-server): {0}")]
+    /// The `etcd` binary is not installed.
     NotInstalled(std::io::Error),
     #[error("etcd test server: {0}")]
+    /// Creating the data directory, finding free ports or spawning etcd failed.
     Io(#[from] std::io::Error),
     #[error("etcd did not become ready within {0:?}")]
+    /// etcd did not answer within this time.
     NotReady(Duration),
 }
 
