@@ -3,8 +3,6 @@
 //! Run with `cargo run --release --example decode_bench`; prints
 //! resources per second for YAML and JSON input on one core.
 
-use std::time::Instant;
-
 use felix::resources::{decode_documents, Format};
 
 const WEP_YAML: &str = "apiVersion: projectcalico.org/v3
@@ -28,7 +26,7 @@ spec:
 ";
 
 fn run(label: &str, text: &str, format: Format, count: usize) {
-    let start = Instant::now();
+    let start = felix_actors::clock::real_now();
     let docs = match decode_documents(text, "bench", format) {
         Ok(d) => d,
         Err(e) => {
@@ -72,7 +70,7 @@ fn main() {
     // Single-object JSON files, the common file-datastore layout.
     let one: serde_json::Value = serde_yaml_ng::from_str(WEP_YAML).unwrap_or_default();
     let one = one.to_string();
-    let start = Instant::now();
+    let start = felix_actors::clock::real_now();
     for _ in 0..count {
         let _ = decode_documents(&one, "bench", Format::Json);
     }

@@ -1,7 +1,10 @@
 //! Shared helpers of the etcd integration tests: a consumer that applies
 //! syncer events to a map, and resource builders.
 
-#![allow(dead_code, reason = "each test binary uses a different part of the etcd support")]
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the etcd support"
+)]
 
 pub mod netns;
 

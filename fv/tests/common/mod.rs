@@ -1,5 +1,9 @@
 //! Shared helpers of the calc-graph FV tests.
-#![allow(dead_code, unused_imports, reason = "each test binary uses a different part of the shared support")]
+#![allow(
+    dead_code,
+    unused_imports,
+    reason = "each test binary uses a different part of the shared support"
+)]
 
 pub use felix_fv::calcfv::expect::{named_port_set_id as nid, selector_set_id as sid};
 pub use felix_fv::calcfv::yaml::{self, Pol, Wep};

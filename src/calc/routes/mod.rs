@@ -38,10 +38,10 @@ use felix_proto as pb;
 use ipnet::IpNet;
 
 use super::event_sequencer::EventSequencer;
-use l3::L3RouteResolver;
 use super::passthru::Encap;
-use vxlan::VxlanResolver;
 use crate::model::{IpPool, IpamBlock, Node, WorkloadEndpoint, WorkloadEndpointKey};
+use l3::L3RouteResolver;
+use vxlan::VxlanResolver;
 
 /// Receiver of route output.
 pub trait RouteSink {

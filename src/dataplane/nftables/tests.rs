@@ -489,7 +489,7 @@ mod kernel {
     #[test]
     fn kernel_icmp_type_and_code_matches_load_in_nft() {
         use crate::dataplane::generictables::Match;
-        felix_netns::require!(netns ["nft"]);
+        felix_netns::require!(netns["nft"]);
         let ns = TestNetns::create();
         for ipv in [IpVersion::V4, IpVersion::V6] {
             let m = |icmp_type, code, negate| match ipv {
@@ -539,7 +539,7 @@ mod kernel {
     #[test]
     fn kernel_single_member_set_changes_never_fail_at_scale() {
         use crate::dataplane::kernel::testns::{env_count, SeededRng};
-        felix_netns::require!(netns ["nft"]);
+        felix_netns::require!(netns["nft"]);
         let ns = TestNetns::create();
         let ops = env_count("FELIX_CHURN_OPS", 150);
         let mut rng = SeededRng::from_env("FELIX_CHURN_SEED", 4);
@@ -623,7 +623,7 @@ mod kernel {
     /// that succeeds first time.
     #[test]
     fn kernel_covering_cidr_hides_and_restores_covered_members() {
-        felix_netns::require!(netns ["nft"]);
+        felix_netns::require!(netns["nft"]);
         let ns = TestNetns::create();
         for ipv in [IpVersion::V4, IpVersion::V6] {
             let (set, fam, cover, nested, host, other, outside) = match ipv {
@@ -696,7 +696,7 @@ mod kernel {
     /// single-member deletes succeed.
     #[test]
     fn kernel_auto_merged_set_is_recreated_and_then_deletes_succeed() {
-        felix_netns::require!(netns ["nft"]);
+        felix_netns::require!(netns["nft"]);
         let ns = TestNetns::create();
         let members: Vec<String> = (10..20).map(|i| format!("10.65.0.{i}")).collect();
         ns.sh(

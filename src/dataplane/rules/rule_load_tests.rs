@@ -614,6 +614,6 @@ fn kernel_every_valid_rule_loads_with_iptables_legacy_restore() {
 
 #[test]
 fn kernel_every_valid_rule_loads_with_nft() {
-    felix_netns::require!(netns ["nft"]);
+    felix_netns::require!(netns["nft"]);
     every_valid_rule_loads(Loader::Nft);
 }
