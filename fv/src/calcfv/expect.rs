@@ -137,22 +137,22 @@ impl HepExp {
             ..Default::default()
         }
     }
-    /// Sets the normal tiers.
+    /// Sets the tiers of normal policies.
     pub fn tiers(mut self, t: Vec<TierExp>) -> HepExp {
         self.tiers = t;
         self
     }
-    /// Sets the untracked tiers.
+    /// Sets the tiers of untracked policies.
     pub fn untracked(mut self, t: Vec<TierExp>) -> HepExp {
         self.untracked = t;
         self
     }
-    /// Sets the pre-DNAT tiers.
+    /// Sets the tiers of pre-DNAT policies.
     pub fn pre_dnat(mut self, t: Vec<TierExp>) -> HepExp {
         self.pre_dnat = t;
         self
     }
-    /// Sets the forward tiers.
+    /// Sets the tiers of forward policies.
     pub fn forward(mut self, t: Vec<TierExp>) -> HepExp {
         self.forward = t;
         self
@@ -337,7 +337,8 @@ impl Expect {
         self
     }
 
-    /// The encapsulation flags.
+    /// Expects these encapsulation flags (all `false` is the same as no
+    /// encapsulation update).
     pub fn encap(mut self, ipip: bool, vxlan: bool, vxlan_v6: bool, no_encap: bool) -> Expect {
         self.digest.encap = (ipip, vxlan, vxlan_v6, no_encap);
         self

@@ -166,15 +166,16 @@ impl Pol {
         self.fields.push(f.to_string());
         self
     }
-    /// Adds the `selector` field.
+    /// Adds `selector: "<s>"` to the spec.
     pub fn selector(self, s: &str) -> Pol {
         self.field(&format!("selector: \"{s}\""))
     }
-    /// Adds the `order` field.
+    /// Adds `order: <o>` to the spec.
     pub fn order(self, o: f64) -> Pol {
         self.field(&format!("order: {o}"))
     }
-    /// Adds the `tier` field.
+    /// Adds `tier: <t>` to the spec (without it the policy is in the
+    /// `default` tier).
     pub fn tier(self, t: &str) -> Pol {
         self.field(&format!("tier: {t}"))
     }

@@ -94,7 +94,8 @@ pub fn namespace_yaml(name: &str, labels: &[(&str, &str)]) -> String {
 /// A workload endpoint on [`NODE`].
 #[derive(Clone, Debug)]
 pub struct Wep {
-    /// Pod name; also the workload's name in the [`Sandbox`](super::Sandbox).
+    /// Pod name; [`Fv::plug`](super::Fv::plug) also uses it as the
+    /// workload's name in the sandbox.
     pub pod: String,
     /// Kubernetes namespace.
     pub namespace: String,
