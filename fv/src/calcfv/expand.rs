@@ -20,14 +20,18 @@ use super::state::State;
 /// One step of a run: the updates to feed and the state they must reach.
 #[derive(Clone, Debug)]
 pub struct Step {
+    /// The updates fed to the graph, in order.
     pub updates: Vec<Update>,
+    /// The state the updates lead to, whose expectation is checked after them.
     pub state: State,
 }
 
 /// One expanded run: a name and its steps.
 #[derive(Clone, Debug)]
 pub struct Expansion {
+    /// `identity`, the expander's name, or `split-states[i]` (for failure messages).
     pub name: String,
+    /// The steps, run in order on one fresh graph.
     pub steps: Vec<Step>,
 }
 

@@ -27,9 +27,13 @@ pub type Labels = BTreeMap<String, String>;
 /// ordered ingress and egress policy names.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct TierExp {
+    /// Tier name (`default` for the default tier).
     pub name: String,
+    /// What happens when no policy of the tier decides (`Deny`, `Pass`).
     pub default_action: String,
+    /// Policies applied to ingress, in order: `name` or `namespace/name`.
     pub ingress: Vec<String>,
+    /// Policies applied to egress, in order: `name` or `namespace/name`.
     pub egress: Vec<String>,
 }
 
@@ -39,6 +43,7 @@ impl TierExp {
         TierExp::new(name, action, policies, policies)
     }
 
+    /// A tier with separate ingress and egress policy lists.
     pub fn new(name: &str, action: &str, ingress: &[&str], egress: &[&str]) -> TierExp {
         TierExp {
             name: name.to_string(),
@@ -52,9 +57,13 @@ impl TierExp {
 /// A workload endpoint.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WepExp {
+    /// Profile IDs, in order.
     pub profiles: Vec<String>,
+    /// IPv4 networks (`10.0.0.1/32`).
     pub ipv4: Vec<String>,
+    /// IPv6 networks (`fd00::1/128`).
     pub ipv6: Vec<String>,
+    /// The tiers that apply to the endpoint, in order.
     pub tiers: Vec<TierExp>,
     /// `is_istio_ambient`.
     pub istio_ambient: bool,
@@ -64,6 +73,8 @@ pub struct WepExp {
 }
 
 impl WepExp {
+    /// An endpoint with these profiles, IPv4 networks and tiers; no IPv6,
+    /// not in the ambient mesh, no live migration.
     pub fn new(profiles: &[&str], ipv4: &[&str], tiers: Vec<TierExp>) -> WepExp {
         WepExp {
             profiles: strings(profiles),
@@ -87,6 +98,7 @@ impl WepExp {
         self
     }
 
+    /// Sets the IPv6 networks.
     pub fn ipv6(mut self, nets: &[&str]) -> WepExp {
         self.ipv6 = strings(nets);
         self
@@ -96,17 +108,27 @@ impl WepExp {
 /// A host endpoint and its four tier lists.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HepExp {
+    /// The interface name (empty or `*` for all interfaces).
     pub name: String,
+    /// Profile IDs, in order.
     pub profiles: Vec<String>,
+    /// Expected IPv4 addresses.
     pub ipv4: Vec<String>,
+    /// Expected IPv6 addresses.
     pub ipv6: Vec<String>,
+    /// Tiers of normal policies.
     pub tiers: Vec<TierExp>,
+    /// Tiers of untracked (`doNotTrack`) policies.
     pub untracked: Vec<TierExp>,
+    /// Tiers of `preDNAT` policies.
     pub pre_dnat: Vec<TierExp>,
+    /// Tiers of `applyOnForward` policies.
     pub forward: Vec<TierExp>,
 }
 
 impl HepExp {
+    /// A host endpoint on interface `name` with these profiles and expected
+    /// IPv4 addresses, and no tiers.
     pub fn new(name: &str, profiles: &[&str], ipv4: &[&str]) -> HepExp {
         HepExp {
             name: name.to_string(),
@@ -115,18 +137,22 @@ impl HepExp {
             ..Default::default()
         }
     }
+    /// Sets the tiers of normal policies.
     pub fn tiers(mut self, t: Vec<TierExp>) -> HepExp {
         self.tiers = t;
         self
     }
+    /// Sets the tiers of untracked policies.
     pub fn untracked(mut self, t: Vec<TierExp>) -> HepExp {
         self.untracked = t;
         self
     }
+    /// Sets the tiers of pre-DNAT policies.
     pub fn pre_dnat(mut self, t: Vec<TierExp>) -> HepExp {
         self.pre_dnat = t;
         self
     }
+    /// Sets the tiers of forward policies.
     pub fn forward(mut self, t: Vec<TierExp>) -> HepExp {
         self.forward = t;
         self
@@ -149,18 +175,23 @@ pub struct Digest {
     pub ip_sets: BTreeMap<String, (String, BTreeSet<String>)>,
     /// `name` for global policies, `namespace/name` for namespaced ones.
     pub policies: BTreeSet<String>,
+    /// Active profile IDs.
     pub profiles: BTreeSet<String>,
     /// Keyed `workload_id/endpoint_id`.
     pub weps: BTreeMap<String, WepExp>,
     /// Keyed by host-endpoint ID.
     pub heps: BTreeMap<String, HepExp>,
+    /// Namespace name -> labels.
     pub namespaces: BTreeMap<String, Labels>,
     /// Keyed `namespace/name`.
     pub service_accounts: BTreeMap<String, Labels>,
+    /// Host metadata by node name.
     pub hosts: BTreeMap<String, HostExp>,
     /// Keyed by pool ID (CIDR with `-` for `/`).
     pub pools: BTreeMap<String, PoolExp>,
+    /// The last encapsulation update (all off if none).
     pub encap: EncapExp,
+    /// The last configuration update's name -> value map.
     pub config: Labels,
 }
 
@@ -171,6 +202,7 @@ pub type RulesExp = (Vec<Json>, Vec<Json>);
 /// See the module docs.
 #[derive(Clone, Debug, Default)]
 pub struct Expect {
+    /// Compared with the [`Digest::of_view`] of the view.
     pub digest: Digest,
     /// IP-set ID -> how the test named it (for failure messages).
     pub set_labels: BTreeMap<String, String>,
@@ -208,6 +240,7 @@ pub fn named_port_set_id(sel: &str, proto: &str, port: &str) -> String {
 }
 
 impl Expect {
+    /// Expects an empty dataplane; add to it with the builder methods.
     pub fn new() -> Expect {
         Expect::default()
     }
@@ -242,11 +275,13 @@ impl Expect {
         self
     }
 
+    /// Active policies: `name` for global, `namespace/name` for namespaced.
     pub fn policies(mut self, names: &[&str]) -> Expect {
         self.digest.policies.extend(strings(names));
         self
     }
 
+    /// Active profiles by ID.
     pub fn profiles(mut self, names: &[&str]) -> Expect {
         self.digest.profiles.extend(strings(names));
         self
@@ -258,16 +293,19 @@ impl Expect {
         self
     }
 
+    /// A host endpoint, keyed by its endpoint ID.
     pub fn hep(mut self, id: &str, h: HepExp) -> Expect {
         self.digest.heps.insert(id.to_string(), h);
         self
     }
 
+    /// A namespace and its labels.
     pub fn namespace(mut self, name: &str, l: &[(&str, &str)]) -> Expect {
         self.digest.namespaces.insert(name.to_string(), labels(l));
         self
     }
 
+    /// A service account in namespace `ns` and its labels.
     pub fn service_account(mut self, ns: &str, name: &str, l: &[(&str, &str)]) -> Expect {
         self.digest
             .service_accounts
@@ -275,6 +313,8 @@ impl Expect {
         self
     }
 
+    /// Host metadata of node `name`: addresses, AS number and labels (empty
+    /// strings where unset).
     pub fn host(mut self, name: &str, v4: &str, v6: &str, asn: &str, l: &[(&str, &str)]) -> Expect {
         self.digest.hosts.insert(
             name.to_string(),
@@ -283,6 +323,7 @@ impl Expect {
         self
     }
 
+    /// An IPAM pool with its NAT-outgoing flag and IPIP / VXLAN modes.
     pub fn pool(mut self, cidr: &str, masquerade: bool, ipip: &str, vxlan: &str) -> Expect {
         self.digest.pools.insert(
             cidr.replacen('/', "-", 1),
@@ -296,11 +337,14 @@ impl Expect {
         self
     }
 
+    /// Expects these encapsulation flags (all `false` is the same as no
+    /// encapsulation update).
     pub fn encap(mut self, ipip: bool, vxlan: bool, vxlan_v6: bool, no_encap: bool) -> Expect {
         self.digest.encap = (ipip, vxlan, vxlan_v6, no_encap);
         self
     }
 
+    /// Entries of the configuration map sent to the dataplane.
     pub fn config(mut self, c: &[(&str, &str)]) -> Expect {
         self.digest.config.extend(labels(c));
         self

@@ -39,6 +39,8 @@ pub enum FlushStrategy {
 }
 
 impl FlushStrategy {
+    /// Every strategy; [`run_test`] uses only the first when expansion is
+    /// disabled.
     pub const ALL: [FlushStrategy; 4] = [
         FlushStrategy::AfterEachUpdate,
         FlushStrategy::AfterEachUpdateTwice,

@@ -22,21 +22,28 @@ use super::expect::Expect;
 /// One datastore state and the view expected after reaching it.
 #[derive(Clone, Debug)]
 pub struct State {
+    /// Used in failure messages.
     pub name: String,
+    /// The datastore's KVs in delivery order, each key once.
     pub kvs: Vec<(Key, Value)>,
+    /// What the dataplane must hold once this state is reached.
     pub expect: Expect,
 }
 
 /// A named sequence of states.
 #[derive(Clone, Debug)]
 pub struct Test {
+    /// Used in failure messages.
     pub name: String,
+    /// The base sequence, walked from an empty datastore; the expanders derive
+    /// the other runs from it.
     pub states: Vec<State>,
     /// How the graph under test is built.
     pub options: GraphOptions,
 }
 
 impl Test {
+    /// A test of `states` on a graph built with the default options.
     pub fn new(name: &str, states: Vec<State>) -> Test {
         Test {
             name: name.to_string(),

@@ -65,22 +65,28 @@ impl Wep {
             service_account: String::new(),
         }
     }
+    /// Sets the namespace.
     pub fn ns(mut self, ns: &str) -> Wep {
         self.namespace = ns.into();
         self
     }
+    /// Puts the endpoint on `node` (a remote node unless it is
+    /// [`LOCAL_HOST`](super::run::LOCAL_HOST)).
     pub fn node(mut self, node: &str) -> Wep {
         self.node = node.into();
         self
     }
+    /// Replaces the labels.
     pub fn labels(mut self, l: &[(&str, &str)]) -> Wep {
         self.labels = owned(l);
         self
     }
+    /// Replaces `ipNetworks` (CIDRs, e.g. `10.0.0.1/32`).
     pub fn ips(mut self, ips: &[&str]) -> Wep {
         self.ips = ips.iter().map(|s| s.to_string()).collect();
         self
     }
+    /// Replaces the profiles.
     pub fn profiles(mut self, p: &[&str]) -> Wep {
         self.profiles = p.iter().map(|s| s.to_string()).collect();
         self
@@ -90,6 +96,7 @@ impl Wep {
         self.ports.push((name.into(), proto.into(), port));
         self
     }
+    /// Sets `serviceAccountName`.
     pub fn sa(mut self, sa: &str) -> Wep {
         self.service_account = sa.into();
         self
@@ -98,6 +105,7 @@ impl Wep {
     pub fn id(&self) -> String {
         format!("{}/{}/eth0", self.namespace, self.pod)
     }
+    /// The `WorkloadEndpoint` document.
     pub fn yaml(&self) -> String {
         let mut s = format!(
             "---\napiVersion: projectcalico.org/v3\nkind: WorkloadEndpoint\nmetadata:\n  name: {}-k8s-{}-eth0\n  namespace: {}\n",
@@ -158,27 +166,35 @@ impl Pol {
         self.fields.push(f.to_string());
         self
     }
+    /// Adds `selector: "<s>"` to the spec.
     pub fn selector(self, s: &str) -> Pol {
         self.field(&format!("selector: \"{s}\""))
     }
+    /// Adds `order: <o>` to the spec.
     pub fn order(self, o: f64) -> Pol {
         self.field(&format!("order: {o}"))
     }
+    /// Adds `tier: <t>` to the spec (without it the policy is in the
+    /// `default` tier).
     pub fn tier(self, t: &str) -> Pol {
         self.field(&format!("tier: {t}"))
     }
+    /// Adds the `types` field (`Ingress`, `Egress`).
     pub fn types(self, t: &[&str]) -> Pol {
         let t: Vec<String> = t.iter().map(|s| s.to_string()).collect();
         self.field(&format!("types: {}", list(&t)))
     }
+    /// Appends an ingress rule (YAML flow style).
     pub fn ingress(mut self, rule: &str) -> Pol {
         self.ingress.push(rule.to_string());
         self
     }
+    /// Appends an egress rule (YAML flow style).
     pub fn egress(mut self, rule: &str) -> Pol {
         self.egress.push(rule.to_string());
         self
     }
+    /// The policy document.
     pub fn yaml(&self) -> String {
         let kind = if self.namespace.is_some() {
             "NetworkPolicy"

@@ -19,7 +19,9 @@ use felix_netns::Netns;
 /// The dataplane backend a daemon is started with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
+    /// iptables and ipset (`FELIX_NFTABLESMODE=Disabled`).
     Iptables,
+    /// nftables (`FELIX_NFTABLESMODE=Enabled`).
     Nftables,
 }
 

@@ -94,12 +94,20 @@ pub fn namespace_yaml(name: &str, labels: &[(&str, &str)]) -> String {
 /// A workload endpoint on [`NODE`].
 #[derive(Clone, Debug)]
 pub struct Wep {
+    /// Pod name; [`Fv::plug`](super::Fv::plug) also uses it as the
+    /// workload's name in the sandbox.
     pub pod: String,
+    /// Kubernetes namespace.
     pub namespace: String,
+    /// Endpoint labels, in order.
     pub labels: Vec<(String, String)>,
+    /// Host-side interface name (`cali...`).
     pub iface: String,
+    /// IPv4 address (a /32 in `ipNetworks`).
     pub ip4: Ipv4Addr,
+    /// IPv6 address (a /128 in `ipNetworks`).
     pub ip6: Ipv6Addr,
+    /// Profile names (`kns.<namespace>` unless replaced).
     pub profiles: Vec<String>,
     /// Named ports: (name, TCP port).
     pub ports: Vec<(String, u16)>,

@@ -43,10 +43,15 @@ pub struct Workload {
 /// on TCP `port` over IPv4 or IPv6.
 #[derive(Clone, Debug)]
 pub struct Check {
+    /// Name of the client workload.
     pub from: String,
+    /// Name of the server workload; an answer must come from it.
     pub to: String,
+    /// TCP port on `to`.
     pub port: u16,
+    /// Connect to `to`'s IPv6 address instead of its IPv4 one.
     pub v6: bool,
+    /// Whether the connection must succeed (`false`: must fail).
     pub allowed: bool,
 }
 

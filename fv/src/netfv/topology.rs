@@ -55,10 +55,15 @@ pub fn ip6(host: u8) -> Ipv6Addr {
 /// One test's world: sandbox, datastore, and the daemon while it runs.
 pub struct Fv {
     // Field order is drop order: daemon, then workloads and node, then files.
+    /// The running daemon; `None` before [`Fv::start`] and after [`Fv::stop`].
     pub daemon: Option<Daemon>,
+    /// The node namespace and the workloads plugged into it.
     pub sandbox: Sandbox,
+    /// The datastore directory the daemon reads.
     pub ds: Datastore,
+    /// The backend [`Fv::start`] uses.
     pub backend: Backend,
+    /// The workload endpoints plugged so far, in order.
     pub weps: Vec<Wep>,
 }
 
