@@ -457,3 +457,157 @@ async fn nftables_policy_on_real_traffic_and_resync_sweep() {
     )
     .await;
 }
+
+fn wep_remove(id: &str) -> Payload {
+    Payload::WorkloadEndpointRemove(pb::WorkloadEndpointRemove {
+        id: Some(pb::WorkloadEndpointId {
+            orchestrator_id: "k8s".into(),
+            workload_id: id.into(),
+            endpoint_id: "eth0".into(),
+        }),
+    })
+}
+
+/// `ip -o monitor route` in `ns` while it lives; the lines it printed.
+struct RouteMonitor(Option<Child>);
+
+impl RouteMonitor {
+    fn start(ns: &str) -> RouteMonitor {
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, "ip", "-o", "monitor", "route"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        RouteMonitor(Some(child))
+    }
+
+    fn finish(mut self) -> String {
+        let Some(mut child) = self.0.take() else {
+            return String::new();
+        };
+        let _ = child.kill();
+        child
+            .wait_with_output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for RouteMonitor {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn has_routes(node: &TestNetns) -> (bool, bool) {
+    let v4 = ns_out(&node.name, "ip", &["route", "show", "10.65.0.10"]);
+    let v6 = ns_out(&node.name, "ip", &["-6", "route", "show", "fd00::10"]);
+    (v4.contains("dev caliX"), v6.contains("dev caliX"))
+}
+
+fn endpoint_chain_present(node: &TestNetns, iptables: bool) -> bool {
+    let rules = if iptables {
+        ns_out(&node.name, "iptables-legacy-save", &["-t", "filter"])
+            + &ns_out(&node.name, "iptables-nft-save", &["-t", "filter"])
+    } else {
+        ns_out(&node.name, "nft", &["list", "table", "ip", "calico"])
+    };
+    rules.contains("cali-tw-caliX")
+}
+
+/// A workload endpoint re-created under a new identity on the same
+/// interface and address: make-before-break keeps the interface's routes
+/// (both families, never deleted in between), settings and chains; the
+/// survivor of a removal takes over; break-before-make ends the same way.
+async fn interface_survives_endpoint_identity_change(cfg_kv: &[(&str, &str)], iptables: bool) {
+    let Some(node) = TestNetns::create(&["sysctl"]) else {
+        return;
+    };
+    let Some(w) = TestNetns::create(&[]) else {
+        return;
+    };
+    plug(&node, &w, "caliX", "10.65.0.10", "fd00::10");
+    let cfg = cfg_with(cfg_kv);
+    let h = start(&cfg, &node);
+    h.addr.do_send(UpdateBatch(vec![
+        profile("open", true),
+        wep("old-pod", "caliX", "10.65.0.10", &["open"], false),
+    ]));
+    h.addr.do_send(InSync);
+    settle(&h).await;
+    if has_routes(&node) != (true, true) {
+        dump(&node, &h);
+        panic!("routes programmed for the first identity");
+    }
+
+    // Make before break: the new identity, then the old one's removal.
+    let monitor = RouteMonitor::start(&node.name);
+    h.addr.do_send(UpdateBatch(vec![wep(
+        "new-pod",
+        "caliX",
+        "10.65.0.10",
+        &["open"],
+        false,
+    )]));
+    settle(&h).await;
+    h.addr.do_send(UpdateBatch(vec![wep_remove("old-pod")]));
+    settle(&h).await;
+    let events = monitor.finish();
+    if has_routes(&node) != (true, true) {
+        dump(&node, &h);
+        panic!("route lost after the old identity's removal");
+    }
+    assert!(
+        !events
+            .lines()
+            .any(|l| l.starts_with("Deleted")
+                && (l.contains("10.65.0.10") || l.contains("fd00::10"))),
+        "the route was deleted in between: {events}"
+    );
+    assert!(endpoint_chain_present(&node, iptables), "chains kept");
+    let proxy_arp = ns_out(
+        &node.name,
+        "sysctl",
+        &["-n", "net.ipv4.conf.caliX.proxy_arp"],
+    );
+    assert_eq!(proxy_arp.trim(), "1", "interface settings kept");
+
+    // Break before make.
+    h.addr.do_send(UpdateBatch(vec![wep_remove("new-pod")]));
+    settle(&h).await;
+    assert_eq!(has_routes(&node), (false, false), "routes removed");
+    assert!(!endpoint_chain_present(&node, iptables));
+    h.addr.do_send(UpdateBatch(vec![wep(
+        "third-pod",
+        "caliX",
+        "10.65.0.10",
+        &["open"],
+        false,
+    )]));
+    settle(&h).await;
+    assert_eq!(has_routes(&node), (true, true), "routes back");
+    assert!(endpoint_chain_present(&node, iptables));
+    drop(h);
+}
+
+#[actix_rt::test]
+async fn iptables_workload_route_survives_endpoint_identity_change_make_before_break() {
+    interface_survives_endpoint_identity_change(&[("Ipv6Support", "true")], true).await;
+}
+
+#[actix_rt::test]
+async fn nftables_workload_route_survives_endpoint_identity_change_make_before_break() {
+    if !SystemCommands::new().program_exists("nft") {
+        return;
+    }
+    interface_survives_endpoint_identity_change(
+        &[("Ipv6Support", "true"), ("NFTablesMode", "Enabled")],
+        false,
+    )
+    .await;
+}
