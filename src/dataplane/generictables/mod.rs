@@ -6,6 +6,7 @@
 //! characters), computed per chain as a chained hash so that a rule's hash
 //! depends on its chain, its position and every rule before it.
 
+pub mod attempts;
 mod hash;
 mod rule;
 mod table;

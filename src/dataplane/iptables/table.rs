@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use crate::dataplane::generictables::attempts::{apply_with_retries, Attempt, RetriedTable};
 use crate::dataplane::generictables::{
     ApplyStats, Chain, IpVersion, Rule, Table, TableError, RULE_HASH_PREFIX,
 };
@@ -521,65 +522,7 @@ impl IptablesTable {
     }
 
     fn apply_program(&mut self) -> Result<ApplyStats, TableError> {
-        let mut total = ApplyStats::default();
-        let mut backoff = self.opts.retry.backoff();
-        let mut attempt: u32 = 0;
-        loop {
-            let full = self.actual.is_none();
-            let result = (|| -> Result<Plan, Result<KernelError, TableError>> {
-                if self.actual.is_none() {
-                    let a = self.read_back().map_err(Err)?;
-                    self.actual = Some(a);
-                    total.read_backs += 1;
-                }
-                let actual = self.actual.as_ref().ok_or_else(|| {
-                    Err(TableError::Parse {
-                        table: self.desc(),
-                        detail: "no kernel state".into(),
-                    })
-                })?;
-                let plan = self.plan(actual, full);
-                if !plan.script.is_empty() {
-                    self.restore(&plan.script).map_err(Ok)?;
-                }
-                Ok(plan)
-            })();
-            match result {
-                Ok(plan) => {
-                    if !plan.script.is_empty() {
-                        total.transactions += 1;
-                    }
-                    total.rules_written += plan.stats.rules_written;
-                    total.rules_deleted += plan.stats.rules_deleted;
-                    total.chains_created += plan.stats.chains_created;
-                    total.chains_deleted += plan.stats.chains_deleted;
-                    if let Some(a) = self.actual.as_mut() {
-                        apply_updates(a, plan.updates);
-                    }
-                    self.dirty_chains.clear();
-                    self.dirty_inserts.clear();
-                    return Ok(total);
-                }
-                Err(err) => {
-                    // Our picture of the kernel may be wrong: re-read it.
-                    self.actual = None;
-                    if attempt >= self.opts.retry.max_retries {
-                        return Err(match err {
-                            Ok(source) => TableError::GaveUp {
-                                table: self.desc(),
-                                attempts: attempt + 1,
-                                source,
-                            },
-                            Err(e) => e,
-                        });
-                    }
-                    tracing::warn!(table = %self.desc(), attempt, "iptables apply failed; retrying");
-                    attempt += 1;
-                    total.retries += 1;
-                    self.opts.retry.wait(&mut backoff);
-                }
-            }
-        }
+        apply_with_retries(self)
     }
 
     fn apply_cleanup(&mut self) -> Result<ApplyStats, TableError> {
@@ -617,6 +560,60 @@ impl IptablesTable {
         apply_updates(&mut actual, plan.updates);
         self.actual = Some(actual);
         Ok(stats)
+    }
+}
+
+impl RetriedTable for IptablesTable {
+    fn describe(&self) -> String {
+        self.desc()
+    }
+
+    fn kind(&self) -> &'static str {
+        "iptables"
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        self.opts.retry.clone()
+    }
+
+    fn attempt(&mut self, total: &mut ApplyStats) -> Attempt {
+        let full = self.actual.is_none();
+        if self.actual.is_none() {
+            match self.read_back() {
+                Ok(a) => {
+                    self.actual = Some(a);
+                    total.read_backs += 1;
+                }
+                Err(e) => return Attempt::ReadFailed(e),
+            }
+        }
+        let Some(actual) = self.actual.as_ref() else {
+            return Attempt::ReadFailed(TableError::Parse {
+                table: self.desc(),
+                detail: "no kernel state".into(),
+            });
+        };
+        let plan = self.plan(actual, full);
+        if !plan.script.is_empty() {
+            if let Err(e) = self.restore(&plan.script) {
+                return Attempt::WriteFailed(e);
+            }
+        }
+        let stats = ApplyStats {
+            transactions: usize::from(!plan.script.is_empty()),
+            ..plan.stats
+        };
+        if let Some(a) = self.actual.as_mut() {
+            apply_updates(a, plan.updates);
+        }
+        self.dirty_chains.clear();
+        self.dirty_inserts.clear();
+        Attempt::Written(stats)
+    }
+
+    fn attempt_failed(&mut self) {
+        // Our picture of the kernel may be wrong: re-read it.
+        self.actual = None;
     }
 }
 

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use crate::dataplane::generictables::attempts::{apply_with_retries, Attempt, RetriedTable};
 use crate::dataplane::generictables::{
     ApplyStats, Chain, IpVersion, Rule, Table, TableError, RULE_HASH_PREFIX,
 };
@@ -689,74 +690,7 @@ impl NftablesTable {
     }
 
     fn apply_program(&mut self) -> Result<ApplyStats, TableError> {
-        let mut total = ApplyStats::default();
-        let mut backoff = self.opts.retry.backoff();
-        let mut attempt: u32 = 0;
-        loop {
-            let rebuild = self.consecutive_failures >= self.opts.rebuild_after_failures;
-            let full = self.actual.is_none();
-            let outcome: Result<Plan, Result<KernelError, TableError>> = (|| {
-                if !rebuild && self.actual.is_none() {
-                    total.read_backs += 1;
-                    let a = self.read_back().map_err(Err)?;
-                    self.actual = Some(a);
-                }
-                let empty = NftState::default();
-                let base = if rebuild {
-                    &empty
-                } else {
-                    self.actual.as_ref().unwrap_or(&empty)
-                };
-                let plan = self.plan(base, full, rebuild);
-                if !plan.script.is_empty() {
-                    if rebuild {
-                        tracing::warn!(table = %self.desc(), "rebuilding nftables table after repeated failures");
-                    }
-                    self.run_script(&plan.script).map_err(Ok)?;
-                }
-                Ok(plan)
-            })();
-            match outcome {
-                Ok(plan) => {
-                    if !plan.script.is_empty() {
-                        total.transactions += 1;
-                    }
-                    total.rules_written += plan.stats.rules_written;
-                    total.rules_deleted += plan.stats.rules_deleted;
-                    total.chains_created += plan.stats.chains_created;
-                    total.chains_deleted += plan.stats.chains_deleted;
-                    let mut state = if rebuild {
-                        NftState::default()
-                    } else {
-                        self.actual.take().unwrap_or_default()
-                    };
-                    plan.updates.apply_to(&mut state);
-                    self.actual = Some(state);
-                    self.dirty_chains.clear();
-                    self.dirty_sets.clear();
-                    self.consecutive_failures = 0;
-                    return Ok(total);
-                }
-                Err(err) => {
-                    self.consecutive_failures += 1;
-                    self.actual = None;
-                    if attempt >= self.opts.retry.max_retries {
-                        return Err(match err {
-                            Ok(source) => TableError::GaveUp {
-                                table: self.desc(),
-                                attempts: attempt + 1,
-                                source,
-                            },
-                            Err(e) => e,
-                        });
-                    }
-                    tracing::warn!(table = %self.desc(), attempt, "nftables apply failed; retrying");
-                    attempt += 1;
-                    total.retries += 1;
-                    self.opts.retry.wait(&mut backoff);
-                }
-            }
-        }
+        apply_with_retries(self)
     }
 
     fn apply_cleanup(&mut self) -> Result<ApplyStats, TableError> {
@@ -822,6 +756,67 @@ impl NftablesTable {
                 base,
             },
         );
+    }
+}
+
+impl RetriedTable for NftablesTable {
+    fn describe(&self) -> String {
+        self.desc()
+    }
+
+    fn kind(&self) -> &'static str {
+        "nftables"
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        self.opts.retry.clone()
+    }
+
+    fn attempt(&mut self, total: &mut ApplyStats) -> Attempt {
+        let rebuild = self.consecutive_failures >= self.opts.rebuild_after_failures;
+        let full = self.actual.is_none();
+        if !rebuild && self.actual.is_none() {
+            total.read_backs += 1;
+            match self.read_back() {
+                Ok(a) => self.actual = Some(a),
+                Err(e) => return Attempt::ReadFailed(e),
+            }
+        }
+        let empty = NftState::default();
+        let base = if rebuild {
+            &empty
+        } else {
+            self.actual.as_ref().unwrap_or(&empty)
+        };
+        let plan = self.plan(base, full, rebuild);
+        if !plan.script.is_empty() {
+            if rebuild {
+                tracing::warn!(table = %self.desc(), "rebuilding nftables table after repeated failures");
+            }
+            if let Err(e) = self.run_script(&plan.script) {
+                return Attempt::WriteFailed(e);
+            }
+        }
+        let stats = ApplyStats {
+            transactions: usize::from(!plan.script.is_empty()),
+            ..plan.stats
+        };
+        let mut state = if rebuild {
+            NftState::default()
+        } else {
+            self.actual.take().unwrap_or_default()
+        };
+        plan.updates.apply_to(&mut state);
+        self.actual = Some(state);
+        self.dirty_chains.clear();
+        self.dirty_sets.clear();
+        self.consecutive_failures = 0;
+        Attempt::Written(stats)
+    }
+
+    fn attempt_failed(&mut self) {
+        self.consecutive_failures += 1;
+        self.actual = None;
     }
 }
 
