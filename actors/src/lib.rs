@@ -38,7 +38,7 @@ pub use health::{
 pub use manager::{ApplyCtx, ApplyError, CrossManagerMsg, Manager};
 pub use metrics::Metrics;
 pub use seam::{ActorSeam, Fault, FaultAction, FaultRegistry, KernelSeam, SeamError};
-pub use status::{ActorState, ActorStatus, Role, StatusHandle, StatusSnapshot};
+pub use status::{ActorState, ActorStatus, RejectedChain, Role, StatusHandle, StatusSnapshot};
 pub use supervisor::{
     BuildError, Fatal, FatalKind, GetStatus, InSync, KernelChanged, ManagerSpec, StateKey,
     Supervisor, SupervisorBuilder, SupervisorConfig, SupervisorHandle, Update, UpdateBatch,

@@ -34,6 +34,17 @@ pub enum ActorState {
     Stopped,
 }
 
+/// A chain a driver programs as drop-everything because the kernel refused
+/// it (see `felix::dataplane::generictables::quarantine`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectedChain {
+    /// Chain name as programmed.
+    pub chain: String,
+    /// The kernel's (or tool's) message.
+    pub kernel_error: String,
+}
+
 /// One row of the `actors` list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ActorStatus {
@@ -47,6 +58,10 @@ pub struct ActorStatus {
     pub restarts: u64,
     /// Has pending work.
     pub dirty: bool,
+    /// Drivers only: chains the kernel refused, programmed as drop-everything
+    /// until their content changes (`rejectedChains`; omitted when empty).
+    #[serde(rename = "rejectedChains", skip_serializing_if = "Vec::is_empty")]
+    pub rejected_chains: Vec<RejectedChain>,
 }
 
 /// The last finished apply.
@@ -168,6 +183,10 @@ mod tests {
                 state: ActorState::Running,
                 restarts: 1,
                 dirty: false,
+                rejected_chains: vec![RejectedChain {
+                    chain: "cali-pi-gnp/x".into(),
+                    kernel_error: "Set cali40x doesn't exist.".into(),
+                }],
             }],
         };
         let v = serde_json::to_value(&s).unwrap();
@@ -176,5 +195,13 @@ mod tests {
         assert_eq!(v["actors"][0]["role"], "driver");
         assert_eq!(v["actors"][0]["state"], "running");
         assert_eq!(v["actors"][0]["restarts"], 1);
+        assert_eq!(
+            v["actors"][0]["rejectedChains"][0]["chain"],
+            "cali-pi-gnp/x"
+        );
+        assert_eq!(
+            v["actors"][0]["rejectedChains"][0]["kernelError"],
+            "Set cali40x doesn't exist."
+        );
     }
 }

@@ -506,6 +506,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             state,
             restarts: 0,
             dirty: self.needs_apply,
+            rejected_chains: Vec::new(),
         }];
         actors.extend(self.managers.iter().map(|m| ActorStatus {
             name: m.spec.name.clone(),
@@ -513,6 +514,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             state,
             restarts: m.restarts,
             dirty: m.dirty,
+            rejected_chains: Vec::new(),
         }));
         actors.extend(self.drivers.iter().map(|d| ActorStatus {
             name: d.spec.name.clone(),
@@ -520,6 +522,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             state,
             restarts: d.restarts,
             dirty: d.dirty || d.resync,
+            rejected_chains: self.metrics.rejected_chains(&d.spec.name),
         }));
         self.status.publish(StatusSnapshot {
             in_sync: self.in_sync,

@@ -8,6 +8,7 @@
 
 pub mod attempts;
 mod hash;
+pub mod quarantine;
 mod rule;
 mod table;
 

@@ -20,8 +20,12 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use crate::dataplane::generictables::attempts::{apply_with_retries, Attempt, RetriedTable};
+use crate::dataplane::generictables::quarantine::{
+    drop_everything, find_rejected, is_quarantinable, kernel_message, log_quarantined,
+    RejectedChain,
+};
 use crate::dataplane::generictables::{
-    ApplyStats, Chain, IpVersion, Rule, Table, TableError, RULE_HASH_PREFIX,
+    Action, ApplyStats, Chain, IpVersion, Rule, Table, TableError, RULE_HASH_PREFIX,
 };
 use crate::dataplane::kernel::{Commands, KernelError, RetryPolicy};
 
@@ -129,6 +133,44 @@ impl Default for IptablesOptions {
 struct Desired {
     rules: Vec<Rule>,
     hashes: Vec<String>,
+    /// Set while the kernel refuses this content: what is programmed instead.
+    quarantine: Option<Quarantined>,
+}
+
+/// A refused chain's stand-in (drop everything) and the kernel's message.
+struct Quarantined {
+    message: String,
+    rules: Vec<Rule>,
+    hashes: Vec<String>,
+}
+
+/// What is programmed for a desired chain.
+struct Live<'a> {
+    rules: &'a [Rule],
+    hashes: &'a [String],
+}
+
+impl Desired {
+    fn new(rules: Vec<Rule>, hashes: Vec<String>) -> Self {
+        Desired {
+            rules,
+            hashes,
+            quarantine: None,
+        }
+    }
+
+    fn live(&self) -> Live<'_> {
+        match &self.quarantine {
+            Some(q) => Live {
+                rules: &q.rules,
+                hashes: &q.hashes,
+            },
+            None => Live {
+                rules: &self.rules,
+                hashes: &self.hashes,
+            },
+        }
+    }
 }
 
 /// One iptables table for one IP version and backend.
@@ -150,6 +192,9 @@ pub struct IptablesTable {
     dirty_chains: BTreeSet<String>,
     dirty_inserts: BTreeSet<String>,
     next_cleanup: Option<Instant>,
+    /// Policy and profile chains the last refused transaction wrote: the
+    /// candidates for [`RetriedTable::quarantine_rejected`].
+    refused: Vec<String>,
 }
 
 impl std::fmt::Debug for IptablesTable {
@@ -247,6 +292,7 @@ impl IptablesTable {
             dirty_chains: BTreeSet::new(),
             dirty_inserts: BTreeSet::new(),
             next_cleanup: None,
+            refused: Vec::new(),
         }
     }
 
@@ -352,18 +398,21 @@ impl IptablesTable {
             self.dirty_chains.clone()
         };
         for name in &candidates {
-            match (self.chains.get(name), actual.chains.get(name)) {
+            match (
+                self.chains.get(name).map(Desired::live),
+                actual.chains.get(name),
+            ) {
                 (Some(d), None) => {
                     decls.push(format!(":{name} - -"));
                     stats.chains_created += 1;
-                    for (rule, hash) in d.rules.iter().zip(&d.hashes) {
+                    for (rule, hash) in d.rules.iter().zip(d.hashes) {
                         body.push(self.renderer.line(&format!("-A {name}"), hash, rule));
                         stats.rules_written += 1;
                     }
-                    updates.push((name.clone(), Some(Self::ours_as_saved(&d.hashes))));
+                    updates.push((name.clone(), Some(Self::ours_as_saved(d.hashes))));
                 }
                 (Some(d), Some(a)) => {
-                    for (i, (rule, hash)) in d.rules.iter().zip(&d.hashes).enumerate() {
+                    for (i, (rule, hash)) in d.rules.iter().zip(d.hashes).enumerate() {
                         match a.get(i) {
                             Some(r) if r.hash.as_deref() == Some(hash.as_str()) => {}
                             Some(_) => {
@@ -384,7 +433,7 @@ impl IptablesTable {
                         body.push(format!("-D {name} {}", d.rules.len() + 1));
                         stats.rules_deleted += 1;
                     }
-                    updates.push((name.clone(), Some(Self::ours_as_saved(&d.hashes))));
+                    updates.push((name.clone(), Some(Self::ours_as_saved(d.hashes))));
                 }
                 (None, Some(a)) if self.is_our_chain(name) => {
                     if !a.is_empty() {
@@ -416,10 +465,7 @@ impl IptablesTable {
         } else {
             self.dirty_inserts.clone()
         };
-        let empty = Desired {
-            rules: Vec::new(),
-            hashes: Vec::new(),
-        };
+        let empty = Desired::new(Vec::new(), Vec::new());
         for k in &kernel_candidates {
             if self.is_our_chain(k) {
                 continue;
@@ -596,6 +642,16 @@ impl RetriedTable for IptablesTable {
         let plan = self.plan(actual, full);
         if !plan.script.is_empty() {
             if let Err(e) = self.restore(&plan.script) {
+                self.refused = plan
+                    .updates
+                    .iter()
+                    .filter(|(n, r)| {
+                        r.is_some()
+                            && is_quarantinable(n)
+                            && self.chains.get(n).is_some_and(|d| d.quarantine.is_none())
+                    })
+                    .map(|(n, _)| n.clone())
+                    .collect();
                 return Attempt::WriteFailed(e);
             }
         }
@@ -615,11 +671,97 @@ impl RetriedTable for IptablesTable {
         // Our picture of the kernel may be wrong: re-read it.
         self.actual = None;
     }
+
+    fn quarantine_rejected(&mut self, _err: &KernelError) -> usize {
+        let candidates = std::mem::take(&mut self.refused);
+        let found = find_rejected(&candidates, &mut |group: &[String]| self.dry_run(group));
+        let mut n = 0;
+        for (name, message) in found {
+            let rules = drop_everything();
+            let hashes = self.renderer.hashes(&name, &rules);
+            let desc = self.desc();
+            if let Some(d) = self.chains.get_mut(&name) {
+                log_quarantined(
+                    &desc,
+                    &RejectedChain {
+                        chain: name.clone(),
+                        message: message.clone(),
+                    },
+                );
+                d.quarantine = Some(Quarantined {
+                    message,
+                    rules,
+                    hashes,
+                });
+                self.dirty_chains.insert(name);
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+impl IptablesTable {
+    /// Dry-runs (`iptables-restore --test`) `group`'s desired chains on
+    /// their own, declaring the chains they jump to; `Err` carries the
+    /// tool's message. Nothing is committed.
+    fn dry_run(&self, group: &[String]) -> Result<(), String> {
+        let Some(restore) = &self.restore_cmd else {
+            return Ok(());
+        };
+        let in_group: BTreeSet<&str> = group.iter().map(String::as_str).collect();
+        let builtin = builtin_chains(&self.table);
+        let mut decls = String::new();
+        let mut body = String::new();
+        let mut targets = BTreeSet::new();
+        for name in group {
+            let Some(d) = self.chains.get(name) else {
+                continue;
+            };
+            let _ = writeln!(decls, ":{name} - -");
+            for (rule, hash) in d.rules.iter().zip(&d.hashes) {
+                if let Action::Jump(t) | Action::Goto(t) = &rule.action {
+                    if !in_group.contains(t.as_str()) && !builtin.contains(&t.as_str()) {
+                        targets.insert(t.clone());
+                    }
+                }
+                body.push_str(&self.renderer.line(&format!("-A {name}"), hash, rule));
+                body.push('\n');
+            }
+        }
+        let mut script = format!("*{}\n{decls}", self.table);
+        for t in targets {
+            let _ = writeln!(script, ":{t} - -");
+        }
+        script.push_str(&body);
+        script.push_str("COMMIT\n");
+        self.cmds
+            .run(
+                "iptables-restore-check",
+                restore,
+                &["--noflush", "--test"],
+                Some(script.as_bytes()),
+            )
+            .map(|_| ())
+            .map_err(|e| kernel_message(&e))
+    }
 }
 
 impl Table for IptablesTable {
     fn name(&self) -> String {
         self.desc()
+    }
+
+    fn rejected_chains(&self) -> Vec<RejectedChain> {
+        self.chains
+            .iter()
+            .filter_map(|(n, d)| {
+                d.quarantine.as_ref().map(|q| RejectedChain {
+                    chain: n.clone(),
+                    message: q.message.clone(),
+                })
+            })
+            .collect()
     }
 
     fn ip_version(&self) -> IpVersion {
@@ -638,14 +780,16 @@ impl Table for IptablesTable {
         {
             return;
         }
+        if let Some(q) = self
+            .chains
+            .get(&chain.name)
+            .and_then(|d| d.quarantine.as_ref())
+        {
+            tracing::info!(table = %self.desc(), chain = %chain.name, refused = %q.message.trim(), "refused chain changed; retrying it");
+        }
         self.dirty_chains.insert(chain.name.clone());
-        self.chains.insert(
-            chain.name,
-            Desired {
-                rules: chain.rules,
-                hashes,
-            },
-        );
+        self.chains
+            .insert(chain.name, Desired::new(chain.rules, hashes));
     }
 
     fn remove_chain(&mut self, name: &str) {
@@ -671,7 +815,7 @@ impl Table for IptablesTable {
             self.inserts.remove(kernel_chain);
         } else {
             self.inserts
-                .insert(kernel_chain.to_string(), Desired { rules, hashes });
+                .insert(kernel_chain.to_string(), Desired::new(rules, hashes));
         }
     }
 

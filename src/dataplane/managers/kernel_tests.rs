@@ -611,3 +611,180 @@ async fn nftables_workload_route_survives_endpoint_identity_change_make_before_b
     )
     .await;
 }
+
+fn bad_policy_id() -> pb::PolicyId {
+    pb::PolicyId {
+        name: "refused".into(),
+        namespace: String::new(),
+        kind: "GlobalNetworkPolicy".into(),
+    }
+}
+
+/// A policy whose rule references an IP set nobody created: the kernel
+/// (or the tool) refuses its chain.
+fn refused_policy() -> Payload {
+    Payload::ActivePolicyUpdate(pb::ActivePolicyUpdate {
+        id: Some(bad_policy_id()),
+        policy: Some(pb::Policy {
+            tier: "default".into(),
+            inbound_rules: vec![pb::Rule {
+                action: "allow".into(),
+                src_ip_set_ids: vec!["never-created".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+    })
+}
+
+fn wep_with_policy(id: &str, iface: &str, ip: &str, policy: pb::PolicyId) -> Payload {
+    let Payload::WorkloadEndpointUpdate(mut u) = wep(id, iface, ip, &["open"], false) else {
+        unreachable!()
+    };
+    if let Some(ep) = u.endpoint.as_mut() {
+        ep.tiers = vec![pb::TierInfo {
+            name: "default".into(),
+            ingress_policies: vec![policy],
+            egress_policies: Vec::new(),
+            default_action: "Deny".into(),
+        }];
+    }
+    Payload::WorkloadEndpointUpdate(u)
+}
+
+/// Item 3: a policy the kernel refuses is programmed as drop-everything
+/// (its endpoint fails closed), every other endpoint is programmed, the
+/// refusal shows in `/status` and the metric, and the supervisor keeps
+/// running (no fail-closed exit) across more applies than the failure
+/// limit; a corrected policy is retried and programmed.
+async fn refused_policy_fails_closed_alone(cfg_kv: &[(&str, &str)], iptables: bool) {
+    let Some(node) = TestNetns::create(&["python3", "sysctl", "ss"]) else {
+        return;
+    };
+    let (Some(w1), Some(w2)) = (TestNetns::create(&[]), TestNetns::create(&[])) else {
+        return;
+    };
+    node.sh(
+        "ip",
+        &[
+            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink1",
+        ],
+    );
+    node.sh("ip", &["addr", "add", "192.168.99.1/24", "dev", "uplink0"]);
+    node.sh("ip", &["link", "set", "uplink1", "up"]);
+    node.sh("ip", &["link", "set", "uplink0", "up"]);
+    node.sh("ip", &["route", "add", "default", "dev", "uplink0"]);
+    plug(&node, &w1, "cali1", "10.65.0.2", "fd00::2");
+    plug(&node, &w2, "cali2", "10.65.0.3", "fd00::3");
+    let _l = Listener::start(&w1.name, 8080);
+    let _l2 = Listener::start(&w2.name, 8080);
+    let cfg = cfg_with(cfg_kv);
+    let h = start(&cfg, &node);
+    h.addr.do_send(UpdateBatch(vec![
+        profile("open", true),
+        refused_policy(),
+        wep("w1", "cali1", "10.65.0.2", &["open"], false),
+        wep_with_policy("w2", "cali2", "10.65.0.3", bad_policy_id()),
+    ]));
+    h.addr.do_send(InSync);
+    settle(&h).await;
+
+    // Everything else is programmed: w2 reaches w1.
+    if !tcp_ok(&w2.name, "10.65.0.2", 8080) {
+        dump(&node, &h);
+        panic!("the other endpoint must be programmed");
+    }
+    // The refused policy's endpoint fails closed.
+    assert!(!tcp_ok(&w1.name, "10.65.0.3", 8080), "refused policy drops");
+    let rules = if iptables {
+        ns_out(&node.name, "iptables-legacy-save", &["-t", "filter"])
+            + &ns_out(&node.name, "iptables-nft-save", &["-t", "filter"])
+    } else {
+        ns_out(&node.name, "nft", &["list", "table", "ip", "calico"])
+    };
+    assert!(
+        rules.contains("cali-tw-cali1") && rules.contains("cali-tw-cali2"),
+        "{rules}"
+    );
+    // Reported in /status and the metric.
+    let snap = h.status.snapshot();
+    let reported: Vec<_> = snap
+        .actors
+        .iter()
+        .flat_map(|a| {
+            a.rejected_chains
+                .iter()
+                .map(move |r| (a.name.clone(), r.clone()))
+        })
+        .collect();
+    assert!(
+        reported
+            .iter()
+            .any(|(_, r)| r.chain.contains("cali-pi-gnp/refused")),
+        "{snap:#?}"
+    );
+    assert!(reported.iter().all(|(_, r)| !r.kernel_error.is_empty()));
+    let metrics = h.metrics.render_prometheus();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("felix_dataplane_rejected_chains{") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+
+    // More applies than the failure limit: the supervisor stays up.
+    for i in 0..12 {
+        let port = 9000 + i;
+        let Payload::ActivePolicyUpdate(mut p) = port_policy() else {
+            unreachable!()
+        };
+        if let Some(pol) = p.policy.as_mut() {
+            pol.inbound_rules[0].dst_ports[0] = pb::PortRange {
+                first: port,
+                last: port,
+            };
+        }
+        h.addr
+            .do_send(UpdateBatch(vec![Payload::ActivePolicyUpdate(p)]));
+        settle(&h).await;
+    }
+    assert!(h.status.snapshot().last_apply.is_some_and(|l| l.ok));
+
+    // The policy is corrected: retried, programmed, no longer reported.
+    let Payload::ActivePolicyUpdate(mut fixed) = refused_policy() else {
+        unreachable!()
+    };
+    if let Some(p) = fixed.policy.as_mut() {
+        p.inbound_rules[0].src_ip_set_ids.clear();
+    }
+    h.addr
+        .do_send(UpdateBatch(vec![Payload::ActivePolicyUpdate(fixed)]));
+    settle(&h).await;
+    assert!(
+        h.status
+            .snapshot()
+            .actors
+            .iter()
+            .all(|a| a.rejected_chains.is_empty()),
+        "{:#?}",
+        h.status.snapshot()
+    );
+    assert!(
+        tcp_ok(&w1.name, "10.65.0.3", 8080),
+        "corrected policy allows"
+    );
+    drop(h);
+}
+
+#[actix_rt::test]
+async fn iptables_refused_policy_chain_fails_closed_alone_and_the_node_keeps_programming() {
+    refused_policy_fails_closed_alone(&[], true).await;
+}
+
+#[actix_rt::test]
+async fn nftables_refused_policy_chain_fails_closed_alone_and_the_node_keeps_programming() {
+    if !SystemCommands::new().program_exists("nft") {
+        return;
+    }
+    refused_policy_fails_closed_alone(&[("NFTablesMode", "Enabled")], false).await;
+}

@@ -63,6 +63,21 @@ fn table_error(e: TableError) -> DriverError {
     driver_error(&e, kernel)
 }
 
+/// Reports the chains `table` programs as drop-everything because the
+/// kernel refused them (`/status`, `felix_dataplane_rejected_chains`).
+fn report_rejected(table: &dyn Table, seam: &ActorSeam) {
+    seam.report_rejected_chains(
+        table
+            .rejected_chains()
+            .into_iter()
+            .map(|r| felix_actors::RejectedChain {
+                chain: r.chain,
+                kernel_error: r.message,
+            })
+            .collect(),
+    );
+}
+
 /// Pushes what changed in `desired` into `table`.
 fn push_table(
     desired: &TableDesired,
@@ -163,7 +178,9 @@ impl Driver for IptablesDriver {
             &|kc| Some(kc.to_string()),
             &|r| r.to_vec(),
         );
-        table.apply().map(|_| ()).map_err(table_error)
+        let r = table.apply();
+        report_rejected(&*table, seam);
+        r.map(|_| ()).map_err(table_error)
     }
 
     fn queue_resync(&mut self) {
@@ -279,7 +296,9 @@ impl Driver for NftablesDriver {
                 &|r| rename_rules(l, r),
             );
         }
-        self.table.apply().map(|_| ()).map_err(table_error)
+        let r = self.table.apply();
+        report_rejected(&self.table, seam);
+        r.map(|_| ()).map_err(table_error)
     }
 
     fn queue_resync(&mut self) {
