@@ -16,6 +16,7 @@
 
 use crate::dataplane::kernel::{KernelError, RetryPolicy};
 
+use super::quarantine::refusal;
 use super::{ApplyStats, TableError};
 
 /// What one attempt came to.
@@ -77,7 +78,10 @@ pub fn apply_with_retries(t: &mut dyn RetriedTable) -> Result<ApplyStats, TableE
             }
             Attempt::WriteFailed(source) => {
                 t.attempt_failed();
-                if attribute {
+                // Only a refusal by the kernel or the tool can be a chain's
+                // fault (not an injected seam fault, nor a tool that did
+                // not run).
+                if attribute && refusal(&source).is_some() {
                     if t.quarantine_rejected(&source) > 0 {
                         total.retries += 1;
                         continue;

@@ -104,6 +104,31 @@ pub fn log_quarantined(table: &str, r: &RejectedChain) {
     );
 }
 
+/// The tool's message if `e` is a refusal by the kernel or the tool (it ran
+/// and exited with a failure status); `None` for anything else (injected
+/// seam faults, a tool that could not start or was killed), which is never
+/// attributed to a chain.
+pub fn refusal(e: &KernelError) -> Option<String> {
+    matches!(
+        e,
+        KernelError::Failed {
+            status: Some(_),
+            ..
+        }
+    )
+    .then(|| kernel_message(e))
+}
+
+/// The verdict of a dry run: `Err` with the message only for a refusal
+/// (see [`refusal`]); a dry run that fails otherwise proves nothing about
+/// the chains and counts as passed.
+pub fn dry_run_verdict<T>(r: Result<T, KernelError>) -> Result<(), String> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) => refusal(&e).map_or(Ok(()), Err),
+    }
+}
+
 /// The tool's own message in a failure (its stderr without the usage
 /// hint), or the whole error if it printed nothing.
 pub fn kernel_message(e: &KernelError) -> String {
@@ -160,6 +185,31 @@ mod tests {
         })
         .is_empty());
         assert_eq!(runs2, 1);
+    }
+
+    #[test]
+    fn only_a_tool_refusal_counts_against_a_chain_never_an_injected_fault() {
+        let failed = KernelError::Failed {
+            command: "iptables-restore --test".into(),
+            status: Some(2),
+            stderr: "Set cali40x doesn't exist.\n\nTry `iptables-restore -h' for more".into(),
+        };
+        assert_eq!(
+            dry_run_verdict::<()>(Err(failed)),
+            Err("Set cali40x doesn't exist.".to_string())
+        );
+        let injected = KernelError::Refused {
+            actor: "driver/iptables-filter-v4".into(),
+            op: "iptables-restore".into(),
+            reason: "injected".into(),
+        };
+        assert_eq!(dry_run_verdict::<()>(Err(injected)), Ok(()));
+        let killed = KernelError::Failed {
+            command: "nft -c -f -".into(),
+            status: None,
+            stderr: String::new(),
+        };
+        assert!(refusal(&killed).is_none());
     }
 
     #[test]

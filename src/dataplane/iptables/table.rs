@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::dataplane::generictables::attempts::{apply_with_retries, Attempt, RetriedTable};
 use crate::dataplane::generictables::quarantine::{
-    drop_everything, find_rejected, is_quarantinable, kernel_message, log_quarantined,
+    drop_everything, dry_run_verdict, find_rejected, is_quarantinable, log_quarantined,
     RejectedChain,
 };
 use crate::dataplane::generictables::{
@@ -735,15 +735,16 @@ impl IptablesTable {
         }
         script.push_str(&body);
         script.push_str("COMMIT\n");
-        self.cmds
+        let r = self
+            .cmds
             .run(
                 "iptables-restore-check",
                 restore,
                 &["--noflush", "--test"],
                 Some(script.as_bytes()),
             )
-            .map(|_| ())
-            .map_err(|e| kernel_message(&e))
+            .map(|_| ());
+        dry_run_verdict(r)
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::dataplane::generictables::attempts::{apply_with_retries, Attempt, RetriedTable};
 use crate::dataplane::generictables::quarantine::{
-    drop_everything, find_rejected, is_quarantinable, kernel_message, log_quarantined,
+    drop_everything, dry_run_verdict, find_rejected, is_quarantinable, log_quarantined,
     RejectedChain,
 };
 use crate::dataplane::generictables::{
@@ -940,15 +940,12 @@ impl NftablesTable {
         lines.extend(rules);
         let mut script = lines.join("\n");
         script.push('\n');
-        self.cmds
-            .run(
-                "nft-check",
-                "nft",
-                &["-c", "-f", "-"],
-                Some(script.as_bytes()),
-            )
-            .map(|_| ())
-            .map_err(|e| kernel_message(&e))
+        dry_run_verdict(self.cmds.run(
+            "nft-check",
+            "nft",
+            &["-c", "-f", "-"],
+            Some(script.as_bytes()),
+        ))
     }
 }
 
