@@ -40,7 +40,9 @@ pub use health::{
 pub use manager::{ApplyCtx, ApplyError, CrossManagerMsg, Manager};
 pub use metrics::Metrics;
 pub use seam::{ActorSeam, Fault, FaultAction, FaultRegistry, Injected, Seam};
-pub use status::{ActorState, ActorStatus, LastError, Role, StatusHandle, StatusSnapshot};
+pub use status::{
+    ActorState, ActorStatus, LastError, RejectedChain, Role, StatusHandle, StatusSnapshot,
+};
 pub use supervisor::{
     BuildError, Fatal, FatalKind, GetStatus, InSync, KernelChanged, ManagerSpec, StateKey,
     Supervisor, SupervisorBuilder, SupervisorConfig, SupervisorHandle, Update, UpdateBatch,

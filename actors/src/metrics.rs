@@ -8,7 +8,9 @@
 //!   successful apply after in-sync (the full read-back-and-reconcile);
 //! * `felix_actor_restarts_total{actor}` — supervised restarts;
 //! * `felix_seam_ops_total{actor,op}`, `felix_seam_op_errors_total{actor,op}`,
-//!   `felix_seam_op_seconds_sum{actor,op}` — per kernel-seam operation.
+//!   `felix_seam_op_seconds_sum{actor,op}` — per kernel-seam operation;
+//! * `felix_dataplane_rejected_chains{actor}` — gauge, chains a driver programs as
+//!   drop-everything because the kernel refused them (0 once cleared).
 //!
 //! Other components can append their own families with [`Metrics::add_collector`].
 
@@ -18,6 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+
+use crate::status::RejectedChain;
 
 /// A text collector appended verbatim to the Prometheus output.
 pub type Collector = Arc<dyn Fn() -> String + Send + Sync>;
@@ -94,6 +98,7 @@ struct Inner {
     seam: BTreeMap<(String, String), SeamStat>,
     period: ApplySummary,
     collectors: Vec<Collector>,
+    rejected: BTreeMap<String, Vec<RejectedChain>>,
 }
 
 /// Shared metric registry. Cloning shares it.
@@ -127,6 +132,7 @@ impl Metrics {
                 seam: BTreeMap::new(),
                 period: ApplySummary::default(),
                 collectors: Vec::new(),
+                rejected: BTreeMap::new(),
             })),
         }
     }
@@ -191,6 +197,26 @@ impl Metrics {
         std::mem::take(&mut self.inner.lock().period)
     }
 
+    /// Records the chains `actor` programs as drop-everything because the kernel
+    /// refused them (replaces its previous report).
+    pub fn set_rejected_chains(&self, actor: &str, chains: Vec<RejectedChain>) {
+        let mut g = self.inner.lock();
+        if chains.is_empty() && !g.rejected.contains_key(actor) {
+            return;
+        }
+        g.rejected.insert(actor.to_string(), chains);
+    }
+
+    /// The chains `actor` last reported as refused by the kernel.
+    pub fn rejected_chains(&self, actor: &str) -> Vec<RejectedChain> {
+        self.inner
+            .lock()
+            .rejected
+            .get(actor)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// Appends a collector whose text is added to [`Metrics::render_prometheus`].
     pub fn add_collector(&self, collector: Collector) {
         self.inner.lock().collectors.push(collector);
@@ -249,6 +275,21 @@ impl Metrics {
                 let _ = writeln!(out, "felix_seam_ops_total{{{l}}} {}", s.count);
                 let _ = writeln!(out, "felix_seam_op_errors_total{{{l}}} {}", s.errors);
                 let _ = writeln!(out, "felix_seam_op_seconds_sum{{{l}}} {}", s.seconds);
+            }
+            if !g.rejected.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "# HELP felix_dataplane_rejected_chains Chains programmed as drop-everything \
+                     because the kernel refused them.\n# TYPE felix_dataplane_rejected_chains gauge"
+                );
+                for (actor, c) in &g.rejected {
+                    let _ = writeln!(
+                        out,
+                        "felix_dataplane_rejected_chains{{actor=\"{}\"}} {}",
+                        esc(actor),
+                        c.len()
+                    );
+                }
             }
             (out, g.collectors.clone())
         };

@@ -264,6 +264,13 @@ impl ActorSeam {
         metrics.record_seam_op(actor, op, start.elapsed(), result.is_ok());
         result
     }
+
+    /// Reports the chains this driver currently programs as drop-everything
+    /// because the kernel refused them (replaces the previous report); shown
+    /// in `/status` and as `felix_dataplane_rejected_chains{actor}`.
+    pub fn report_rejected_chains(&self, chains: Vec<crate::status::RejectedChain>) {
+        self.seam.metrics.set_rejected_chains(&self.actor, chains);
+    }
 }
 
 #[cfg(test)]

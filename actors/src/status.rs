@@ -48,6 +48,17 @@ pub struct LastError {
     pub at: String,
 }
 
+/// A chain a driver programs as drop-everything because the kernel refused
+/// it (see `felix::dataplane::generictables::quarantine`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectedChain {
+    /// Chain name as programmed.
+    pub chain: String,
+    /// The kernel's (or tool's) message.
+    pub kernel_error: String,
+}
+
 /// One row of the `actors` list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -65,6 +76,10 @@ pub struct ActorStatus {
     /// The last failure (drivers only; kept after a later success, see its `at`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<LastError>,
+    /// Drivers only: chains the kernel refused, programmed as drop-everything
+    /// until their content changes (`rejectedChains`; omitted when empty).
+    #[serde(rename = "rejectedChains", skip_serializing_if = "Vec::is_empty")]
+    pub rejected_chains: Vec<RejectedChain>,
 }
 
 /// The last finished apply.
@@ -172,6 +187,10 @@ mod tests {
                     message: "Error: Could not process rule".into(),
                     at: "x".into(),
                 }),
+                rejected_chains: vec![RejectedChain {
+                    chain: "cali-pi-gnp/x".into(),
+                    kernel_error: "Set cali40x doesn't exist.".into(),
+                }],
             }],
         };
         let v = serde_json::to_value(&s).unwrap();
@@ -182,5 +201,13 @@ mod tests {
         assert_eq!(v["actors"][0]["restarts"], 1);
         assert_eq!(v["actors"][0]["lastError"]["kind"], "refused");
         assert_eq!(v["actors"][0]["lastError"]["op"], "nft-apply");
+        assert_eq!(
+            v["actors"][0]["rejectedChains"][0]["chain"],
+            "cali-pi-gnp/x"
+        );
+        assert_eq!(
+            v["actors"][0]["rejectedChains"][0]["kernelError"],
+            "Set cali40x doesn't exist."
+        );
     }
 }

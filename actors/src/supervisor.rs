@@ -544,6 +544,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             restarts: 0,
             dirty: self.needs_apply,
             last_error: None,
+            rejected_chains: Vec::new(),
         }];
         actors.extend(self.managers.iter().map(|m| ActorStatus {
             name: m.spec.name.clone(),
@@ -552,6 +553,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             restarts: m.restarts,
             dirty: m.dirty,
             last_error: None,
+            rejected_chains: Vec::new(),
         }));
         actors.extend(self.drivers.iter().map(|d| ActorStatus {
             name: d.spec.name.clone(),
@@ -560,6 +562,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             restarts: d.restarts,
             dirty: d.dirty || d.resync,
             last_error: d.last_error.clone(),
+            rejected_chains: self.metrics.rejected_chains(&d.spec.name),
         }));
         self.status.publish(StatusSnapshot {
             in_sync: self.in_sync,

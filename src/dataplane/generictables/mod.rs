@@ -6,7 +6,9 @@
 //! characters), computed per chain as a chained hash so that a rule's hash
 //! depends on its chain, its position and every rule before it.
 
+pub mod attempts;
 mod hash;
+pub mod quarantine;
 mod rule;
 mod table;
 

@@ -125,4 +125,9 @@ pub trait Table: Send {
     fn apply(&mut self) -> Result<ApplyStats, TableError>;
     /// True if the next apply has work to do.
     fn is_dirty(&self) -> bool;
+    /// Chains the kernel refused, programmed as drop-everything until their
+    /// content changes (see `generictables::quarantine`).
+    fn rejected_chains(&self) -> Vec<super::quarantine::RejectedChain> {
+        Vec::new()
+    }
 }

@@ -19,8 +19,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use crate::dataplane::generictables::attempts::{apply_with_retries, Attempt, RetriedTable};
+use crate::dataplane::generictables::quarantine::{
+    drop_everything, dry_run_verdict, find_rejected, is_quarantinable, log_quarantined,
+    RejectedChain,
+};
 use crate::dataplane::generictables::{
-    ApplyStats, Chain, IpVersion, Rule, Table, TableError, RULE_HASH_PREFIX,
+    Action, ApplyStats, Chain, IpVersion, Rule, Table, TableError, RULE_HASH_PREFIX,
 };
 use crate::dataplane::kernel::{Commands, KernelError, RetryPolicy};
 
@@ -128,6 +133,44 @@ impl Default for IptablesOptions {
 struct Desired {
     rules: Vec<Rule>,
     hashes: Vec<String>,
+    /// Set while the kernel refuses this content: what is programmed instead.
+    quarantine: Option<Quarantined>,
+}
+
+/// A refused chain's stand-in (drop everything) and the kernel's message.
+struct Quarantined {
+    message: String,
+    rules: Vec<Rule>,
+    hashes: Vec<String>,
+}
+
+/// What is programmed for a desired chain.
+struct Live<'a> {
+    rules: &'a [Rule],
+    hashes: &'a [String],
+}
+
+impl Desired {
+    fn new(rules: Vec<Rule>, hashes: Vec<String>) -> Self {
+        Desired {
+            rules,
+            hashes,
+            quarantine: None,
+        }
+    }
+
+    fn live(&self) -> Live<'_> {
+        match &self.quarantine {
+            Some(q) => Live {
+                rules: &q.rules,
+                hashes: &q.hashes,
+            },
+            None => Live {
+                rules: &self.rules,
+                hashes: &self.hashes,
+            },
+        }
+    }
 }
 
 /// One iptables table for one IP version and backend.
@@ -149,6 +192,9 @@ pub struct IptablesTable {
     dirty_chains: BTreeSet<String>,
     dirty_inserts: BTreeSet<String>,
     next_cleanup: Option<Instant>,
+    /// Policy and profile chains the last refused transaction wrote: the
+    /// candidates for [`RetriedTable::quarantine_rejected`].
+    refused: Vec<String>,
 }
 
 impl std::fmt::Debug for IptablesTable {
@@ -246,6 +292,7 @@ impl IptablesTable {
             dirty_chains: BTreeSet::new(),
             dirty_inserts: BTreeSet::new(),
             next_cleanup: None,
+            refused: Vec::new(),
         }
     }
 
@@ -352,18 +399,21 @@ impl IptablesTable {
             self.dirty_chains.clone()
         };
         for name in &candidates {
-            match (self.chains.get(name), actual.chains.get(name)) {
+            match (
+                self.chains.get(name).map(Desired::live),
+                actual.chains.get(name),
+            ) {
                 (Some(d), None) => {
                     decls.push(format!(":{name} - -"));
                     stats.chains_created += 1;
-                    for (rule, hash) in d.rules.iter().zip(&d.hashes) {
+                    for (rule, hash) in d.rules.iter().zip(d.hashes) {
                         body.push(self.renderer.line(&format!("-A {name}"), hash, rule));
                         stats.rules_written += 1;
                     }
-                    updates.push((name.clone(), Some(Self::ours_as_saved(&d.hashes))));
+                    updates.push((name.clone(), Some(Self::ours_as_saved(d.hashes))));
                 }
                 (Some(d), Some(a)) => {
-                    for (i, (rule, hash)) in d.rules.iter().zip(&d.hashes).enumerate() {
+                    for (i, (rule, hash)) in d.rules.iter().zip(d.hashes).enumerate() {
                         match a.get(i) {
                             Some(r) if r.hash.as_deref() == Some(hash.as_str()) => {}
                             Some(_) => {
@@ -384,7 +434,7 @@ impl IptablesTable {
                         body.push(format!("-D {name} {}", d.rules.len() + 1));
                         stats.rules_deleted += 1;
                     }
-                    updates.push((name.clone(), Some(Self::ours_as_saved(&d.hashes))));
+                    updates.push((name.clone(), Some(Self::ours_as_saved(d.hashes))));
                 }
                 (None, Some(a)) if self.is_our_chain(name) => {
                     if !a.is_empty() {
@@ -416,10 +466,7 @@ impl IptablesTable {
         } else {
             self.dirty_inserts.clone()
         };
-        let empty = Desired {
-            rules: Vec::new(),
-            hashes: Vec::new(),
-        };
+        let empty = Desired::new(Vec::new(), Vec::new());
         for k in &kernel_candidates {
             if self.is_our_chain(k) {
                 continue;
@@ -523,65 +570,7 @@ impl IptablesTable {
     }
 
     fn apply_program(&mut self) -> Result<ApplyStats, TableError> {
-        let mut total = ApplyStats::default();
-        let mut backoff = self.opts.retry.backoff();
-        let mut attempt: u32 = 0;
-        loop {
-            let full = self.actual.is_none();
-            let result = (|| -> Result<Plan, Result<KernelError, TableError>> {
-                if self.actual.is_none() {
-                    let a = self.read_back().map_err(Err)?;
-                    self.actual = Some(a);
-                    total.read_backs += 1;
-                }
-                let actual = self.actual.as_ref().ok_or_else(|| {
-                    Err(TableError::Parse {
-                        table: self.desc(),
-                        detail: "no kernel state".into(),
-                    })
-                })?;
-                let plan = self.plan(actual, full);
-                if !plan.script.is_empty() {
-                    self.restore(&plan.script).map_err(Ok)?;
-                }
-                Ok(plan)
-            })();
-            match result {
-                Ok(plan) => {
-                    if !plan.script.is_empty() {
-                        total.transactions += 1;
-                    }
-                    total.rules_written += plan.stats.rules_written;
-                    total.rules_deleted += plan.stats.rules_deleted;
-                    total.chains_created += plan.stats.chains_created;
-                    total.chains_deleted += plan.stats.chains_deleted;
-                    if let Some(a) = self.actual.as_mut() {
-                        apply_updates(a, plan.updates);
-                    }
-                    self.dirty_chains.clear();
-                    self.dirty_inserts.clear();
-                    return Ok(total);
-                }
-                Err(err) => {
-                    // Our picture of the kernel may be wrong: re-read it.
-                    self.actual = None;
-                    if attempt >= self.opts.retry.max_retries {
-                        return Err(match err {
-                            Ok(source) => TableError::GaveUp {
-                                table: self.desc(),
-                                attempts: attempt + 1,
-                                source,
-                            },
-                            Err(e) => e,
-                        });
-                    }
-                    tracing::warn!(table = %self.desc(), attempt, "iptables apply failed; retrying");
-                    attempt += 1;
-                    total.retries += 1;
-                    self.opts.retry.wait(&mut backoff);
-                }
-            }
-        }
+        apply_with_retries(self)
     }
 
     fn apply_cleanup(&mut self) -> Result<ApplyStats, TableError> {
@@ -622,9 +611,160 @@ impl IptablesTable {
     }
 }
 
+impl RetriedTable for IptablesTable {
+    fn describe(&self) -> String {
+        self.desc()
+    }
+
+    fn kind(&self) -> &'static str {
+        "iptables"
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        self.opts.retry.clone()
+    }
+
+    fn attempt(&mut self, total: &mut ApplyStats) -> Attempt {
+        let full = self.actual.is_none();
+        if self.actual.is_none() {
+            match self.read_back() {
+                Ok(a) => {
+                    self.actual = Some(a);
+                    total.read_backs += 1;
+                }
+                Err(e) => return Attempt::ReadFailed(e),
+            }
+        }
+        let Some(actual) = self.actual.as_ref() else {
+            return Attempt::ReadFailed(TableError::Parse {
+                table: self.desc(),
+                detail: "no kernel state".into(),
+            });
+        };
+        let plan = self.plan(actual, full);
+        if !plan.script.is_empty() {
+            if let Err(e) = self.restore(&plan.script) {
+                self.refused = plan
+                    .updates
+                    .iter()
+                    .filter(|(n, r)| {
+                        r.is_some()
+                            && is_quarantinable(n)
+                            && self.chains.get(n).is_some_and(|d| d.quarantine.is_none())
+                    })
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                return Attempt::WriteFailed(e);
+            }
+        }
+        let stats = ApplyStats {
+            transactions: usize::from(!plan.script.is_empty()),
+            ..plan.stats
+        };
+        if let Some(a) = self.actual.as_mut() {
+            apply_updates(a, plan.updates);
+        }
+        self.dirty_chains.clear();
+        self.dirty_inserts.clear();
+        Attempt::Written(stats)
+    }
+
+    fn attempt_failed(&mut self) {
+        // Our picture of the kernel may be wrong: re-read it.
+        self.actual = None;
+    }
+
+    fn quarantine_rejected(&mut self, _err: &KernelError) -> usize {
+        let candidates = std::mem::take(&mut self.refused);
+        let found = find_rejected(&candidates, &mut |group: &[String]| self.dry_run(group));
+        let mut n = 0;
+        for (name, message) in found {
+            let rules = drop_everything();
+            let hashes = self.renderer.hashes(&name, &rules);
+            let desc = self.desc();
+            if let Some(d) = self.chains.get_mut(&name) {
+                log_quarantined(
+                    &desc,
+                    &RejectedChain {
+                        chain: name.clone(),
+                        message: message.clone(),
+                    },
+                );
+                d.quarantine = Some(Quarantined {
+                    message,
+                    rules,
+                    hashes,
+                });
+                self.dirty_chains.insert(name);
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+impl IptablesTable {
+    /// Dry-runs (`iptables-restore --test`) `group`'s desired chains on
+    /// their own, declaring the chains they jump to; `Err` carries the
+    /// tool's message. Nothing is committed.
+    fn dry_run(&self, group: &[String]) -> Result<(), String> {
+        let Some(restore) = &self.restore_cmd else {
+            return Ok(());
+        };
+        let in_group: BTreeSet<&str> = group.iter().map(String::as_str).collect();
+        let builtin = builtin_chains(&self.table);
+        let mut decls = String::new();
+        let mut body = String::new();
+        let mut targets = BTreeSet::new();
+        for name in group {
+            let Some(d) = self.chains.get(name) else {
+                continue;
+            };
+            let _ = writeln!(decls, ":{name} - -");
+            for (rule, hash) in d.rules.iter().zip(&d.hashes) {
+                if let Action::Jump(t) | Action::Goto(t) = &rule.action {
+                    if !in_group.contains(t.as_str()) && !builtin.contains(&t.as_str()) {
+                        targets.insert(t.clone());
+                    }
+                }
+                body.push_str(&self.renderer.line(&format!("-A {name}"), hash, rule));
+                body.push('\n');
+            }
+        }
+        let mut script = format!("*{}\n{decls}", self.table);
+        for t in targets {
+            let _ = writeln!(script, ":{t} - -");
+        }
+        script.push_str(&body);
+        script.push_str("COMMIT\n");
+        let r = self
+            .cmds
+            .run(
+                "iptables-restore-check",
+                restore,
+                &["--noflush", "--test"],
+                Some(script.as_bytes()),
+            )
+            .map(|_| ());
+        dry_run_verdict(r)
+    }
+}
+
 impl Table for IptablesTable {
     fn name(&self) -> String {
         self.desc()
+    }
+
+    fn rejected_chains(&self) -> Vec<RejectedChain> {
+        self.chains
+            .iter()
+            .filter_map(|(n, d)| {
+                d.quarantine.as_ref().map(|q| RejectedChain {
+                    chain: n.clone(),
+                    message: q.message.clone(),
+                })
+            })
+            .collect()
     }
 
     fn ip_version(&self) -> IpVersion {
@@ -643,14 +783,16 @@ impl Table for IptablesTable {
         {
             return;
         }
+        if let Some(q) = self
+            .chains
+            .get(&chain.name)
+            .and_then(|d| d.quarantine.as_ref())
+        {
+            tracing::info!(table = %self.desc(), chain = %chain.name, refused = %q.message.trim(), "refused chain changed; retrying it");
+        }
         self.dirty_chains.insert(chain.name.clone());
-        self.chains.insert(
-            chain.name,
-            Desired {
-                rules: chain.rules,
-                hashes,
-            },
-        );
+        self.chains
+            .insert(chain.name, Desired::new(chain.rules, hashes));
     }
 
     fn remove_chain(&mut self, name: &str) {
@@ -676,7 +818,7 @@ impl Table for IptablesTable {
             self.inserts.remove(kernel_chain);
         } else {
             self.inserts
-                .insert(kernel_chain.to_string(), Desired { rules, hashes });
+                .insert(kernel_chain.to_string(), Desired::new(rules, hashes));
         }
     }
 

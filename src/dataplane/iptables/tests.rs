@@ -874,3 +874,115 @@ mod kernel {
         assert_eq!(chain_lines(&ns, b, "cali-big").len(), n);
     }
 }
+
+/// A fake kernel that refuses any script holding an SCTP rule (test runs
+/// included), standing in for a policy the kernel cannot load.
+fn sctp_refusing_fake() -> Arc<ScriptedCommands> {
+    ScriptedCommands::new(move |req: &CommandRequest| {
+        if req.program.contains("save") {
+            return FakeResponse::Ok(EMPTY_FILTER.into());
+        }
+        let script = String::from_utf8(req.stdin.clone().unwrap_or_default()).unwrap();
+        if script.contains("-p sctp") {
+            FakeResponse::Fail(2, "iptables-restore: line 3 failed\n".into())
+        } else {
+            FakeResponse::Ok(String::new())
+        }
+    })
+}
+
+/// Item 3 (iptables): one refused policy chain is programmed as a drop of
+/// everything, the rest of the transaction is programmed, the refusal is
+/// reported, and the chain is retried only when its content changes.
+#[test]
+fn refused_policy_chain_fails_closed_alone_and_everything_else_is_programmed() {
+    let fake = sctp_refusing_fake();
+    let mut t = fake_table(&fake, Default::default());
+    t.set_chain(Chain::new(
+        "cali-pi-bad",
+        vec![rule("sctp", Action::Accept)],
+    ));
+    t.set_chain(Chain::new(
+        "cali-pi-good",
+        vec![rule("tcp", Action::Accept)],
+    ));
+    t.set_chain(Chain::new(
+        "cali-tw-cali1",
+        vec![
+            Rule::new(MatchCriteria::new(), Action::Jump("cali-pi-bad".into())),
+            Rule::new(MatchCriteria::new(), Action::Jump("cali-pi-good".into())),
+        ],
+    ));
+    let stats = t.apply().expect("the rest is programmed");
+    assert_eq!(stats.transactions, 1);
+    let rejected = t.rejected_chains();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].chain, "cali-pi-bad");
+    assert!(
+        rejected[0].message.contains("line 3 failed"),
+        "{rejected:?}"
+    );
+    let written = restores(&fake)
+        .into_iter()
+        .rfind(|s| !s.contains("sctp"))
+        .unwrap();
+    assert!(written.contains("-A cali-pi-good"), "{written}");
+    assert!(written.contains("-A cali-tw-cali1"), "{written}");
+    let bad: Vec<&str> = written
+        .lines()
+        .filter(|l| l.starts_with("-A cali-pi-bad"))
+        .collect();
+    assert_eq!(bad.len(), 1, "{written}");
+    assert!(bad[0].ends_with("--jump DROP"), "{written}");
+    // The bad chain was found by dry runs.
+    assert!(fake
+        .calls()
+        .iter()
+        .any(|c| c.args.iter().any(|a| a == "--test")));
+
+    // Unchanged content is not retried.
+    fake.clear_calls();
+    t.set_chain(Chain::new(
+        "cali-pi-bad",
+        vec![rule("sctp", Action::Accept)],
+    ));
+    assert!(!t.is_dirty());
+    t.apply().unwrap();
+    assert!(restores(&fake).is_empty());
+
+    // Changed content is retried, and the quarantine ends.
+    t.set_chain(Chain::new("cali-pi-bad", vec![rule("udp", Action::Accept)]));
+    t.apply().unwrap();
+    assert!(t.rejected_chains().is_empty());
+    let last = restores(&fake).pop().unwrap();
+    assert!(last.contains("-p udp"), "{last}");
+}
+
+/// A refusal that no single policy chain explains keeps the old path:
+/// retries, then the error (and so the supervisor's fail-closed exit).
+#[test]
+fn refusal_not_attributable_to_a_chain_still_gives_up() {
+    let fake = ScriptedCommands::new(move |req: &CommandRequest| {
+        if req.program.contains("save") {
+            FakeResponse::Ok(EMPTY_FILTER.into())
+        } else if req.args.iter().any(|a| a == "--test") {
+            FakeResponse::Ok(String::new())
+        } else {
+            FakeResponse::Fail(4, "Resource temporarily unavailable".into())
+        }
+    });
+    let mut t = fake_table(&fake, Default::default());
+    t.set_chain(Chain::new("cali-pi-a", vec![rule("tcp", Action::Accept)]));
+    assert!(matches!(
+        t.apply(),
+        Err(TableError::GaveUp { attempts: 11, .. })
+    ));
+    assert!(t.rejected_chains().is_empty());
+    // One dry run (all candidates together) for the first refusal only.
+    let dry = fake
+        .calls()
+        .iter()
+        .filter(|c| c.args.iter().any(|a| a == "--test"))
+        .count();
+    assert_eq!(dry, 1);
+}

@@ -177,6 +177,10 @@ fn passable(req: &CommandRequest) -> Option<(&[u8], &str)> {
     if !req.args.iter().any(|a| a == "--noflush") {
         return None;
     }
+    // A dry run must not reach a session that commits.
+    if req.args.iter().any(|a| a == "--test") {
+        return None;
+    }
     let script = req.stdin.as_deref()?;
     if script.len() > MAX_SESSION_SCRIPT {
         return None;

@@ -14,6 +14,16 @@
 //! Dirty tracking: per endpoint, plus one flag for the dispatch chains
 //! (set only when the set of interface names changes).
 //!
+//! Shadowed workload endpoints (as upstream): several workload endpoints
+//! may claim one interface name for a while, e.g. a pod re-created under a
+//! new identity whose new endpoint arrives before the old one is deleted.
+//! The newest claim is the interface's *owner*: only it renders chains,
+//! routes and interface settings; the others are *shadowed* and render
+//! nothing. Removing the owner hands the interface to the newest surviving
+//! claim within the same programming pass, so the interface's chains,
+//! routes and settings are rewritten in place (never removed and re-added);
+//! removing a shadowed endpoint changes nothing.
+//!
 //! Host endpoints are resolved to interfaces as upstream does: one with an
 //! interface name applies to that interface; one without (matched by
 //! `expectedIPs`) applies to every non-workload interface that carries one
@@ -77,6 +87,13 @@ pub struct EndpointManager {
     chains: OwnedChains<Key>,
     /// Interface each workload's routes and settings were written under.
     routed_iface: BTreeMap<Key, String>,
+    /// Workload claims per interface name, by claim order; the last one
+    /// owns the interface (see module docs).
+    claims: BTreeMap<String, BTreeMap<u64, Key>>,
+    /// Each claiming workload's interface and claim number.
+    claim_of: BTreeMap<Key, (String, u64)>,
+    /// Next claim number.
+    next_claim: u64,
     /// Interface names the dispatch chains were last rendered for.
     dispatch_for: (Vec<String>, Vec<String>),
     /// Interface addresses (for host endpoints matched by expected IPs),
@@ -115,6 +132,9 @@ impl EndpointManager {
             dispatch_dirty: true,
             chains: OwnedChains::default(),
             routed_iface: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            claim_of: BTreeMap::new(),
+            next_claim: 0,
             dispatch_for: (Vec::new(), Vec::new()),
             ifaces: None,
             host_ifaces: BTreeMap::new(),
@@ -203,6 +223,63 @@ impl EndpointManager {
         self.dispatch_dirty = true;
     }
 
+    /// The workload that owns interface `iface` (the newest claim).
+    fn owner_of(&self, iface: &str) -> Option<&Key> {
+        self.claims.get(iface)?.values().next_back()
+    }
+
+    /// True if `key` is a workload that owns its interface (not shadowed).
+    fn owns_iface(&self, key: &Key) -> bool {
+        self.claim_of
+            .get(key)
+            .is_some_and(|(iface, _)| self.owner_of(iface) == Some(key))
+    }
+
+    /// Records that workload `key` now claims `iface` (`None`: no
+    /// interface, or the endpoint is gone). A workload that keeps its
+    /// interface keeps its claim (and so its place). Marks dirty every
+    /// workload whose ownership of an interface changed.
+    fn set_claim(&mut self, key: &Key, iface: Option<&str>) {
+        let old = self.claim_of.get(key).map(|(i, _)| i.clone());
+        if old.as_deref() == iface {
+            return;
+        }
+        let touched: Vec<String> = old.iter().cloned().chain(iface.map(String::from)).collect();
+        let before: Vec<Option<Key>> = touched.iter().map(|i| self.owner_of(i).cloned()).collect();
+        if let Some((i, n)) = self.claim_of.remove(key) {
+            if let Some(c) = self.claims.get_mut(&i) {
+                c.remove(&n);
+                if c.is_empty() {
+                    self.claims.remove(&i);
+                }
+            }
+        }
+        if let Some(i) = iface {
+            let n = self.next_claim;
+            self.next_claim += 1;
+            self.claims
+                .entry(i.to_string())
+                .or_default()
+                .insert(n, key.clone());
+            self.claim_of.insert(key.clone(), (i.to_string(), n));
+        }
+        for (i, was) in touched.iter().zip(before) {
+            let now = self.owner_of(i).cloned();
+            if now != was {
+                if let Some(k) = &now {
+                    if k != key {
+                        tracing::info!(iface = %i, endpoint = ?k, "workload endpoint owns its interface again (the other claim went away)");
+                    }
+                }
+                if let Some(k) = was.filter(|k| k != key) {
+                    tracing::info!(iface = %i, endpoint = ?k, by = ?key, "workload endpoint shadowed by a newer endpoint on its interface");
+                    self.dirty.insert(k);
+                }
+                self.dirty.extend(now);
+            }
+        }
+    }
+
     /// True for the messages this manager consumes.
     pub fn wants(msg: &Payload) -> bool {
         matches!(
@@ -229,7 +306,7 @@ impl EndpointManager {
         match key {
             Key::Workload { .. } => {
                 let ep = self.workloads.get(key)?;
-                if ep.name.is_empty() {
+                if ep.name.is_empty() || !self.owns_iface(key) {
                     return None;
                 }
                 Some(
@@ -283,18 +360,24 @@ impl EndpointManager {
     }
 
     /// Routes and interface settings for the dirty workloads (or all).
+    ///
+    /// One operation per interface: when an interface changes hands within
+    /// the pass (its owner removed or shadowed, another claim now owning
+    /// it), the new owner's write replaces the old one's removal whatever
+    /// order the keys come in, so the routes stay in place.
     fn write_routes(&mut self, ctx: &mut ApplyCtx, keys: &[Key], full: bool) {
-        let mut route_ops: Vec<(String, Option<BTreeSet<IpNet>>)> = Vec::new();
-        let mut iface_ops: Vec<(String, Option<IfaceSettings>)> = Vec::new();
+        let mut route_ops: BTreeMap<String, Option<BTreeSet<IpNet>>> = BTreeMap::new();
+        let mut iface_ops: BTreeMap<String, Option<IfaceSettings>> = BTreeMap::new();
         for key in keys {
             if !matches!(key, Key::Workload { .. }) {
                 continue;
             }
             let old = self.routed_iface.remove(key);
+            let owns = self.owns_iface(key);
             let want = self
                 .workloads
                 .get(key)
-                .filter(|ep| !ep.name.is_empty() && is_active(ep))
+                .filter(|ep| !ep.name.is_empty() && owns && is_active(ep))
                 .map(|ep| {
                     let settings = IfaceSettings {
                         rp_filter: if ep.allow_spoofed_source_prefixes.is_empty() {
@@ -307,13 +390,13 @@ impl EndpointManager {
                 });
             if let Some(old) = old {
                 if want.as_ref().is_none_or(|(n, _, _)| *n != old) {
-                    route_ops.push((old.clone(), None));
-                    iface_ops.push((old, None));
+                    route_ops.entry(old.clone()).or_insert(None);
+                    iface_ops.entry(old).or_insert(None);
                 }
             }
             if let Some((iface, routes, settings)) = want {
-                route_ops.push((iface.clone(), Some(routes)));
-                iface_ops.push((iface.clone(), Some(settings)));
+                route_ops.insert(iface.clone(), Some(routes));
+                iface_ops.insert(iface.clone(), Some(settings));
                 self.routed_iface.insert(key.clone(), iface);
             }
         }
@@ -372,10 +455,12 @@ impl Manager<Payload> for EndpointManager {
                     endpoint: id.endpoint_id.clone(),
                 };
                 let ep = u.endpoint.clone().unwrap_or_default();
+                let iface = (!ep.name.is_empty()).then(|| ep.name.clone());
                 let old_name = self.workloads.insert(key.clone(), ep).map(|e| e.name);
                 if old_name.as_deref() != self.workloads.get(&key).map(|e| e.name.as_str()) {
                     self.dispatch_dirty = true;
                 }
+                self.set_claim(&key, iface.as_deref());
                 key
             }
             Payload::WorkloadEndpointRemove(r) => {
@@ -388,6 +473,7 @@ impl Manager<Payload> for EndpointManager {
                 if self.workloads.remove(&key).is_some() {
                     self.dispatch_dirty = true;
                 }
+                self.set_claim(&key, None);
                 key
             }
             Payload::HostEndpointUpdate(u) => {

@@ -15,7 +15,7 @@ use felix_proto as pb;
 use super::Payload;
 use crate::daemon::messages::state_key;
 use crate::dataplane::kernel::testns::TestNetns;
-use crate::dataplane::kernel::{CommandRunner, SystemCommands};
+use crate::dataplane::kernel::SystemCommands;
 use crate::dataplane::wiring::register;
 
 fn cfg_with(kv: &[(&str, &str)]) -> Config {
@@ -455,4 +455,325 @@ async fn nftables_policy_on_real_traffic_and_resync_sweep() {
         false,
     )
     .await;
+}
+
+fn wep_remove(id: &str) -> Payload {
+    Payload::WorkloadEndpointRemove(pb::WorkloadEndpointRemove {
+        id: Some(pb::WorkloadEndpointId {
+            orchestrator_id: "k8s".into(),
+            workload_id: id.into(),
+            endpoint_id: "eth0".into(),
+        }),
+    })
+}
+
+/// `ip -o monitor route` in `ns` while it lives; the lines it printed.
+struct RouteMonitor(Option<Child>);
+
+impl RouteMonitor {
+    fn start(ns: &str) -> RouteMonitor {
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, "ip", "-o", "monitor", "route"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        RouteMonitor(Some(child))
+    }
+
+    fn finish(mut self) -> String {
+        let Some(mut child) = self.0.take() else {
+            return String::new();
+        };
+        let _ = child.kill();
+        child
+            .wait_with_output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for RouteMonitor {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn has_routes(node: &TestNetns) -> (bool, bool) {
+    let v4 = ns_out(&node.name, "ip", &["route", "show", "10.65.0.10"]);
+    let v6 = ns_out(&node.name, "ip", &["-6", "route", "show", "fd00::10"]);
+    (v4.contains("dev caliX"), v6.contains("dev caliX"))
+}
+
+fn endpoint_chain_present(node: &TestNetns, iptables: bool) -> bool {
+    let rules = if iptables {
+        ns_out(&node.name, "iptables-legacy-save", &["-t", "filter"])
+            + &ns_out(&node.name, "iptables-nft-save", &["-t", "filter"])
+    } else {
+        ns_out(&node.name, "nft", &["list", "table", "ip", "calico"])
+    };
+    rules.contains("cali-tw-caliX")
+}
+
+/// A workload endpoint re-created under a new identity on the same
+/// interface and address: make-before-break keeps the interface's routes
+/// (both families, never deleted in between), settings and chains; the
+/// survivor of a removal takes over; break-before-make ends the same way.
+async fn interface_survives_endpoint_identity_change(cfg_kv: &[(&str, &str)], iptables: bool) {
+    let node = TestNetns::create();
+    let w = TestNetns::create();
+    plug(&node, &w, "caliX", "10.65.0.10", "fd00::10");
+    let cfg = cfg_with(cfg_kv);
+    let h = start(&cfg, &node);
+    h.addr.do_send(UpdateBatch(vec![
+        profile("open", true),
+        wep("old-pod", "caliX", "10.65.0.10", &["open"], false),
+    ]));
+    h.addr.do_send(InSync);
+    settle(&h).await;
+    if has_routes(&node) != (true, true) {
+        dump(&node, &h);
+        panic!("routes programmed for the first identity");
+    }
+
+    // Make before break: the new identity, then the old one's removal.
+    let monitor = RouteMonitor::start(&node.name);
+    h.addr.do_send(UpdateBatch(vec![wep(
+        "new-pod",
+        "caliX",
+        "10.65.0.10",
+        &["open"],
+        false,
+    )]));
+    settle(&h).await;
+    h.addr.do_send(UpdateBatch(vec![wep_remove("old-pod")]));
+    settle(&h).await;
+    let events = monitor.finish();
+    if has_routes(&node) != (true, true) {
+        dump(&node, &h);
+        panic!("route lost after the old identity's removal");
+    }
+    assert!(
+        !events
+            .lines()
+            .any(|l| l.starts_with("Deleted")
+                && (l.contains("10.65.0.10") || l.contains("fd00::10"))),
+        "the route was deleted in between: {events}"
+    );
+    assert!(endpoint_chain_present(&node, iptables), "chains kept");
+    let proxy_arp = ns_out(
+        &node.name,
+        "sysctl",
+        &["-n", "net.ipv4.conf.caliX.proxy_arp"],
+    );
+    assert_eq!(proxy_arp.trim(), "1", "interface settings kept");
+
+    // Break before make.
+    h.addr.do_send(UpdateBatch(vec![wep_remove("new-pod")]));
+    settle(&h).await;
+    assert_eq!(has_routes(&node), (false, false), "routes removed");
+    assert!(!endpoint_chain_present(&node, iptables));
+    h.addr.do_send(UpdateBatch(vec![wep(
+        "third-pod",
+        "caliX",
+        "10.65.0.10",
+        &["open"],
+        false,
+    )]));
+    settle(&h).await;
+    assert_eq!(has_routes(&node), (true, true), "routes back");
+    assert!(endpoint_chain_present(&node, iptables));
+    drop(h);
+}
+
+#[actix_rt::test]
+async fn iptables_workload_route_survives_endpoint_identity_change_make_before_break() {
+    felix_netns::require!(netns["sysctl"]);
+    interface_survives_endpoint_identity_change(&[("Ipv6Support", "true")], true).await;
+}
+
+#[actix_rt::test]
+async fn nftables_workload_route_survives_endpoint_identity_change_make_before_break() {
+    felix_netns::require!(netns ["sysctl", "nft"]);
+    interface_survives_endpoint_identity_change(
+        &[("Ipv6Support", "true"), ("NFTablesMode", "Enabled")],
+        false,
+    )
+    .await;
+}
+
+fn bad_policy_id() -> pb::PolicyId {
+    pb::PolicyId {
+        name: "refused".into(),
+        namespace: String::new(),
+        kind: "GlobalNetworkPolicy".into(),
+    }
+}
+
+/// A policy whose rule references an IP set nobody created: the kernel
+/// (or the tool) refuses its chain.
+fn refused_policy() -> Payload {
+    Payload::ActivePolicyUpdate(pb::ActivePolicyUpdate {
+        id: Some(bad_policy_id()),
+        policy: Some(pb::Policy {
+            tier: "default".into(),
+            inbound_rules: vec![pb::Rule {
+                action: "allow".into(),
+                src_ip_set_ids: vec!["never-created".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+    })
+}
+
+fn wep_with_policy(id: &str, iface: &str, ip: &str, policy: pb::PolicyId) -> Payload {
+    let Payload::WorkloadEndpointUpdate(mut u) = wep(id, iface, ip, &["open"], false) else {
+        unreachable!()
+    };
+    if let Some(ep) = u.endpoint.as_mut() {
+        ep.tiers = vec![pb::TierInfo {
+            name: "default".into(),
+            ingress_policies: vec![policy],
+            egress_policies: Vec::new(),
+            default_action: "Deny".into(),
+        }];
+    }
+    Payload::WorkloadEndpointUpdate(u)
+}
+
+/// Item 3: a policy the kernel refuses is programmed as drop-everything
+/// (its endpoint fails closed), every other endpoint is programmed, the
+/// refusal shows in `/status` and the metric, and the supervisor keeps
+/// running (no fail-closed exit) across more applies than the failure
+/// limit; a corrected policy is retried and programmed.
+async fn refused_policy_fails_closed_alone(cfg_kv: &[(&str, &str)], iptables: bool) {
+    let node = TestNetns::create();
+    let (w1, w2) = (TestNetns::create(), TestNetns::create());
+    node.sh(
+        "ip",
+        &[
+            "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink1",
+        ],
+    );
+    node.sh("ip", &["addr", "add", "192.168.99.1/24", "dev", "uplink0"]);
+    node.sh("ip", &["link", "set", "uplink1", "up"]);
+    node.sh("ip", &["link", "set", "uplink0", "up"]);
+    node.sh("ip", &["route", "add", "default", "dev", "uplink0"]);
+    plug(&node, &w1, "cali1", "10.65.0.2", "fd00::2");
+    plug(&node, &w2, "cali2", "10.65.0.3", "fd00::3");
+    let _l = Listener::start(&w1.name, 8080);
+    let _l2 = Listener::start(&w2.name, 8080);
+    let cfg = cfg_with(cfg_kv);
+    let h = start(&cfg, &node);
+    h.addr.do_send(UpdateBatch(vec![
+        profile("open", true),
+        refused_policy(),
+        wep("w1", "cali1", "10.65.0.2", &["open"], false),
+        wep_with_policy("w2", "cali2", "10.65.0.3", bad_policy_id()),
+    ]));
+    h.addr.do_send(InSync);
+    settle(&h).await;
+
+    // Everything else is programmed: w2 reaches w1.
+    if !tcp_ok(&w2.name, "10.65.0.2", 8080) {
+        dump(&node, &h);
+        panic!("the other endpoint must be programmed");
+    }
+    // The refused policy's endpoint fails closed.
+    assert!(!tcp_ok(&w1.name, "10.65.0.3", 8080), "refused policy drops");
+    let rules = if iptables {
+        ns_out(&node.name, "iptables-legacy-save", &["-t", "filter"])
+            + &ns_out(&node.name, "iptables-nft-save", &["-t", "filter"])
+    } else {
+        ns_out(&node.name, "nft", &["list", "table", "ip", "calico"])
+    };
+    assert!(
+        rules.contains("cali-tw-cali1") && rules.contains("cali-tw-cali2"),
+        "{rules}"
+    );
+    // Reported in /status and the metric.
+    let snap = h.status.snapshot();
+    let reported: Vec<_> = snap
+        .actors
+        .iter()
+        .flat_map(|a| {
+            a.rejected_chains
+                .iter()
+                .map(move |r| (a.name.clone(), r.clone()))
+        })
+        .collect();
+    assert!(
+        reported
+            .iter()
+            .any(|(_, r)| r.chain.contains("cali-pi-gnp/refused")),
+        "{snap:#?}"
+    );
+    assert!(reported.iter().all(|(_, r)| !r.kernel_error.is_empty()));
+    let metrics = h.metrics.render_prometheus();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("felix_dataplane_rejected_chains{") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+
+    // More applies than the failure limit: the supervisor stays up.
+    for i in 0..12 {
+        let port = 9000 + i;
+        let Payload::ActivePolicyUpdate(mut p) = port_policy() else {
+            unreachable!()
+        };
+        if let Some(pol) = p.policy.as_mut() {
+            pol.inbound_rules[0].dst_ports[0] = pb::PortRange {
+                first: port,
+                last: port,
+            };
+        }
+        h.addr
+            .do_send(UpdateBatch(vec![Payload::ActivePolicyUpdate(p)]));
+        settle(&h).await;
+    }
+    assert!(h.status.snapshot().last_apply.is_some_and(|l| l.ok));
+
+    // The policy is corrected: retried, programmed, no longer reported.
+    let Payload::ActivePolicyUpdate(mut fixed) = refused_policy() else {
+        unreachable!()
+    };
+    if let Some(p) = fixed.policy.as_mut() {
+        p.inbound_rules[0].src_ip_set_ids.clear();
+    }
+    h.addr
+        .do_send(UpdateBatch(vec![Payload::ActivePolicyUpdate(fixed)]));
+    settle(&h).await;
+    assert!(
+        h.status
+            .snapshot()
+            .actors
+            .iter()
+            .all(|a| a.rejected_chains.is_empty()),
+        "{:#?}",
+        h.status.snapshot()
+    );
+    assert!(
+        tcp_ok(&w1.name, "10.65.0.3", 8080),
+        "corrected policy allows"
+    );
+    drop(h);
+}
+
+#[actix_rt::test]
+async fn iptables_refused_policy_chain_fails_closed_alone_and_the_node_keeps_programming() {
+    felix_netns::require!(netns ["python3", "sysctl", "ss"]);
+    refused_policy_fails_closed_alone(&[], true).await;
+}
+
+#[actix_rt::test]
+async fn nftables_refused_policy_chain_fails_closed_alone_and_the_node_keeps_programming() {
+    felix_netns::require!(netns ["python3", "sysctl", "ss", "nft"]);
+    refused_policy_fails_closed_alone(&[("NFTablesMode", "Enabled")], false).await;
 }

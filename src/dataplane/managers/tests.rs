@@ -771,3 +771,141 @@ fn host_endpoints_by_expected_ip_follow_the_interface_monitor() {
     pass(&mut bare, true);
     assert!(!filter(&out2).iter().any(|c| c.starts_with("cali-th-")));
 }
+
+fn route_generation(out: &EndpointOutputs, iface: &str) -> Option<u64> {
+    out.routes.read(|d| {
+        d.iter()
+            .find(|(k, _)| k.as_str() == iface)
+            .map(|(_, e)| e.generation)
+    })
+}
+
+fn tw_rules(out: &EndpointOutputs, iface: &str) -> Option<usize> {
+    out.tables.read(TableName::Filter, |d| {
+        d.chains
+            .get(&format!("cali-tw-{iface}"))
+            .map(|c| c.rules.len())
+    })
+}
+
+/// Make-before-break identity change of a workload on one interface, in
+/// both families: the new endpoint (another identity, same interface and
+/// address) arrives, then the old one goes. The interface's routes,
+/// settings and chains must stay throughout, and the routes must not even
+/// be rewritten.
+#[test]
+fn workload_interface_keeps_routes_settings_and_chains_when_endpoint_changes_identity_make_before_break(
+) {
+    for (ipv, net) in [
+        (IpVersion::V4, "10.65.0.10/32"),
+        (IpVersion::V6, "fd00::5/128"),
+    ] {
+        let out = ep_outputs(TableInputs::new_iptables());
+        let mut m = EndpointManager::new("manager/endpoints", ipv, Arc::new(Fake), out.clone());
+        pass(&mut m, true);
+        m.on_update(&wep_update("old-pod", wep("caliX", "10.65.0.10", "active")));
+        pass(&mut m, false);
+        let gen = route_generation(&out, "caliX");
+        assert!(gen.is_some(), "{ipv:?}: route programmed");
+
+        // The new identity (two profiles, so its chains are told apart).
+        let mut new = wep("caliX", "10.65.0.10", "active");
+        new.profile_ids.push("other".into());
+        m.on_update(&wep_update("new-pod", new));
+        pass(&mut m, false);
+        assert_eq!(
+            tw_rules(&out, "caliX"),
+            Some(2),
+            "{ipv:?}: newest claim owns"
+        );
+        assert_eq!(route_generation(&out, "caliX"), gen, "{ipv:?}");
+
+        m.on_update(&wep_remove("old-pod"));
+        pass(&mut m, false);
+        assert_eq!(
+            routes_of(&out).get("caliX"),
+            Some(&BTreeSet::from([net.parse().unwrap()])),
+            "{ipv:?}: route kept after the old identity's removal"
+        );
+        assert_eq!(
+            route_generation(&out, "caliX"),
+            gen,
+            "{ipv:?}: never rewritten"
+        );
+        assert_eq!(out.ifaces.read(|d| d.len()), 1, "{ipv:?}: settings kept");
+        assert_eq!(tw_rules(&out, "caliX"), Some(2), "{ipv:?}: chains kept");
+
+        m.on_update(&wep_remove("new-pod"));
+        pass(&mut m, false);
+        assert!(routes_of(&out).is_empty(), "{ipv:?}");
+        assert_eq!(out.ifaces.read(|d| d.len()), 0, "{ipv:?}");
+        assert_eq!(tw_rules(&out, "caliX"), None, "{ipv:?}");
+    }
+}
+
+/// Removing the endpoint that owns an interface hands it to the shadowed
+/// one (its own routes and chains, written in place in the same pass);
+/// removing a shadowed endpoint changes nothing.
+#[test]
+fn removing_the_owner_of_an_interface_reactivates_the_shadowed_endpoint_in_place() {
+    let out = ep_outputs(TableInputs::new_iptables());
+    let mut m = EndpointManager::new(
+        "manager/endpoints-v4",
+        IpVersion::V4,
+        Arc::new(Fake),
+        out.clone(),
+    );
+    pass(&mut m, true);
+    m.on_update(&wep_update("a", wep("caliX", "10.65.0.10", "active")));
+    let mut b = wep("caliX", "10.65.0.11", "active");
+    b.profile_ids.push("other".into());
+    m.on_update(&wep_update("b", b.clone()));
+    pass(&mut m, false);
+    let r = |ip: &str| BTreeSet::from([format!("{ip}/32").parse::<IpNet>().unwrap()]);
+    assert_eq!(
+        routes_of(&out)["caliX"],
+        r("10.65.0.11"),
+        "newest claim owns"
+    );
+    assert_eq!(tw_rules(&out, "caliX"), Some(2));
+
+    // An update of the shadowed endpoint keeps it shadowed.
+    let mut a2 = wep("caliX", "10.65.0.10", "active");
+    a2.profile_ids.clear();
+    m.on_update(&wep_update("a", a2));
+    pass(&mut m, false);
+    assert_eq!(routes_of(&out)["caliX"], r("10.65.0.11"));
+    assert_eq!(tw_rules(&out, "caliX"), Some(2));
+
+    // The owner goes: the survivor takes over in place.
+    m.on_update(&wep_remove("b"));
+    pass(&mut m, false);
+    assert_eq!(routes_of(&out)["caliX"], r("10.65.0.10"));
+    assert_eq!(tw_rules(&out, "caliX"), Some(0));
+    assert_eq!(out.ifaces.read(|d| d.len()), 1);
+
+    // Break-before-make ends in the same state.
+    m.on_update(&wep_remove("a"));
+    pass(&mut m, false);
+    assert!(routes_of(&out).is_empty());
+    m.on_update(&wep_update("b", b));
+    pass(&mut m, false);
+    assert_eq!(routes_of(&out)["caliX"], r("10.65.0.11"));
+    assert_eq!(tw_rules(&out, "caliX"), Some(2));
+
+    // A restarted manager replays in order: the newest claim still owns.
+    let again = ep_outputs(TableInputs::new_iptables());
+    let mut m2 = EndpointManager::new(
+        "manager/endpoints-v4",
+        IpVersion::V4,
+        Arc::new(Fake),
+        again.clone(),
+    );
+    m2.on_update(&wep_update("a", wep("caliX", "10.65.0.10", "active")));
+    let mut c = wep("caliX", "10.65.0.12", "active");
+    c.profile_ids.push("other".into());
+    m2.on_update(&wep_update("c", c));
+    pass(&mut m2, true);
+    assert_eq!(routes_of(&again)["caliX"], r("10.65.0.12"));
+    assert_eq!(tw_rules(&again, "caliX"), Some(2));
+}

@@ -15,8 +15,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use crate::dataplane::generictables::attempts::{apply_with_retries, Attempt, RetriedTable};
+use crate::dataplane::generictables::quarantine::{
+    drop_everything, dry_run_verdict, find_rejected, is_quarantinable, log_quarantined,
+    RejectedChain,
+};
 use crate::dataplane::generictables::{
-    ApplyStats, Chain, IpVersion, Rule, Table, TableError, RULE_HASH_PREFIX,
+    Action, ApplyStats, Chain, IpVersion, Rule, Table, TableError, RULE_HASH_PREFIX,
 };
 use crate::dataplane::kernel::{Commands, KernelError, RetryPolicy};
 
@@ -209,6 +214,25 @@ struct DChain {
     rules: Vec<Rule>,
     hashes: Vec<String>,
     base: Option<BaseChain>,
+    /// Set while the kernel refuses this content: what is programmed instead.
+    quarantine: Option<Quarantined>,
+}
+
+/// A refused chain's stand-in (drop everything) and the kernel's message.
+struct Quarantined {
+    message: String,
+    rules: Vec<Rule>,
+    hashes: Vec<String>,
+}
+
+impl DChain {
+    /// The rules and hashes programmed for this chain.
+    fn live(&self) -> (&[Rule], &[String]) {
+        match &self.quarantine {
+            Some(q) => (&q.rules, &q.hashes),
+            None => (&self.rules, &self.hashes),
+        }
+    }
 }
 
 struct DSet {
@@ -303,6 +327,9 @@ pub struct NftablesTable {
     dirty_sets: BTreeSet<String>,
     consecutive_failures: u32,
     next_cleanup: Option<Instant>,
+    /// Policy and profile chains the last refused transaction wrote: the
+    /// candidates for [`RetriedTable::quarantine_rejected`].
+    refused: Vec<String>,
 }
 
 impl std::fmt::Debug for NftablesTable {
@@ -332,6 +359,7 @@ impl NftablesTable {
             dirty_sets: BTreeSet::new(),
             consecutive_failures: 0,
             next_cleanup: None,
+            refused: Vec::new(),
         }
     }
 
@@ -599,7 +627,7 @@ impl NftablesTable {
         // apply must not cost time proportional to the whole ruleset.)
         let references_recreated = |c: &DChain| {
             !recreated_sets.is_empty()
-                && c.rules.iter().any(|r| {
+                && c.live().0.iter().any(|r| {
                     r.match_criteria
                         .ip_set_names()
                         .iter()
@@ -616,7 +644,8 @@ impl NftablesTable {
         for name in &chain_candidates {
             match (self.chains.get(name), actual.chains.get(name)) {
                 (Some(d), a) => {
-                    let want: Vec<Option<String>> = d.hashes.iter().cloned().map(Some).collect();
+                    let (rules, hashes) = d.live();
+                    let want: Vec<Option<String>> = hashes.iter().cloned().map(Some).collect();
                     let references_recreated = references_recreated(d);
                     match a {
                         None => {
@@ -629,7 +658,7 @@ impl NftablesTable {
                             stats.rules_deleted += a.len();
                         }
                     }
-                    for (rule, hash) in d.rules.iter().zip(&d.hashes) {
+                    for (rule, hash) in rules.iter().zip(hashes) {
                         add_rules.push(self.renderer.add_rule(fam, t, name, hash, rule));
                         stats.rules_written += 1;
                     }
@@ -691,74 +720,7 @@ impl NftablesTable {
     }
 
     fn apply_program(&mut self) -> Result<ApplyStats, TableError> {
-        let mut total = ApplyStats::default();
-        let mut backoff = self.opts.retry.backoff();
-        let mut attempt: u32 = 0;
-        loop {
-            let rebuild = self.consecutive_failures >= self.opts.rebuild_after_failures;
-            let full = self.actual.is_none();
-            let outcome: Result<Plan, Result<KernelError, TableError>> = (|| {
-                if !rebuild && self.actual.is_none() {
-                    total.read_backs += 1;
-                    let a = self.read_back().map_err(Err)?;
-                    self.actual = Some(a);
-                }
-                let empty = NftState::default();
-                let base = if rebuild {
-                    &empty
-                } else {
-                    self.actual.as_ref().unwrap_or(&empty)
-                };
-                let plan = self.plan(base, full, rebuild);
-                if !plan.script.is_empty() {
-                    if rebuild {
-                        tracing::warn!(table = %self.desc(), "rebuilding nftables table after repeated failures");
-                    }
-                    self.run_script(&plan.script).map_err(Ok)?;
-                }
-                Ok(plan)
-            })();
-            match outcome {
-                Ok(plan) => {
-                    if !plan.script.is_empty() {
-                        total.transactions += 1;
-                    }
-                    total.rules_written += plan.stats.rules_written;
-                    total.rules_deleted += plan.stats.rules_deleted;
-                    total.chains_created += plan.stats.chains_created;
-                    total.chains_deleted += plan.stats.chains_deleted;
-                    let mut state = if rebuild {
-                        NftState::default()
-                    } else {
-                        self.actual.take().unwrap_or_default()
-                    };
-                    plan.updates.apply_to(&mut state);
-                    self.actual = Some(state);
-                    self.dirty_chains.clear();
-                    self.dirty_sets.clear();
-                    self.consecutive_failures = 0;
-                    return Ok(total);
-                }
-                Err(err) => {
-                    self.consecutive_failures += 1;
-                    self.actual = None;
-                    if attempt >= self.opts.retry.max_retries {
-                        return Err(match err {
-                            Ok(source) => TableError::GaveUp {
-                                table: self.desc(),
-                                attempts: attempt + 1,
-                                source,
-                            },
-                            Err(e) => e,
-                        });
-                    }
-                    tracing::warn!(table = %self.desc(), attempt, "nftables apply failed; retrying");
-                    attempt += 1;
-                    total.retries += 1;
-                    self.opts.retry.wait(&mut backoff);
-                }
-            }
-        }
+        apply_with_retries(self)
     }
 
     fn apply_cleanup(&mut self) -> Result<ApplyStats, TableError> {
@@ -815,6 +777,13 @@ impl NftablesTable {
         {
             return;
         }
+        if let Some(q) = self
+            .chains
+            .get(&chain.name)
+            .and_then(|d| d.quarantine.as_ref())
+        {
+            tracing::info!(table = %self.desc(), chain = %chain.name, refused = %q.message.trim(), "refused chain changed; retrying it");
+        }
         self.dirty_chains.insert(chain.name.clone());
         self.chains.insert(
             chain.name,
@@ -822,14 +791,181 @@ impl NftablesTable {
                 rules: chain.rules,
                 hashes,
                 base,
+                quarantine: None,
             },
         );
+    }
+}
+
+impl RetriedTable for NftablesTable {
+    fn describe(&self) -> String {
+        self.desc()
+    }
+
+    fn kind(&self) -> &'static str {
+        "nftables"
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        self.opts.retry.clone()
+    }
+
+    fn attempt(&mut self, total: &mut ApplyStats) -> Attempt {
+        let rebuild = self.consecutive_failures >= self.opts.rebuild_after_failures;
+        let full = self.actual.is_none();
+        if !rebuild && self.actual.is_none() {
+            total.read_backs += 1;
+            match self.read_back() {
+                Ok(a) => self.actual = Some(a),
+                Err(e) => return Attempt::ReadFailed(e),
+            }
+        }
+        let empty = NftState::default();
+        let base = if rebuild {
+            &empty
+        } else {
+            self.actual.as_ref().unwrap_or(&empty)
+        };
+        let plan = self.plan(base, full, rebuild);
+        if !plan.script.is_empty() {
+            if rebuild {
+                tracing::warn!(table = %self.desc(), "rebuilding nftables table after repeated failures");
+            }
+            if let Err(e) = self.run_script(&plan.script) {
+                self.refused = plan
+                    .updates
+                    .chains
+                    .iter()
+                    .filter(|(n, c)| {
+                        c.is_some()
+                            && is_quarantinable(n)
+                            && self.chains.get(n).is_some_and(|d| d.quarantine.is_none())
+                    })
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                return Attempt::WriteFailed(e);
+            }
+        }
+        let stats = ApplyStats {
+            transactions: usize::from(!plan.script.is_empty()),
+            ..plan.stats
+        };
+        let mut state = if rebuild {
+            NftState::default()
+        } else {
+            self.actual.take().unwrap_or_default()
+        };
+        plan.updates.apply_to(&mut state);
+        self.actual = Some(state);
+        self.dirty_chains.clear();
+        self.dirty_sets.clear();
+        self.consecutive_failures = 0;
+        Attempt::Written(stats)
+    }
+
+    fn attempt_failed(&mut self) {
+        self.consecutive_failures += 1;
+        self.actual = None;
+    }
+
+    fn quarantine_rejected(&mut self, _err: &KernelError) -> usize {
+        let candidates = std::mem::take(&mut self.refused);
+        let found = find_rejected(&candidates, &mut |group: &[String]| self.dry_run(group));
+        let mut n = 0;
+        for (name, message) in found {
+            let rules = drop_everything();
+            let hashes = self.renderer.hashes(&name, &rules);
+            let desc = self.desc();
+            if let Some(d) = self.chains.get_mut(&name) {
+                log_quarantined(
+                    &desc,
+                    &RejectedChain {
+                        chain: name.clone(),
+                        message: message.clone(),
+                    },
+                );
+                d.quarantine = Some(Quarantined {
+                    message,
+                    rules,
+                    hashes,
+                });
+                self.dirty_chains.insert(name);
+                n += 1;
+            }
+        }
+        if n > 0 {
+            // The refusal was explained: no reason to rebuild the table.
+            self.consecutive_failures = self.consecutive_failures.saturating_sub(1);
+        }
+        n
+    }
+}
+
+impl NftablesTable {
+    /// Dry-runs (`nft -c`) `group`'s desired chains on their own in our
+    /// table, declaring the chains they jump to and the desired sets they
+    /// reference; `Err` carries nft's message. Nothing is committed.
+    fn dry_run(&self, group: &[String]) -> Result<(), String> {
+        let fam = self.family.name();
+        let t = &self.opts.table_name;
+        let in_group: BTreeSet<&str> = group.iter().map(String::as_str).collect();
+        let mut lines = vec![format!("add table {fam} {t}")];
+        let mut rules = Vec::new();
+        let mut targets = BTreeSet::new();
+        let mut sets = BTreeSet::new();
+        for name in group {
+            let Some(d) = self.chains.get(name) else {
+                continue;
+            };
+            lines.push(self.chain_decl(name, d.base));
+            lines.push(format!("flush chain {fam} {t} {name}"));
+            for (rule, hash) in d.rules.iter().zip(&d.hashes) {
+                if let Action::Jump(c) | Action::Goto(c) = &rule.action {
+                    if !in_group.contains(c.as_str()) {
+                        targets.insert(c.clone());
+                    }
+                }
+                for s in rule.match_criteria.ip_set_names() {
+                    sets.insert(legalize_set_name(s));
+                }
+                rules.push(self.renderer.add_rule(fam, t, name, hash, rule));
+            }
+        }
+        for c in targets {
+            lines.push(self.chain_decl(&c, base_chain(&c)));
+        }
+        for name in sets {
+            if let Some(d) = self.sets.get(&name) {
+                lines.push(self.set_declaration(&name, d.kind, &BTreeSet::new()));
+            }
+        }
+        lines.extend(rules);
+        let mut script = lines.join("\n");
+        script.push('\n');
+        dry_run_verdict(self.cmds.run(
+            "nft-check",
+            "nft",
+            &["-c", "-f", "-"],
+            Some(script.as_bytes()),
+        ))
     }
 }
 
 impl Table for NftablesTable {
     fn name(&self) -> String {
         self.desc()
+    }
+
+    fn rejected_chains(&self) -> Vec<RejectedChain> {
+        self.chains
+            .iter()
+            .filter_map(|(n, d)| {
+                d.quarantine.as_ref().map(|q| RejectedChain {
+                    chain: n.clone(),
+                    message: q.message.clone(),
+                })
+            })
+            .collect()
     }
 
     fn ip_version(&self) -> IpVersion {

@@ -286,6 +286,86 @@ fn gives_up_with_typed_error_naming_the_command() {
     assert!(t.is_dirty());
 }
 
+/// Item 3 (nftables): one refused policy chain is programmed as a drop of
+/// everything, the rest of the transaction is programmed, the refusal is
+/// reported, and the chain is retried only when its content changes.
+#[test]
+fn refused_policy_chain_fails_closed_alone_and_everything_else_is_programmed() {
+    let fake = ScriptedCommands::new(|req: &CommandRequest| {
+        if req.args.iter().any(|a| a == "list") {
+            return FakeResponse::Fail(1, "Error: No such file or directory".into());
+        }
+        let script = String::from_utf8(req.stdin.clone().unwrap_or_default()).unwrap();
+        if script.contains("sctp") {
+            FakeResponse::Fail(
+                1,
+                "Error: Could not process rule: Operation not supported".into(),
+            )
+        } else {
+            FakeResponse::Ok(String::new())
+        }
+    });
+    let mut t = NftablesTable::new(
+        IpVersion::V4,
+        NftablesMode::Program,
+        Commands::standalone(fake.clone(), "nftables-v4"),
+        quiet_opts(),
+    );
+    t.set_chain(Chain::new(
+        "filter-cali-pi-bad",
+        vec![rule("sctp", Action::Accept)],
+    ));
+    t.set_chain(Chain::new(
+        "filter-cali-pi-good",
+        vec![rule("tcp", Action::Accept)],
+    ));
+    t.set_chain(Chain::new(
+        "filter-cali-tw-cali1",
+        vec![
+            Rule::new(
+                MatchCriteria::new(),
+                Action::Jump("filter-cali-pi-bad".into()),
+            ),
+            Rule::new(
+                MatchCriteria::new(),
+                Action::Jump("filter-cali-pi-good".into()),
+            ),
+        ],
+    ));
+    t.apply().expect("the rest is programmed");
+    let rejected = t.rejected_chains();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].chain, "filter-cali-pi-bad");
+    assert!(rejected[0].message.contains("Operation not supported"));
+    let written = scripts(&fake).pop().unwrap();
+    assert!(written.contains("filter-cali-pi-good"), "{written}");
+    assert!(written.contains("filter-cali-tw-cali1"), "{written}");
+    let bad: Vec<&str> = written
+        .lines()
+        .filter(|l| l.starts_with("add rule ip calico filter-cali-pi-bad"))
+        .collect();
+    assert_eq!(bad.len(), 1, "{written}");
+    assert!(bad[0].contains("drop"), "{written}");
+    assert!(fake
+        .calls()
+        .iter()
+        .any(|c| c.args.first().map(String::as_str) == Some("-c")));
+
+    fake.clear_calls();
+    t.set_chain(Chain::new(
+        "filter-cali-pi-bad",
+        vec![rule("sctp", Action::Accept)],
+    ));
+    assert!(!t.is_dirty(), "unchanged content is not retried");
+    t.set_chain(Chain::new(
+        "filter-cali-pi-bad",
+        vec![rule("udp", Action::Accept)],
+    ));
+    t.apply().unwrap();
+    assert!(t.rejected_chains().is_empty());
+    assert!(scripts(&fake).pop().unwrap().contains("udp"));
+}
+
 #[test]
 fn cleanup_mode_deletes_our_table_only_when_present() {
     let fake = ScriptedCommands::new(|req: &CommandRequest| {

@@ -329,17 +329,6 @@ impl Loader {
             (Loader::Nft, _) => "nft",
         }
     }
-
-    fn tools(self) -> Vec<&'static str> {
-        match self {
-            Loader::Nft => vec!["nft"],
-            _ => vec![
-                self.restore(IpVersion::V4),
-                self.restore(IpVersion::V6),
-                "ipset",
-            ],
-        }
-    }
 }
 
 fn nft_family(ipv: IpVersion) -> &'static str {

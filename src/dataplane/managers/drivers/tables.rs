@@ -10,7 +10,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use felix_actors::{Driver, DriverError};
+use felix_actors::{ActorSeam, Driver, DriverError};
 
 use crate::dataplane::generictables::{Action, Chain, IpVersion, Rule, Table};
 use crate::dataplane::ipsets::IpVersionConfig;
@@ -52,6 +52,21 @@ impl BackendChoice {
     pub fn get(&self) -> Option<ResolvedBackend> {
         self.resolved.get().copied()
     }
+}
+
+/// Reports the chains `table` programs as drop-everything because the
+/// kernel refused them (`/status`, `felix_dataplane_rejected_chains`).
+fn report_rejected(table: &dyn Table, seam: &ActorSeam) {
+    seam.report_rejected_chains(
+        table
+            .rejected_chains()
+            .into_iter()
+            .map(|r| felix_actors::RejectedChain {
+                chain: r.chain,
+                kernel_error: r.message,
+            })
+            .collect(),
+    );
 }
 
 /// Pushes what changed in `desired` into `table`.
@@ -149,7 +164,9 @@ impl Driver for IptablesDriver {
             &|kc| Some(kc.to_string()),
             &|r| r.to_vec(),
         );
-        table.apply()?;
+        let r = table.apply();
+        report_rejected(&*table, self.cmds.seam());
+        r?;
         Ok(())
     }
 
@@ -192,6 +209,7 @@ fn rename_rules(layer: &str, rules: &[Rule]) -> Vec<Rule> {
 
 /// `driver/nftables-v4/-v6`: our nftables table with all layers and sets.
 pub struct NftablesDriver {
+    seam: ActorSeam,
     table: NftablesTable,
     sets_cfg: IpVersionConfig,
     chains: std::collections::BTreeMap<String, Pushed<String>>,
@@ -203,6 +221,7 @@ impl NftablesDriver {
     /// An adapter running its commands on `cmds`.
     pub fn new(ipv: IpVersion, cmds: Commands, opts: NftablesOptions) -> Self {
         NftablesDriver {
+            seam: cmds.seam().clone(),
             table: NftablesTable::new(ipv, NftablesMode::Program, cmds, opts),
             sets_cfg: IpVersionConfig::new(ipv),
             chains: Default::default(),
@@ -256,7 +275,9 @@ impl Driver for NftablesDriver {
                 &|r| rename_rules(l, r),
             );
         }
-        self.table.apply()?;
+        let r = self.table.apply();
+        report_rejected(&self.table, &self.seam);
+        r?;
         Ok(())
     }
 
