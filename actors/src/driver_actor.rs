@@ -149,7 +149,9 @@ impl Handler<DriverRequest> for DriverActor {
             });
         }
         let step = req.step;
+        let span = tracing::info_span!("driver", actor = %self.name);
         let work = tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
             let r = drv.run(step);
             let dirty = drv.is_dirty(step);
             (drv, r, dirty)

@@ -62,6 +62,7 @@ pub fn apply_with_retries(t: &mut dyn RetriedTable) -> Result<ApplyStats, TableE
     // Once a refused write was not attributable, later refusals in this
     // apply are not examined again.
     let mut attribute = true;
+    let mut last_logged: Option<String> = None;
     loop {
         let err = match t.attempt(&mut total) {
             Attempt::Written(s) => {
@@ -98,7 +99,14 @@ pub fn apply_with_retries(t: &mut dyn RetriedTable) -> Result<ApplyStats, TableE
         if attempt >= retry.max_retries {
             return Err(err);
         }
-        tracing::warn!(table = %t.describe(), attempt, error = %err, "{} apply failed; retrying", t.kind());
+        // The kernel's message once per distinct failure; identical repeats at debug.
+        let cause = std::error::Error::source(&err).map_or_else(|| err.to_string(), |c| c.to_string());
+        if last_logged.as_deref() != Some(cause.as_str()) {
+            tracing::warn!(table = %t.describe(), attempt, error = %err, "{} apply failed; retrying", t.kind());
+            last_logged = Some(cause);
+        } else {
+            tracing::debug!(table = %t.describe(), attempt, "{} apply failed again; retrying", t.kind());
+        }
         attempt += 1;
         total.retries += 1;
         retry.wait(&mut backoff);

@@ -153,7 +153,32 @@ struct Dp {
     members: Option<Arc<BTreeSet<String>>>,
 }
 
-/// The IP-set driver for one IP version.
+/// The `ipset` driver for one IP version (iptables mode; nftables mode keeps its sets in the
+/// table, and uses this driver only to sweep sets an iptables-mode run left).
+///
+/// # API model
+/// Declarative: [`IpSets::add_or_replace_ip_set`] / [`IpSets::remove_ip_set`] record desired
+/// sets; [`IpSets::apply_updates`] creates and updates; [`IpSets::apply_deletions`] deletes
+/// undesired sets and must only be called after the `*tables` stopped referencing them.
+///
+/// # Design
+/// Writes are `ipset restore` scripts; membership changes are deltas; a change of type or
+/// `maxelem` goes through a temporary set and `swap`. Periodic resyncs list names and
+/// re-check contents incrementally (must / background queues), because listing every set is
+/// slow.
+///
+/// # Identification of our state
+/// By name: `cali40` / `cali60` (and the temporary `cali4t` / `cali6t`) followed by the set ID
+/// the calc graph derives, as upstream. Only sets with our prefixes are listed or deleted.
+///
+/// # Retry policy
+/// A failed script is retried within the apply (10 attempts, shared backoff); a set whose
+/// write failed is re-read at must priority before it is written again; when attempts run
+/// out the apply returns [`IpSetsError::GaveUp`] and the work stays pending. Deletions are
+/// rate-limited (`max_deletions_per_iteration` per call).
+///
+/// # Thread safety
+/// Not shared: owned by one driver actor, called from one thread at a time (`&mut self`).
 pub struct IpSets {
     cfg: IpVersionConfig,
     cmds: Commands,

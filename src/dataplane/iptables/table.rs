@@ -173,7 +173,37 @@ impl Desired {
     }
 }
 
-/// One iptables table for one IP version and backend.
+/// One iptables table (`filter`, `nat`, `mangle` or `raw`) for one IP version and backend.
+///
+/// # API model
+/// Declarative: callers set the desired contents of the chains we own and the rules we insert
+/// into kernel chains ([`Table::set_chain`], [`Table::remove_chain`],
+/// [`Table::set_insert_rules`]), which only records them; [`Table::apply`] reconciles the
+/// kernel. [`Table::queue_resync`] makes the next apply read the kernel back first.
+///
+/// # Design
+/// Every rule carries a hash of its intended content in a comment (`cali:<hash>`). An apply
+/// diffs desired hashes against what it last read back and writes only the difference as one
+/// `iptables-restore --noflush` transaction (delta scripts go to a long-lived
+/// `iptables-nft-restore` process where available); an unchanged rule is never rewritten, so
+/// its counters survive.
+///
+/// # Identification of our state
+/// Chains named with our prefix (`cali-`) are ours outright and swept when undesired; in
+/// kernel chains a rule is ours when it carries our hash comment or jumps to one of our
+/// chains. Nothing else is touched. `IptablesMode::CleanupOnly` uses the same
+/// identification to sweep the backend we are not programming.
+///
+/// # Retry policy
+/// A refused transaction is retried within the apply (shared [`RetryPolicy`]: 1 ms doubling
+/// to 1 s, 10 retries), re-reading the kernel first; after a refusal the policy and profile
+/// chains it wrote are dry-run alone (`--test`) and a chain refused on its own is programmed as
+/// drop-everything ([`crate::dataplane::generictables::quarantine`]). When retries run out the
+/// apply returns [`TableError::GaveUp`] and the work stays pending for the next apply.
+///
+/// # Thread safety
+/// Not shared: one driver actor owns it and calls it from one blocking-pool thread at a time
+/// (`&mut self`).
 pub struct IptablesTable {
     table: String,
     ipv: IpVersion,

@@ -909,3 +909,40 @@ fn removing_the_owner_of_an_interface_reactivates_the_shadowed_endpoint_in_place
     assert_eq!(routes_of(&again)["caliX"], r("10.65.0.12"));
     assert_eq!(tw_rules(&again, "caliX"), Some(2));
 }
+
+/// Issue 27 item 5: a kernel operation the tool refuses reaches `/status` as the driver's
+/// `lastError`, naming the operation and its kind and carrying the tool's own message.
+#[actix_rt::test]
+async fn a_refused_kernel_operation_shows_the_tools_message_in_status() {
+    const NFT_SAYS: &str = "Error: Could not process rule: Operation not supported";
+    let fake = ScriptedCommands::new(|req: &CommandRequest| {
+        let args = req.args.join(" ");
+        if req.program == "nft" && args.starts_with("-f") {
+            FakeResponse::Fail(1, NFT_SAYS.into())
+        } else {
+            kernel_responder(req)
+        }
+    });
+    let cfg = cfg_with(&[("NFTablesMode", "Enabled"), ("Ipv6Support", "false")]);
+    let builder = SupervisorBuilder::new(
+        SupervisorConfig::default(),
+        crate::daemon::messages::state_key,
+    );
+    let builder = crate::dataplane::wiring::register(builder, &cfg, fake.clone()).unwrap();
+    let h = builder.start().unwrap();
+    h.addr.do_send(UpdateBatch(messages()));
+    h.addr.do_send(InSync);
+    let status = h.status.clone();
+    let reached = wait_for(|| {
+        status
+            .actor("driver/nftables-v4")
+            .is_some_and(|a| a.last_error.is_some())
+    })
+    .await;
+    let row = status.actor("driver/nftables-v4").unwrap();
+    assert!(reached, "{row:?}");
+    let err = row.last_error.unwrap();
+    assert_eq!(err.kind, Some(felix_actors::FailureKind::Refused), "{err:?}");
+    assert!(err.op.is_some_and(|op| op.starts_with("nft")), "{:?}", err.message);
+    assert!(err.message.contains(NFT_SAYS), "{}", err.message);
+}

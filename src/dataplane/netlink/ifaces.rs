@@ -39,7 +39,27 @@ pub struct IfacesStats {
     pub waiting: usize,
 }
 
-/// See the module docs.
+/// The per-interface kernel settings (sysctls) of workload interfaces, for one IP version.
+///
+/// # API model
+/// Declarative: [`IfaceSettingsTable::apply`] takes the desired settings per interface and
+/// writes what is not yet written; `queue_resync` rewrites everything;
+/// `interfaces_changed` retries the named interfaces.
+///
+/// # Design
+/// Settings are idempotent `sysctl -w` assignments, batched [`SYSCTL_BATCH`] interfaces per
+/// command; a failed batch is rewritten interface by interface to find the failures.
+///
+/// # Identification of our state
+/// Nothing to identify: the settings belong to the workload interface and die with it; nothing
+/// is ever removed.
+///
+/// # Retry policy
+/// A failed or waiting interface (missing, or down) keeps the table dirty and is retried at
+/// later applies, promptly when the interface monitor reports it.
+///
+/// # Thread safety
+/// Not shared: owned by one driver actor, called from one thread at a time (`&mut self`).
 #[derive(Debug)]
 pub struct IfaceSettingsTable {
     ipv: IpVersion,

@@ -92,7 +92,31 @@ pub struct RouteTableStats {
     pub waiting: usize,
 }
 
-/// See the module docs.
+/// The main routing table's routes to local workloads, for one IP version.
+///
+/// # API model
+/// Declarative: [`RouteTable::apply`] takes the whole desired route set (per workload
+/// interface) and reconciles; [`RouteTable::queue_resync`] forces a read-back;
+/// [`RouteTable::interfaces_changed`] tells it which interfaces the interface monitor saw
+/// change.
+///
+/// # Design
+/// Reads the table back with `ip route show`, then replaces missing or different routes and
+/// deletes ours that are not desired; work per apply is proportional to what changed, except
+/// after a resync.
+///
+/// # Identification of our state
+/// Upstream's main-table ownership policy: a route is ours if it carries our protocol (80 by
+/// default), or points down a workload interface (`cali*`) and either `RemoveExternalRoutes` is
+/// on or its protocol is one we program with (see the module docs).
+///
+/// # Retry policy
+/// No retries within an apply: a failure returns the error and leaves the table dirty, so the
+/// next apply (throttled, or the retry ticker) reads back and tries again; a route waiting for
+/// its interface is retried when the interface monitor reports the interface.
+///
+/// # Thread safety
+/// Not shared: owned by one driver actor, called from one thread at a time (`&mut self`).
 #[derive(Debug)]
 pub struct RouteTable {
     ipv: IpVersion,

@@ -27,7 +27,27 @@ use super::table::NftFamily;
 /// The shared iptables tables.
 pub const SHARED_TABLES: [&str; 4] = ["filter", "nat", "mangle", "raw"];
 
-/// Sweeper of our rules in the nftables copies of the shared tables.
+/// Sweeper of what an iptables-nft Felix left in the nftables copies of the shared tables.
+///
+/// # API model
+/// Imperative and endless: [`IptablesNftCleanup::clean_up`] sweeps once and says when to sweep
+/// next; the cleanup driver calls it at that pace for ever.
+///
+/// # Design
+/// Reads the family's chains over netlink (`nft -j list chains`) and the rules of base chains
+/// only, the only chains we ever inserted into; rules whose comment iptables-nft stores as an
+/// iptables match are matched by position against `iptables-nft-save`.
+///
+/// # Identification of our state
+/// A rule is ours if its comment carries our hash prefix or it jumps to one of our chains;
+/// chains with our prefix (`cali-`) are flushed and deleted. Nothing else is touched.
+///
+/// # Retry policy
+/// Failures are returned to the caller, which logs them and sweeps again at the next pacing
+/// point (the refresh interval); they never fail an apply.
+///
+/// # Thread safety
+/// Not shared: owned by the cleanup driver, one thread at a time (`&mut self`).
 pub struct IptablesNftCleanup {
     ipv: IpVersion,
     cmds: Commands,

@@ -312,7 +312,33 @@ struct Plan {
 /// Elements per `add element` line.
 const ELEMENT_BATCH: usize = 1000;
 
-/// Our nftables table for one family.
+/// Our nftables table (`calico` in family `ip` or `ip6`): the chains of all four layers, the
+/// base chains hooking them, and the IP sets.
+///
+/// # API model
+/// Declarative, as [`crate::dataplane::generictables::Table`]: chains, inserted rules and sets
+/// are recorded by setters; [`Table::apply`](crate::dataplane::generictables::Table::apply)
+/// reconciles; `queue_resync` makes the next apply read the table back.
+///
+/// # Design
+/// One apply is one `nft -f -` transaction (served in process by libnftables when possible):
+/// a chain whose rule hashes match the kernel is left alone, a changed chain is flushed and
+/// re-added, set membership changes are element deltas (CIDR sets hold only members no other
+/// member covers, so a single-member delete always names an element the kernel holds).
+///
+/// # Identification of our state
+/// Everything in our table is ours: undesired chains and sets are deleted on read-back. Only
+/// our table is ever listed, never the whole ruleset.
+///
+/// # Retry policy
+/// A refused transaction is retried within the apply with the shared retry policy, re-reading
+/// the table first; after a refusal the policy and profile chains it wrote are dry-run alone
+/// (`nft -c`) and a chain refused on its own is programmed as drop-everything; after
+/// `rebuild_after_failures` consecutive failures the next attempt deletes and re-adds the whole
+/// table in the same transaction, so a failed rebuild leaves the old table in place.
+///
+/// # Thread safety
+/// Not shared: owned by one driver actor, called from one thread at a time (`&mut self`).
 pub struct NftablesTable {
     ipv: IpVersion,
     family: NftFamily,
