@@ -100,7 +100,8 @@ pub fn apply_with_retries(t: &mut dyn RetriedTable) -> Result<ApplyStats, TableE
             return Err(err);
         }
         // The kernel's message once per distinct failure; identical repeats at debug.
-        let cause = std::error::Error::source(&err).map_or_else(|| err.to_string(), |c| c.to_string());
+        let cause =
+            std::error::Error::source(&err).map_or_else(|| err.to_string(), |c| c.to_string());
         if last_logged.as_deref() != Some(cause.as_str()) {
             tracing::warn!(table = %t.describe(), attempt, error = %err, "{} apply failed; retrying", t.kind());
             last_logged = Some(cause);

@@ -8,10 +8,11 @@
 
 pub mod attempts;
 mod hash;
+pub(crate) mod push;
 pub mod quarantine;
 mod rule;
 mod table;
 
 pub use hash::{rule_hashes, HASH_LENGTH, RULE_HASH_PREFIX};
 pub use rule::{Action, AddrType, Chain, CtState, Match, MatchCriteria, PortRange, Protocol, Rule};
-pub use table::{ApplyStats, IpVersion, Table, TableError};
+pub use table::{ApplyStats, Table, TableError};

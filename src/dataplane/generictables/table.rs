@@ -2,27 +2,9 @@
 //! errors.
 
 use crate::dataplane::kernel::KernelError;
+use crate::dataplane::IpVersion;
 
 use super::{Chain, Rule};
-
-/// IP version of a table or set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum IpVersion {
-    /// IPv4
-    V4,
-    /// IPv6
-    V6,
-}
-
-impl IpVersion {
-    /// 4 or 6.
-    pub fn number(self) -> u8 {
-        match self {
-            IpVersion::V4 => 4,
-            IpVersion::V6 => 6,
-        }
-    }
-}
 
 /// What one `apply()` did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

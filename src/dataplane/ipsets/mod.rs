@@ -3,12 +3,16 @@
 //! for metadata changes, deferred rate-limited deletions and an incremental
 //! resync with must and background tiers.
 
+mod actor;
+mod cleanup_actor;
 mod driver;
 mod names;
 mod parse;
 #[cfg(test)]
 mod tests;
 
+pub use actor::IpSetsDriver;
+pub use cleanup_actor::IpSetCleanupDriver;
 pub use driver::{hash_size_for, IpSetMetadata, IpSets, IpSetsError, IpSetsOptions, IpSetsStats};
 pub use names::{IpSetType, IpVersionConfig, MAX_IPSET_NAME_LENGTH};
 pub use parse::{parse_list, parse_names, ListedSet};

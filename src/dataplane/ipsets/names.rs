@@ -4,8 +4,8 @@
 //! name starts with `cali4` / `cali6` (or a configured historic prefix) is
 //! ours for mark-and-sweep.
 
-use crate::dataplane::generictables::IpVersion;
 use crate::dataplane::nftables::NftSetKind;
+use crate::dataplane::IpVersion;
 
 /// Longest name the kernel accepts for an IP set.
 pub const MAX_IPSET_NAME_LENGTH: usize = 31;

@@ -3,8 +3,8 @@
 use std::collections::BTreeSet;
 
 use super::names::IpSetType;
-use crate::dataplane::generictables::IpVersion;
 use crate::dataplane::nftables::canonical_member;
+use crate::dataplane::IpVersion;
 
 /// One set as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::*;
-use crate::dataplane::generictables::IpVersion;
 use crate::dataplane::kernel::RetryPolicy;
 use crate::dataplane::kernel::{CommandRequest, Commands, FakeResponse, ScriptedCommands};
+use crate::dataplane::IpVersion;
 
 fn meta(id: &str, t: IpSetType, max: u32) -> IpSetMetadata {
     IpSetMetadata {

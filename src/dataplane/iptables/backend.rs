@@ -4,8 +4,8 @@
 //! backend is never probed unless its kernel modules are already loaded,
 //! since `iptables-legacy-save` would load them.
 
-use crate::dataplane::generictables::IpVersion;
 use crate::dataplane::kernel::Commands;
+use crate::dataplane::IpVersion;
 
 /// Configured backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

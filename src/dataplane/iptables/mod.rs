@@ -2,6 +2,7 @@
 //! programming through `iptables-restore --noflush` and reading back with
 //! `iptables-save -t <table>`, with nft/legacy backend selection.
 
+mod actor;
 mod backend;
 mod render;
 mod save_parse;
@@ -9,6 +10,7 @@ mod table;
 #[cfg(test)]
 mod tests;
 
+pub use actor::{BackendChoice, IptablesDriver};
 pub use backend::{
     backend_binaries_present, detect_backend, find_best_binary, legacy_modules_loaded,
     IptablesBackend, ResolvedBackend,

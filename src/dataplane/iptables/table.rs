@@ -25,9 +25,10 @@ use crate::dataplane::generictables::quarantine::{
     RejectedChain,
 };
 use crate::dataplane::generictables::{
-    Action, ApplyStats, Chain, IpVersion, Rule, Table, TableError, RULE_HASH_PREFIX,
+    Action, ApplyStats, Chain, Rule, Table, TableError, RULE_HASH_PREFIX,
 };
 use crate::dataplane::kernel::{Commands, KernelError, RetryPolicy};
+use crate::dataplane::IpVersion;
 
 use super::backend::{
     backend_binaries_present, find_best_binary, legacy_modules_loaded, ResolvedBackend,

@@ -7,11 +7,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::*;
-use crate::dataplane::generictables::{
-    Action, Chain, IpVersion, MatchCriteria, Rule, Table, TableError,
-};
+use crate::dataplane::generictables::{Action, Chain, MatchCriteria, Rule, Table, TableError};
 use crate::dataplane::kernel::RetryPolicy;
 use crate::dataplane::kernel::{CommandRequest, Commands, FakeResponse, ScriptedCommands};
+use crate::dataplane::IpVersion;
 
 const EMPTY_FILTER: &str =
     "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n";

@@ -9,7 +9,7 @@
 //! - the routes to local workloads (`/32` or `/128` per address via the
 //!   workload's interface), for endpoints in state `active`;
 //! - the host-side interface settings of workload interfaces (proxy ARP,
-//!   forwarding, ...; see `netlink::IfaceSettingsTable`).
+//!   forwarding, ...; see `iproute::IfaceSettingsTable`).
 //!
 //! Dirty tracking: per endpoint, plus one flag for the dispatch chains
 //! (set only when the set of interface names changes).
@@ -41,15 +41,16 @@ use felix_actors::{ApplyCtx, ApplyError, DesiredInput, Manager};
 use felix_proto::{HostEndpoint, WorkloadEndpoint};
 use ipnet::IpNet;
 
-use crate::dataplane::generictables::{Chain, IpVersion};
+use crate::dataplane::generictables::Chain;
 use crate::dataplane::ifacemon::{IfaceSubscription, InterfaceState};
 use crate::dataplane::rules::TableName;
+use crate::dataplane::IpVersion;
 
 use super::chains::{OwnedChains, TablePlan};
-use super::desired::{IfaceSettings, IfacesDesired, RoutesDesired};
 use super::render::ChainSource;
 use super::targets::TableInputs;
 use super::Payload;
+use crate::dataplane::desired::{IfaceSettings, IfacesDesired, RoutesDesired};
 
 /// Identity of an endpoint (or of the dispatch chains, which are one object).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

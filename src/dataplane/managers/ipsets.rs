@@ -15,9 +15,9 @@ use felix_proto::ip_set_update::IpSetType as PbSetType;
 
 use crate::dataplane::ipsets::IpSetType;
 
-use super::desired::SetSpec;
 use super::targets::SetInputs;
 use super::Payload;
+use crate::dataplane::desired::SetSpec;
 
 /// Kernel set type of a calc-graph set type.
 pub fn set_type_of(t: i32) -> IpSetType {

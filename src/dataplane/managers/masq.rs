@@ -16,14 +16,15 @@ use felix_actors::{ApplyCtx, ApplyError, Manager};
 use felix_proto::IpamPool;
 use ipnet::IpNet;
 
-use crate::dataplane::generictables::{Chain, IpVersion};
+use crate::dataplane::generictables::Chain;
 use crate::dataplane::ipsets::IpSetType;
 use crate::dataplane::rules::TableName;
+use crate::dataplane::IpVersion;
 
-use super::desired::SetSpec;
 use super::render::ChainSource;
 use super::targets::{SetInputs, TableInputs};
 use super::Payload;
+use crate::dataplane::desired::SetSpec;
 
 /// Set ID of all pools (upstream's name).
 pub const IPSET_ID_ALL_POOLS: &str = "network-ip-pools";

@@ -2,7 +2,7 @@
 //!
 //! A manager (`felix_actors::Manager<Payload>`) records calc-graph messages
 //! in `on_update` (no kernel access), and in its programming pass writes the
-//! desired state of what it owns into driver inputs ([`desired`]):
+//! desired state of what it owns into driver inputs ([`crate::dataplane::desired`]):
 //!
 //! | manager | owns |
 //! |---|---|
@@ -12,15 +12,11 @@
 //! | `manager/endpoints-v4/-v6` | endpoint and dispatch chains, routes to local workloads, workload interface settings |
 //! | `manager/masq-v4/-v6` | NAT-outgoing sets and chain |
 //!
-//! The [`drivers`] adapt the kernel-facing drivers (iptables / nftables
-//! tables, `ipset`, routes, interface settings, cleanup of the other
-//! backend) to `felix_actors::Driver`; each reads its input, pushes what
-//! changed and reconciles, every kernel command going through the actor
-//! seam. `crate::dataplane::wiring` registers the set for the mode.
+//! The driver actors that read those inputs sit with the drivers they wrap
+//! (see `crate::dataplane`); `crate::dataplane::wiring` registers the set for
+//! the mode.
 
 mod chains;
-mod desired;
-pub mod drivers;
 mod endpoints;
 mod ipsets;
 #[cfg(test)]
@@ -34,10 +30,6 @@ mod targets;
 mod tests;
 
 pub use chains::{OwnedChains, TablePlan};
-pub use desired::{
-    IfaceSettings, IfacesDesired, IpSetsDesired, MapDiff, NftDesired, OwnedMap, Pushed,
-    RoutesDesired, SetSpec, TableDesired, Versioned,
-};
 pub use endpoints::{EndpointManager, EndpointOutputs};
 pub use ipsets::{set_type_of, IpSetsManager};
 pub use masq::{MasqManager, IPSET_ID_ALL_POOLS, IPSET_ID_MASQ_POOLS};

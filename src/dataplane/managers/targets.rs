@@ -9,7 +9,7 @@ use felix_actors::{ApplyCtx, DesiredInput};
 
 use crate::dataplane::rules::TableName;
 
-use super::desired::{IpSetsDesired, NftDesired, TableDesired};
+use crate::dataplane::desired::{IpSetsDesired, NftDesired, TableDesired};
 
 /// The `*tables` inputs of one IP version.
 #[derive(Debug, Clone)]

@@ -14,10 +14,12 @@ use felix_proto as pb;
 use ipnet::IpNet;
 
 use super::*;
-use crate::dataplane::generictables::{Action, Chain, IpVersion, Match, MatchCriteria, Rule};
+use crate::dataplane::desired::{IfacesDesired, IpSetsDesired, NftDesired, RoutesDesired, SetSpec};
+use crate::dataplane::generictables::{Action, Chain, Match, MatchCriteria, Rule};
 use crate::dataplane::ipsets::IpSetType;
 use crate::dataplane::kernel::{CommandRequest, FakeResponse, ScriptedCommands};
 use crate::dataplane::rules::TableName;
+use crate::dataplane::IpVersion;
 
 /// A chain source whose output is easy to predict.
 struct Fake;
@@ -942,7 +944,15 @@ async fn a_refused_kernel_operation_shows_the_tools_message_in_status() {
     let row = status.actor("driver/nftables-v4").unwrap();
     assert!(reached, "{row:?}");
     let err = row.last_error.unwrap();
-    assert_eq!(err.kind, Some(felix_actors::FailureKind::Refused), "{err:?}");
-    assert!(err.op.is_some_and(|op| op.starts_with("nft")), "{:?}", err.message);
+    assert_eq!(
+        err.kind,
+        Some(felix_actors::FailureKind::Refused),
+        "{err:?}"
+    );
+    assert!(
+        err.op.is_some_and(|op| op.starts_with("nft")),
+        "{:?}",
+        err.message
+    );
     assert!(err.message.contains(NFT_SAYS), "{}", err.message);
 }

@@ -17,9 +17,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::dataplane::generictables::{ApplyStats, IpVersion, TableError, RULE_HASH_PREFIX};
+use crate::dataplane::generictables::{ApplyStats, TableError, RULE_HASH_PREFIX};
 use crate::dataplane::iptables::parse_save;
 use crate::dataplane::kernel::Commands;
+use crate::dataplane::IpVersion;
 
 use super::json::{parse_chains, parse_rules, ListedRule};
 use super::table::NftFamily;

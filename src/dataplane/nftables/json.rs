@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use super::sets::{canonical_member, NftSetKind};
-use crate::dataplane::generictables::IpVersion;
+use crate::dataplane::IpVersion;
 
 /// A set as read back. `members` is `None` if some element could not be
 /// understood (the set is then rewritten wholesale when compared).

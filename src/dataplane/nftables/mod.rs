@@ -3,6 +3,7 @@
 //! sets, and the sweep of our leftovers in the nftables copies of the shared
 //! iptables tables ([`IptablesNftCleanup`]).
 
+mod actor;
 mod cleanup;
 mod json;
 mod render;
@@ -11,6 +12,7 @@ mod table;
 #[cfg(test)]
 mod tests;
 
+pub use actor::NftablesDriver;
 pub use cleanup::{IptablesNftCleanup, SHARED_TABLES};
 pub use render::{legalize_set_name, render_action, render_match_criteria, NftRenderer};
 pub use sets::{canonical_member, canonical_member_owned, NftSetKind};

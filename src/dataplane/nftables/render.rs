@@ -3,8 +3,9 @@
 //! does, so `cali40s:abc` becomes `cali40s-abc`.
 
 use crate::dataplane::generictables::{
-    rule_hashes, Action, IpVersion, Match, MatchCriteria, PortRange, Protocol, Rule,
+    rule_hashes, Action, Match, MatchCriteria, PortRange, Protocol, Rule,
 };
+use crate::dataplane::IpVersion;
 
 /// Longest comment nft accepts.
 const MAX_COMMENT_LEN: usize = 128;

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::dataplane::generictables::IpVersion;
+use crate::dataplane::IpVersion;
 
 /// The kind of an IP set, mirroring the ipset types Calico uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -21,9 +21,10 @@ use crate::dataplane::generictables::quarantine::{
     RejectedChain,
 };
 use crate::dataplane::generictables::{
-    Action, ApplyStats, Chain, IpVersion, Rule, Table, TableError, RULE_HASH_PREFIX,
+    Action, ApplyStats, Chain, Rule, Table, TableError, RULE_HASH_PREFIX,
 };
 use crate::dataplane::kernel::{Commands, KernelError, RetryPolicy};
+use crate::dataplane::IpVersion;
 
 use super::json::{parse_table, ActualSet, NftState};
 use super::render::{legalize_set_name, NftRenderer};

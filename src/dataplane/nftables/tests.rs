@@ -9,13 +9,14 @@ use parking_lot::Mutex;
 
 use super::*;
 use crate::dataplane::generictables::{
-    Action, Chain, IpVersion, MatchCriteria, PortRange, Rule, Table, TableError,
+    Action, Chain, MatchCriteria, PortRange, Rule, Table, TableError,
 };
 use crate::dataplane::kernel::RetryPolicy;
 use crate::dataplane::kernel::{
     CommandOutput, CommandRequest, CommandRunner, Commands, FakeResponse, KernelError,
     ScriptedCommands, SystemCommands,
 };
+use crate::dataplane::IpVersion;
 
 fn rule(proto: &str, a: Action) -> Rule {
     Rule::new(MatchCriteria::new().protocol(proto), a)

@@ -7,7 +7,8 @@ use std::net::IpAddr;
 use felix_config::{Config, DataplaneMode, EndpointToHostAction as CfgEpToHost};
 use ipnet::IpNet;
 
-use crate::dataplane::generictables::{Action, IpVersion, PortRange};
+use crate::dataplane::generictables::{Action, PortRange};
+use crate::dataplane::IpVersion;
 
 use super::markbits::{MarkBitsError, MarkBitsManager};
 use super::names::{MAX_CHAIN_NAME_LENGTH_IPTABLES, MAX_CHAIN_NAME_LENGTH_NFT};

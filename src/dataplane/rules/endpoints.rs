@@ -239,13 +239,8 @@ pub(crate) fn rpf_skip_chain(cfg: &RenderConfig, allowed: &[(String, Vec<ipnet::
         for n in nets {
             let family_ok = matches!(
                 (n, cfg.ip_version),
-                (
-                    ipnet::IpNet::V4(_),
-                    crate::dataplane::generictables::IpVersion::V4
-                ) | (
-                    ipnet::IpNet::V6(_),
-                    crate::dataplane::generictables::IpVersion::V6
-                )
+                (ipnet::IpNet::V4(_), crate::dataplane::IpVersion::V4)
+                    | (ipnet::IpNet::V6(_), crate::dataplane::IpVersion::V6)
             );
             if family_ok {
                 rules.push(Rule::new(

@@ -4,9 +4,10 @@
 use std::process::Command;
 
 use super::*;
-use crate::dataplane::generictables::{Action, Chain, IpVersion, MatchCriteria, Rule, Table};
+use crate::dataplane::generictables::{Action, Chain, MatchCriteria, Rule, Table};
 use crate::dataplane::iptables::{IptablesMode, IptablesOptions, IptablesTable, ResolvedBackend};
 use crate::dataplane::kernel::testns::TestNetns;
+use crate::dataplane::IpVersion;
 
 fn ping_ok(ns: &TestNetns, dst: &str) -> bool {
     Command::new("ip")
@@ -102,7 +103,7 @@ mod full_ruleset {
     };
 
     use super::ping_ok;
-    use crate::dataplane::generictables::{Chain, IpVersion, Rule, Table};
+    use crate::dataplane::generictables::{Chain, Rule, Table};
     use crate::dataplane::ipsets::IpVersionConfig;
     use crate::dataplane::iptables::{
         IptablesMode, IptablesOptions, IptablesTable, ResolvedBackend,
@@ -111,6 +112,7 @@ mod full_ruleset {
     use crate::dataplane::kernel::RetryPolicy;
     use crate::dataplane::nftables::{NftSetKind, NftablesMode, NftablesOptions, NftablesTable};
     use crate::dataplane::rules::{Backend, RenderConfig, Renderer, TableName};
+    use crate::dataplane::IpVersion;
 
     const SRC_SET: &str = "s:workloads";
 

@@ -16,9 +16,8 @@ use felix_proto::{
 };
 use ipnet::IpNet;
 
-use crate::dataplane::generictables::{
-    Action, IpVersion, Match, MatchCriteria, PortRange, Protocol, Rule,
-};
+use crate::dataplane::generictables::{Action, Match, MatchCriteria, PortRange, Protocol, Rule};
+use crate::dataplane::IpVersion;
 
 use super::config::{truncate_str, RenderConfig};
 use super::names::length_limited_id;

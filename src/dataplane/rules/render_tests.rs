@@ -12,10 +12,11 @@ use felix_proto::{
 };
 
 use super::*;
-use crate::dataplane::generictables::{Action, Chain, IpVersion};
+use crate::dataplane::generictables::{Action, Chain};
 use crate::dataplane::ipsets::IpVersionConfig;
 use crate::dataplane::iptables::render_rule;
 use crate::dataplane::nftables::NftRenderer;
+use crate::dataplane::IpVersion;
 
 fn cfg_with(kv: &[(&str, &str)]) -> Config {
     let layer: BTreeMap<String, String> = kv

@@ -530,7 +530,7 @@ impl Renderer {
     /// workloads' `(external, internal)` floating-IP pairs; pairs of the
     /// other IP family are ignored.
     pub fn floating_ip_chains(&self, pairs: &[(IpAddr, IpAddr)]) -> Vec<Chain> {
-        let v6 = self.cfg.ip_version == crate::dataplane::generictables::IpVersion::V6;
+        let v6 = self.cfg.ip_version == crate::dataplane::IpVersion::V6;
         let mine: Vec<(IpAddr, IpAddr)> = pairs
             .iter()
             .copied()

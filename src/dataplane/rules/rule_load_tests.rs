@@ -28,11 +28,12 @@ use felix_proto::{
 };
 
 use super::{Backend, RenderConfig, Renderer, TableName};
-use crate::dataplane::generictables::{Chain, IpVersion};
+use crate::dataplane::generictables::Chain;
 use crate::dataplane::ipsets::IpVersionConfig;
 use crate::dataplane::iptables::IptablesRenderer;
 use crate::dataplane::kernel::testns::{env_count, SeededRng, TestNetns};
 use crate::dataplane::nftables::{legalize_set_name, NftRenderer, NftSetKind};
+use crate::dataplane::IpVersion;
 
 /// Rules per proto batch (one restore script or nft transaction).
 const BATCH: usize = 500;

@@ -3,8 +3,9 @@
 //! jumps from the kernel's chains. Same order and marks as upstream.
 
 use crate::dataplane::generictables::{
-    Action, Chain, CtState, IpVersion, Match, MatchCriteria, PortRange, Rule,
+    Action, Chain, CtState, Match, MatchCriteria, PortRange, Rule,
 };
+use crate::dataplane::IpVersion;
 
 use super::config::{EndpointToHostAction, FailsafePort, RenderConfig, TableName};
 use super::names::*;

@@ -9,19 +9,18 @@ use felix_actors::{
 };
 use felix_config::{Config, DataplaneMode};
 
-use crate::dataplane::generictables::IpVersion;
+use crate::dataplane::cleanup::{CleanupDriver, CleanupMode};
+use crate::dataplane::desired::{IfacesDesired, RoutesDesired};
 use crate::dataplane::ifacemon::InterfaceState;
-use crate::dataplane::iptables::{ChainInsertMode, IptablesBackend};
+use crate::dataplane::iproute::{IfacesDriver, RouteOwnership, RoutesDriver};
+use crate::dataplane::iptables::{BackendChoice, ChainInsertMode, IptablesBackend};
 use crate::dataplane::kernel::{CommandRunner, Commands};
-use crate::dataplane::managers::drivers::{
-    BackendChoice, CleanupDriver, CleanupMode, IfacesDriver, RoutesDriver,
-};
 use crate::dataplane::managers::{
-    ChainSource, EndpointManager, EndpointOutputs, IfacesDesired, IpSetsManager, MasqManager,
-    Payload, PolicyManager, RendererSource, RoutesDesired, SetInputs, StaticManager, TableInputs,
+    ChainSource, EndpointManager, EndpointOutputs, IpSetsManager, MasqManager, Payload,
+    PolicyManager, RendererSource, SetInputs, StaticManager, TableInputs,
 };
-use crate::dataplane::netlink::RouteOwnership;
 use crate::dataplane::rules::{RenderConfig, Renderer};
+use crate::dataplane::IpVersion;
 
 use super::WiringError;
 

@@ -2,10 +2,12 @@
 
 use felix_actors::{DesiredInput, Phase, SupervisorBuilder};
 
+use crate::dataplane::desired::IpSetsDesired;
+use crate::dataplane::ipsets::IpSetsDriver;
 use crate::dataplane::ipsets::IpSetsOptions;
+use crate::dataplane::iptables::IptablesDriver;
 use crate::dataplane::iptables::IptablesOptions;
-use crate::dataplane::managers::drivers::{IpSetsDriver, IptablesDriver};
-use crate::dataplane::managers::{IpSetsDesired, Payload, SetInputs, TableInputs};
+use crate::dataplane::managers::{Payload, SetInputs, TableInputs};
 
 use super::family::{Family, Shared};
 

@@ -24,11 +24,11 @@ use std::sync::Arc;
 use felix_actors::SupervisorBuilder;
 use felix_config::{Config, DataplaneMode};
 
-use crate::dataplane::generictables::IpVersion;
 use crate::dataplane::ifacemon::InterfaceState;
 use crate::dataplane::kernel::CommandRunner;
 use crate::dataplane::managers::Payload;
 use crate::dataplane::rules::RenderError;
+use crate::dataplane::IpVersion;
 
 /// Why the dataplane could not be wired.
 #[derive(Debug, thiserror::Error)]

@@ -3,8 +3,10 @@
 
 use felix_actors::{DesiredInput, Phase, SupervisorBuilder};
 
-use crate::dataplane::managers::drivers::{IpSetCleanupDriver, NftablesDriver};
-use crate::dataplane::managers::{IpSetsDesired, NftDesired, Payload, SetInputs, TableInputs};
+use crate::dataplane::desired::{IpSetsDesired, NftDesired};
+use crate::dataplane::ipsets::IpSetCleanupDriver;
+use crate::dataplane::managers::{Payload, SetInputs, TableInputs};
+use crate::dataplane::nftables::NftablesDriver;
 use crate::dataplane::nftables::NftablesOptions;
 
 use super::family::{Family, Shared};

@@ -1,15 +1,16 @@
-//! The route/link seam: the only way the route and interface drivers touch
-//! routes, links and per-interface sysctls.
+//! Routes to local workloads ([`RouteTable`]) and workload interface settings
+//! ([`IfaceSettingsTable`]), programmed with the `ip` and `sysctl` tools, and their driver
+//! actors ([`RoutesDriver`], [`IfacesDriver`]).
 //!
-//! Every operation is one `ip` / `sysctl` command through the kernel
-//! command seam ([`Commands`]), so it carries the driver's actor name and
-//! an operation name (`route-list`, `route-replace`, `route-del`,
-//! `link-list`, `sysctl`), and — through the seam bridge — fault
-//! injection and metrics. Commands run in the namespace the command seam
+//! [`IpTool`] is the only way they touch routes, links and per-interface sysctls: every
+//! operation is one `ip` / `sysctl` command through the driver's [`Commands`], so it carries
+//! the driver's actor name and an operation name (`route-list`, `route-replace`, `route-del`,
+//! `link-list`, `sysctl`), and with them fault injection and metrics. Commands run in the namespace the command seam
 //! is bound to, which is how kernel tests point a driver at a throwaway
 //! network namespace. (`ip -j -N` gives machine-readable output with
 //! numeric protocols.)
 
+mod actor;
 mod ifaces;
 mod routes;
 
@@ -19,19 +20,20 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::Deserialize;
 
-use crate::dataplane::generictables::IpVersion;
 use crate::dataplane::kernel::{Commands, KernelError};
+use crate::dataplane::IpVersion;
 
 /// Up to this many interfaces are looked up one by one rather than by
 /// listing every link.
 const FEW_LINKS: usize = 4;
 
+pub use actor::{IfacesDriver, RoutesDriver};
 pub use ifaces::{IfaceSettingsTable, IfacesStats};
 pub use routes::{RouteOwnership, RouteTable, RouteTableStats, DEFAULT_ROUTE_PROTO};
 
 /// Errors of the route/link seam.
 #[derive(Debug, thiserror::Error)]
-pub enum NetlinkError {
+pub enum IpToolError {
     /// The command failed.
     #[error(transparent)]
     Kernel(#[from] KernelError),
@@ -45,11 +47,11 @@ pub enum NetlinkError {
     },
 }
 
-impl From<NetlinkError> for felix_actors::DriverError {
-    fn from(e: NetlinkError) -> Self {
+impl From<IpToolError> for felix_actors::DriverError {
+    fn from(e: IpToolError) -> Self {
         match e {
-            NetlinkError::Kernel(k) => k.into(),
-            NetlinkError::Parse { what, .. } => {
+            IpToolError::Kernel(k) => k.into(),
+            IpToolError::Parse { what, .. } => {
                 felix_actors::DriverError::op(what, felix_actors::FailureKind::Unreadable, e)
             }
         }
@@ -109,11 +111,11 @@ fn parse_dst(s: &str) -> Option<IpNet> {
 }
 
 /// Parses `ip -j -N route show` output: unicast routes only.
-pub fn parse_routes(out: &str) -> Result<Vec<KernelRoute>, NetlinkError> {
+pub fn parse_routes(out: &str) -> Result<Vec<KernelRoute>, IpToolError> {
     if out.trim().is_empty() {
         return Ok(Vec::new());
     }
-    let rows: Vec<JsonRoute> = serde_json::from_str(out).map_err(|e| NetlinkError::Parse {
+    let rows: Vec<JsonRoute> = serde_json::from_str(out).map_err(|e| IpToolError::Parse {
         what: "ip route show",
         detail: e.to_string(),
     })?;
@@ -135,11 +137,11 @@ pub fn parse_routes(out: &str) -> Result<Vec<KernelRoute>, NetlinkError> {
 }
 
 /// Parses `ip -j link show` output.
-pub fn parse_links(out: &str) -> Result<Vec<Link>, NetlinkError> {
+pub fn parse_links(out: &str) -> Result<Vec<Link>, IpToolError> {
     if out.trim().is_empty() {
         return Ok(Vec::new());
     }
-    let rows: Vec<JsonLink> = serde_json::from_str(out).map_err(|e| NetlinkError::Parse {
+    let rows: Vec<JsonLink> = serde_json::from_str(out).map_err(|e| IpToolError::Parse {
         what: "ip link show",
         detail: e.to_string(),
     })?;
@@ -154,18 +156,18 @@ pub fn parse_links(out: &str) -> Result<Vec<Link>, NetlinkError> {
 
 /// The seam itself: typed route/link/sysctl operations over [`Commands`].
 #[derive(Debug, Clone)]
-pub struct Netlink {
+pub struct IpTool {
     cmds: Commands,
 }
 
-impl Netlink {
+impl IpTool {
     /// Operations through `cmds` (which names the actor).
     pub fn new(cmds: Commands) -> Self {
-        Netlink { cmds }
+        IpTool { cmds }
     }
 
     /// Unicast routes of the main table for `ipv`.
-    pub fn list_routes(&self, ipv: IpVersion) -> Result<Vec<KernelRoute>, NetlinkError> {
+    pub fn list_routes(&self, ipv: IpVersion) -> Result<Vec<KernelRoute>, IpToolError> {
         let out = self.cmds.run(
             "route-list",
             "ip",
@@ -190,7 +192,7 @@ impl Netlink {
         dst: &IpNet,
         dev: &str,
         protocol: u8,
-    ) -> Result<(), NetlinkError> {
+    ) -> Result<(), IpToolError> {
         let dst = dst.to_string();
         let proto = protocol.to_string();
         self.cmds.run(
@@ -214,7 +216,7 @@ impl Netlink {
     }
 
     /// Deletes a route previously read back.
-    pub fn delete_route(&self, ipv: IpVersion, route: &KernelRoute) -> Result<(), NetlinkError> {
+    pub fn delete_route(&self, ipv: IpVersion, route: &KernelRoute) -> Result<(), IpToolError> {
         let dst = route.dst.to_string();
         let proto = route.protocol.to_string();
         let mut args = vec![family_flag(ipv), "route", "del", dst.as_str()];
@@ -231,7 +233,7 @@ impl Netlink {
     }
 
     /// Every link.
-    pub fn list_links(&self) -> Result<Vec<Link>, NetlinkError> {
+    pub fn list_links(&self) -> Result<Vec<Link>, IpToolError> {
         let out = self
             .cmds
             .run("link-list", "ip", &["-j", "link", "show"], None)?;
@@ -242,7 +244,7 @@ impl Netlink {
     /// one by one (`ip link show dev`), which on a node with hundreds of
     /// workload interfaces is much cheaper than listing every link; more
     /// names use one full listing.
-    pub fn links_up(&self, names: &[&str]) -> Result<BTreeSet<String>, NetlinkError> {
+    pub fn links_up(&self, names: &[&str]) -> Result<BTreeSet<String>, IpToolError> {
         if names.len() > FEW_LINKS {
             let wanted: BTreeSet<&str> = names.iter().copied().collect();
             return Ok(self
@@ -281,7 +283,7 @@ impl Netlink {
         ipv: IpVersion,
         routes: &[(&IpNet, &str)],
         protocol: u8,
-    ) -> Result<(), NetlinkError> {
+    ) -> Result<(), IpToolError> {
         let mut script = String::new();
         for (dst, dev) in routes {
             script.push_str(&format!(
@@ -298,20 +300,20 @@ impl Netlink {
     }
 
     /// Reads a sysctl given in slash form (`net/ipv4/conf/cali1/proxy_arp`).
-    pub fn read_sysctl(&self, key: &str) -> Result<String, NetlinkError> {
+    pub fn read_sysctl(&self, key: &str) -> Result<String, IpToolError> {
         let out = self.cmds.run("sysctl-read", "sysctl", &["-n", key], None)?;
         Ok(out.stdout.trim().to_string())
     }
 
     /// Writes a sysctl given in slash form (safe for names with dots).
-    pub fn write_sysctl(&self, key: &str, value: &str) -> Result<(), NetlinkError> {
+    pub fn write_sysctl(&self, key: &str, value: &str) -> Result<(), IpToolError> {
         let kv = format!("{key}={value}");
         self.write_sysctls(&["-q", "-w", &kv])
     }
 
     /// Runs one `sysctl` command with these arguments (several `-w`
     /// assignments in one process).
-    pub fn write_sysctls(&self, args: &[&str]) -> Result<(), NetlinkError> {
+    pub fn write_sysctls(&self, args: &[&str]) -> Result<(), IpToolError> {
         self.cmds.run("sysctl", "sysctl", args, None)?;
         Ok(())
     }

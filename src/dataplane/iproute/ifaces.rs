@@ -25,10 +25,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::dataplane::generictables::IpVersion;
-use crate::dataplane::managers::{IfaceSettings, IfacesDesired, Pushed};
+use crate::dataplane::desired::{IfaceSettings, IfacesDesired, Pushed};
+use crate::dataplane::IpVersion;
 
-use super::{Netlink, NetlinkError};
+use super::{IpTool, IpToolError};
 
 /// What one apply did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -63,7 +63,7 @@ pub struct IfacesStats {
 #[derive(Debug)]
 pub struct IfaceSettingsTable {
     ipv: IpVersion,
-    nl: Netlink,
+    nl: IpTool,
     pushed: Pushed<String>,
     /// Something to look at: a resync, a failure, a monitor report.
     retry: bool,
@@ -98,7 +98,7 @@ pub fn sysctls_for(ipv: IpVersion, iface: &str, s: &IfaceSettings) -> Vec<String
 
 impl IfaceSettingsTable {
     /// One `sysctl -q -w` command with these assignments.
-    fn write<'a>(&self, kvs: impl Iterator<Item = &'a String>) -> Result<(), NetlinkError> {
+    fn write<'a>(&self, kvs: impl Iterator<Item = &'a String>) -> Result<(), IpToolError> {
         let mut args: Vec<&str> = vec!["-q", "-w"];
         args.extend(kvs.map(String::as_str));
         self.nl.write_sysctls(&args)
@@ -106,7 +106,7 @@ impl IfaceSettingsTable {
 
     /// A table; the first apply writes every desired interface (and, with
     /// `ip_forwarding`, the global forwarding switch).
-    pub fn new(ipv: IpVersion, nl: Netlink, ip_forwarding: bool) -> Self {
+    pub fn new(ipv: IpVersion, nl: IpTool, ip_forwarding: bool) -> Self {
         IfaceSettingsTable {
             ipv,
             nl,
@@ -150,7 +150,7 @@ impl IfaceSettingsTable {
     }
 
     /// Configures new or changed interfaces that are up.
-    pub fn apply(&mut self, desired: &IfacesDesired) -> Result<IfacesStats, NetlinkError> {
+    pub fn apply(&mut self, desired: &IfacesDesired) -> Result<IfacesStats, IpToolError> {
         let mut stats = IfacesStats::default();
         if !self.globals_done {
             if self.ip_forwarding {
@@ -230,7 +230,7 @@ mod tests {
             }
         });
         let cmds = Commands::standalone(fake.clone(), "driver/ifaces-v4");
-        let mut t = IfaceSettingsTable::new(IpVersion::V4, Netlink::new(cmds), true);
+        let mut t = IfaceSettingsTable::new(IpVersion::V4, IpTool::new(cmds), true);
         let mut d = IfacesDesired::default();
         d.set("m", "cali1".into(), IfaceSettings { rp_filter: 1 });
         d.set("m", "cali2".into(), IfaceSettings { rp_filter: 1 });
@@ -287,7 +287,7 @@ mod tests {
             }
         });
         let cmds = Commands::standalone(fake.clone(), "driver/ifaces-v4");
-        let mut t = IfaceSettingsTable::new(IpVersion::V4, Netlink::new(cmds), false);
+        let mut t = IfaceSettingsTable::new(IpVersion::V4, IpTool::new(cmds), false);
         let mut d = IfacesDesired::default();
         for n in &names {
             d.set("m", n.clone(), IfaceSettings { rp_filter: 1 });
@@ -321,7 +321,7 @@ mod tests {
             }
         });
         let cmds = Commands::standalone(fake.clone(), "driver/ifaces-v4");
-        let mut t = IfaceSettingsTable::new(IpVersion::V4, Netlink::new(cmds), false);
+        let mut t = IfaceSettingsTable::new(IpVersion::V4, IpTool::new(cmds), false);
         let mut d = IfacesDesired::default();
         for n in ["cali1", "cali2", "cali3"] {
             d.set("m", n.into(), IfaceSettings { rp_filter: 1 });

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use felix_actors::{Driver, DriverError};
 
-use crate::dataplane::generictables::{IpVersion, Table};
+use crate::dataplane::generictables::Table;
 use crate::dataplane::iptables::{
     backend_binaries_present, legacy_modules_loaded, IptablesMode, IptablesOptions, IptablesTable,
     ResolvedBackend,
@@ -30,8 +30,9 @@ use crate::dataplane::nftables::{
     IptablesNftCleanup, NftablesMode, NftablesOptions, NftablesTable,
 };
 use crate::dataplane::rules::TableName;
+use crate::dataplane::IpVersion;
 
-use super::tables::BackendChoice;
+use crate::dataplane::iptables::BackendChoice;
 
 /// Which dataplane is being programmed.
 #[derive(Debug, Clone)]

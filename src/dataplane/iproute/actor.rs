@@ -1,7 +1,7 @@
 //! `driver/routes-v4/-v6` ([`RoutesDriver`], local workload routes in the
 //! main table) and `driver/ifaces-v4/-v6` ([`IfacesDriver`], workload
 //! interface settings), both in the Routes phase, over the route/link seam
-//! in `crate::dataplane::netlink`.
+//! in `crate::dataplane::iproute`.
 //!
 //! Both hold a subscription to the interface monitor's state
 //! (`crate::dataplane::ifacemon`): pending interface changes make the
@@ -14,12 +14,12 @@
 
 use felix_actors::{Driver, DriverError};
 
-use crate::dataplane::generictables::IpVersion;
 use crate::dataplane::ifacemon::IfaceSubscription;
+use crate::dataplane::iproute::{IfaceSettingsTable, IpTool, RouteOwnership, RouteTable};
 use crate::dataplane::kernel::Commands;
-use crate::dataplane::netlink::{IfaceSettingsTable, Netlink, RouteOwnership, RouteTable};
+use crate::dataplane::IpVersion;
 
-use super::super::desired::{IfacesDesired, RoutesDesired};
+use crate::dataplane::desired::{IfacesDesired, RoutesDesired};
 
 /// See the module docs.
 pub struct RoutesDriver {
@@ -31,7 +31,7 @@ impl RoutesDriver {
     /// An adapter running its commands on `cmds`.
     pub fn new(ipv: IpVersion, cmds: Commands, own: RouteOwnership) -> Self {
         RoutesDriver {
-            table: RouteTable::new(ipv, Netlink::new(cmds), own),
+            table: RouteTable::new(ipv, IpTool::new(cmds), own),
             ifaces: None,
         }
     }
@@ -80,7 +80,7 @@ impl IfacesDriver {
     /// global forwarding switch.
     pub fn new(ipv: IpVersion, cmds: Commands, ip_forwarding: bool) -> Self {
         IfacesDriver {
-            table: IfaceSettingsTable::new(ipv, Netlink::new(cmds), ip_forwarding),
+            table: IfaceSettingsTable::new(ipv, IpTool::new(cmds), ip_forwarding),
             ifaces: None,
         }
     }

@@ -5,11 +5,11 @@
 
 use felix_actors::{Driver, DriverError};
 
-use crate::dataplane::generictables::IpVersion;
 use crate::dataplane::ipsets::{IpSetMetadata, IpSets, IpSetsOptions, IpVersionConfig};
 use crate::dataplane::kernel::Commands;
+use crate::dataplane::IpVersion;
 
-use super::super::desired::{IpSetsDesired, Pushed};
+use crate::dataplane::desired::{IpSetsDesired, Pushed};
 
 /// See the module docs.
 pub struct IpSetsDriver {

@@ -22,10 +22,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 
-use crate::dataplane::generictables::IpVersion;
-use crate::dataplane::managers::RoutesDesired;
+use crate::dataplane::desired::RoutesDesired;
+use crate::dataplane::IpVersion;
 
-use super::{KernelRoute, Netlink, NetlinkError};
+use super::{IpTool, IpToolError, KernelRoute};
 
 /// Felix's own route protocol number (upstream's default route protocol).
 pub const DEFAULT_ROUTE_PROTO: u8 = 80;
@@ -120,7 +120,7 @@ pub struct RouteTableStats {
 #[derive(Debug)]
 pub struct RouteTable {
     ipv: IpVersion,
-    nl: Netlink,
+    nl: IpTool,
     own: RouteOwnership,
     /// Our routes as last read back plus our writes; `None` = re-read.
     actual: Option<BTreeMap<IpNet, KernelRoute>>,
@@ -129,7 +129,7 @@ pub struct RouteTable {
 
 impl RouteTable {
     /// A table; its first apply reads the kernel back.
-    pub fn new(ipv: IpVersion, nl: Netlink, own: RouteOwnership) -> Self {
+    pub fn new(ipv: IpVersion, nl: IpTool, own: RouteOwnership) -> Self {
         RouteTable {
             ipv,
             nl,
@@ -183,7 +183,7 @@ impl RouteTable {
     /// Reconciles the main table with `desired`. Unrelated routes are still
     /// attempted after a failure; the first error is returned and the next
     /// apply re-reads the table.
-    pub fn apply(&mut self, desired: &RoutesDesired) -> Result<RouteTableStats, NetlinkError> {
+    pub fn apply(&mut self, desired: &RoutesDesired) -> Result<RouteTableStats, IpToolError> {
         let mut stats = RouteTableStats::default();
         let mut actual = match self.actual.take() {
             Some(a) => a,
@@ -350,7 +350,7 @@ mod tests {
             }
         });
         let cmds = Commands::standalone(fake.clone(), "driver/routes-v4");
-        let mut t = RouteTable::new(IpVersion::V4, Netlink::new(cmds), own());
+        let mut t = RouteTable::new(IpVersion::V4, IpTool::new(cmds), own());
         let mut d = RoutesDesired::default();
         d.set(
             "m",
@@ -411,7 +411,7 @@ mod tests {
             }
         });
         let cmds = Commands::standalone(Arc::clone(&fake) as _, "driver/routes-v4");
-        let mut t = RouteTable::new(IpVersion::V4, Netlink::new(cmds), own());
+        let mut t = RouteTable::new(IpVersion::V4, IpTool::new(cmds), own());
         let mut d = RoutesDesired::default();
         d.set(
             "m",

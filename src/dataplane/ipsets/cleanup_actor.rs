@@ -12,12 +12,12 @@
 
 use felix_actors::{Driver, DriverError};
 
-use crate::dataplane::generictables::IpVersion;
 use crate::dataplane::ipsets::IpSetsOptions;
 use crate::dataplane::kernel::Commands;
+use crate::dataplane::IpVersion;
 
-use super::super::desired::IpSetsDesired;
 use super::IpSetsDriver;
+use crate::dataplane::desired::IpSetsDesired;
 
 /// See the module docs.
 pub struct IpSetCleanupDriver {
