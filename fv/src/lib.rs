@@ -9,5 +9,7 @@
 //! [`netfv`] is the dataplane FV harness: `felix run` in network namespaces
 //! with real traffic between CNI-wired workloads, for both backends.
 
+#![forbid(unsafe_code)]
+
 pub mod calcfv;
 pub mod netfv;

@@ -270,8 +270,13 @@ impl Daemon {
     /// Sends SIGTERM and waits for a clean exit (code 0).
     pub fn stop(mut self) -> Result<()> {
         let mut child = self.child.take().ok_or_else(|| anyhow!("no child"))?;
-        // SAFETY: signalling our own child by its pid.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let pid = child.id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()?;
+        if !sent.success() {
+            bail!("kill -TERM {pid} failed: {sent}");
+        }
         let start = felix_actors::clock::real_now();
         loop {
             if let Some(st) = child.try_wait()? {

@@ -14,6 +14,8 @@
 
 use crate::dataplane::kernel::KernelError;
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use super::{Action, MatchCriteria, Rule};
 
 /// The chains among `candidates` that the kernel refuses on their own, with
@@ -149,6 +151,59 @@ pub fn kernel_message(e: &KernelError) -> String {
 pub fn drop_everything() -> Vec<Rule> {
     vec![Rule::new(MatchCriteria::new(), Action::Drop)
         .comment("felix: the kernel refused this chain so it drops everything")]
+}
+
+/// A refused chain's stand-in (drop everything) and the kernel's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantined {
+    /// The kernel's (or tool's) message about the refused content.
+    pub message: String,
+    /// What is programmed instead: drop everything.
+    pub rules: Vec<Rule>,
+    /// The stand-in's rule hashes.
+    pub hashes: Vec<String>,
+}
+
+/// A table's desired chain that can be quarantined.
+pub trait HoldsQuarantine {
+    /// The chain's quarantine slot (`Some` while the kernel refuses its content).
+    fn quarantine_mut(&mut self) -> &mut Option<Quarantined>;
+}
+
+/// Quarantines each refused chain `found` names (`(chain, kernel message)`, as
+/// [`find_rejected`] returns them) that is still desired in `chains`: logs it once, records its
+/// drop-everything stand-in (hashed by `hashes`) and marks it dirty. Returns how many it
+/// quarantined. Shared by the iptables and nftables tables.
+pub fn quarantine_found<D: HoldsQuarantine>(
+    table: &str,
+    found: Vec<(String, String)>,
+    chains: &mut BTreeMap<String, D>,
+    dirty: &mut BTreeSet<String>,
+    hashes: impl Fn(&str, &[Rule]) -> Vec<String>,
+) -> usize {
+    let mut n = 0;
+    for (name, message) in found {
+        let Some(d) = chains.get_mut(&name) else {
+            continue;
+        };
+        log_quarantined(
+            table,
+            &RejectedChain {
+                chain: name.clone(),
+                message: message.clone(),
+            },
+        );
+        let rules = drop_everything();
+        let hashes = hashes(&name, &rules);
+        *d.quarantine_mut() = Some(Quarantined {
+            message,
+            rules,
+            hashes,
+        });
+        dirty.insert(name);
+        n += 1;
+    }
+    n
 }
 
 #[cfg(test)]

@@ -14,73 +14,106 @@
 
 use felix_actors::{Driver, DriverError};
 
+use crate::dataplane::desired::{IfacesDesired, RoutesDesired};
 use crate::dataplane::ifacemon::IfaceSubscription;
-use crate::dataplane::iproute::{IfaceSettingsTable, IpTool, RouteOwnership, RouteTable};
+use crate::dataplane::iproute::{
+    IfaceSettingsTable, IpTool, IpToolError, RouteOwnership, RouteTable,
+};
 use crate::dataplane::kernel::Commands;
 use crate::dataplane::IpVersion;
 
-use crate::dataplane::desired::{IfacesDesired, RoutesDesired};
-
-/// See the module docs.
-pub struct RoutesDriver {
-    table: RouteTable,
-    ifaces: Option<IfaceSubscription>,
+/// What a per-interface table offers its driver actor: the two tables of this folder.
+pub trait InterfaceTable: Send + 'static {
+    /// The desired state it reconciles.
+    type Desired: Send + 'static;
+    /// Reconciles the kernel with `desired`.
+    fn apply_desired(&mut self, desired: &Self::Desired) -> Result<(), IpToolError>;
+    /// The next apply reads back (or rewrites) everything.
+    fn queue_resync(&mut self);
+    /// The interface monitor saw these interfaces change.
+    fn interfaces_changed(&mut self, names: &std::collections::BTreeSet<String>);
+    /// Pending work of any kind.
+    fn is_dirty(&self) -> bool;
+    /// Pending work other than waiting for a missing or down interface (which the monitor's
+    /// report retries, not polling).
+    fn is_dirty_except_waiting(&self) -> bool;
 }
 
-impl RoutesDriver {
-    /// An adapter running its commands on `cmds`.
-    pub fn new(ipv: IpVersion, cmds: Commands, own: RouteOwnership) -> Self {
-        RoutesDriver {
-            table: RouteTable::new(ipv, IpTool::new(cmds), own),
-            ifaces: None,
-        }
-    }
-
-    /// Also reacts to the interface monitor's changes.
-    pub fn with_interface_events(mut self, sub: IfaceSubscription) -> Self {
-        self.ifaces = Some(sub);
-        self
-    }
-}
-
-impl Driver for RoutesDriver {
+impl InterfaceTable for RouteTable {
     type Desired = RoutesDesired;
-
-    fn apply(&mut self, desired: &RoutesDesired) -> Result<(), DriverError> {
-        if let Some(sub) = &self.ifaces {
-            self.table.interfaces_changed(&sub.take());
-        }
-        let stats = self.table.apply(desired)?;
+    fn apply_desired(&mut self, desired: &RoutesDesired) -> Result<(), IpToolError> {
+        let stats = self.apply(desired)?;
         tracing::debug!(?stats, "routes applied");
         Ok(())
     }
-
     fn queue_resync(&mut self) {
-        self.table.queue_resync();
+        RouteTable::queue_resync(self);
     }
-
+    fn interfaces_changed(&mut self, names: &std::collections::BTreeSet<String>) {
+        RouteTable::interfaces_changed(self, names);
+    }
     fn is_dirty(&self) -> bool {
-        match &self.ifaces {
-            // Routes waiting for their interface are retried when the
-            // monitor reports it, not by polling.
-            Some(sub) => self.table.is_dirty_except_waiting() || sub.has_pending(),
-            None => self.table.is_dirty(),
-        }
+        RouteTable::is_dirty(self)
+    }
+    fn is_dirty_except_waiting(&self) -> bool {
+        RouteTable::is_dirty_except_waiting(self)
     }
 }
 
-/// See the module docs.
-pub struct IfacesDriver {
-    table: IfaceSettingsTable,
+impl InterfaceTable for IfaceSettingsTable {
+    type Desired = IfacesDesired;
+    fn apply_desired(&mut self, desired: &IfacesDesired) -> Result<(), IpToolError> {
+        self.apply(desired).map(|_| ())
+    }
+    fn queue_resync(&mut self) {
+        IfaceSettingsTable::queue_resync(self);
+    }
+    fn interfaces_changed(&mut self, names: &std::collections::BTreeSet<String>) {
+        IfaceSettingsTable::interfaces_changed(self, names);
+    }
+    fn is_dirty(&self) -> bool {
+        IfaceSettingsTable::is_dirty(self)
+    }
+    fn is_dirty_except_waiting(&self) -> bool {
+        self.is_dirty_except_missing()
+    }
+}
+
+/// The driver actor over one per-interface table: `driver/routes-vN` ([`RoutesDriver`]) and
+/// `driver/ifaces-vN` ([`IfacesDriver`]). See the module docs.
+pub struct InterfaceTableDriver<T> {
+    table: T,
     ifaces: Option<IfaceSubscription>,
 }
 
+/// `driver/routes-vN`: routes to local workloads.
+pub type RoutesDriver = InterfaceTableDriver<RouteTable>;
+/// `driver/ifaces-vN`: workload interface settings.
+pub type IfacesDriver = InterfaceTableDriver<IfaceSettingsTable>;
+
+impl RoutesDriver {
+    /// A routes driver running its commands on `cmds`.
+    pub fn new(ipv: IpVersion, cmds: Commands, own: RouteOwnership) -> Self {
+        InterfaceTableDriver::over(RouteTable::new(ipv, IpTool::new(cmds), own))
+    }
+}
+
 impl IfacesDriver {
-    /// An adapter running its commands on `cmds`; `ip_forwarding` also turns on the family's
-    /// global forwarding switch.
+    /// An interface-settings driver running its commands on `cmds`; `ip_forwarding` also turns
+    /// on the family's global forwarding switch.
     pub fn new(ipv: IpVersion, cmds: Commands, ip_forwarding: bool) -> Self {
-        IfacesDriver {
-            table: IfaceSettingsTable::new(ipv, IpTool::new(cmds), ip_forwarding),
+        InterfaceTableDriver::over(IfaceSettingsTable::new(
+            ipv,
+            IpTool::new(cmds),
+            ip_forwarding,
+        ))
+    }
+}
+
+impl<T: InterfaceTable> InterfaceTableDriver<T> {
+    fn over(table: T) -> Self {
+        InterfaceTableDriver {
+            table,
             ifaces: None,
         }
     }
@@ -92,14 +125,14 @@ impl IfacesDriver {
     }
 }
 
-impl Driver for IfacesDriver {
-    type Desired = IfacesDesired;
+impl<T: InterfaceTable> Driver for InterfaceTableDriver<T> {
+    type Desired = T::Desired;
 
-    fn apply(&mut self, desired: &IfacesDesired) -> Result<(), DriverError> {
+    fn apply(&mut self, desired: &T::Desired) -> Result<(), DriverError> {
         if let Some(sub) = &self.ifaces {
             self.table.interfaces_changed(&sub.take());
         }
-        self.table.apply(desired)?;
+        self.table.apply_desired(desired)?;
         Ok(())
     }
 
@@ -109,7 +142,9 @@ impl Driver for IfacesDriver {
 
     fn is_dirty(&self) -> bool {
         match &self.ifaces {
-            Some(sub) => self.table.is_dirty_except_missing() || sub.has_pending(),
+            // Work waiting for its interface is retried when the monitor reports it, not by
+            // polling.
+            Some(sub) => self.table.is_dirty_except_waiting() || sub.has_pending(),
             None => self.table.is_dirty(),
         }
     }

@@ -27,7 +27,7 @@ use crate::dataplane::IpVersion;
 /// listing every link.
 const FEW_LINKS: usize = 4;
 
-pub use actor::{IfacesDriver, RoutesDriver};
+pub use actor::{IfacesDriver, InterfaceTable, InterfaceTableDriver, RoutesDriver};
 pub use ifaces::{IfaceSettingsTable, IfacesStats};
 pub use routes::{RouteOwnership, RouteTable, RouteTableStats, DEFAULT_ROUTE_PROTO};
 

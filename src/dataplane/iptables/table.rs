@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use crate::dataplane::generictables::attempts::{apply_with_retries, Attempt, RetriedTable};
 use crate::dataplane::generictables::quarantine::{
-    drop_everything, dry_run_verdict, find_rejected, is_quarantinable, log_quarantined,
-    RejectedChain,
+    dry_run_verdict, find_rejected, is_quarantinable, quarantine_found, HoldsQuarantine,
+    Quarantined, RejectedChain,
 };
 use crate::dataplane::generictables::{
     Action, ApplyStats, Chain, Rule, Table, TableError, RULE_HASH_PREFIX,
@@ -138,11 +138,10 @@ struct Desired {
     quarantine: Option<Quarantined>,
 }
 
-/// A refused chain's stand-in (drop everything) and the kernel's message.
-struct Quarantined {
-    message: String,
-    rules: Vec<Rule>,
-    hashes: Vec<String>,
+impl HoldsQuarantine for Desired {
+    fn quarantine_mut(&mut self) -> &mut Option<Quarantined> {
+        &mut self.quarantine
+    }
 }
 
 /// What is programmed for a desired chain.
@@ -708,28 +707,15 @@ impl RetriedTable for IptablesTable {
     fn quarantine_rejected(&mut self, _err: &KernelError) -> usize {
         let candidates = std::mem::take(&mut self.refused);
         let found = find_rejected(&candidates, &mut |group: &[String]| self.dry_run(group));
-        let mut n = 0;
-        for (name, message) in found {
-            let rules = drop_everything();
-            let hashes = self.renderer.hashes(&name, &rules);
-            let desc = self.desc();
-            if let Some(d) = self.chains.get_mut(&name) {
-                log_quarantined(
-                    &desc,
-                    &RejectedChain {
-                        chain: name.clone(),
-                        message: message.clone(),
-                    },
-                );
-                d.quarantine = Some(Quarantined {
-                    message,
-                    rules,
-                    hashes,
-                });
-                self.dirty_chains.insert(name);
-                n += 1;
-            }
-        }
+        let desc = self.desc();
+        let renderer = &self.renderer;
+        let n = quarantine_found(
+            &desc,
+            found,
+            &mut self.chains,
+            &mut self.dirty_chains,
+            |chain, rules| renderer.hashes(chain, rules),
+        );
         n
     }
 }
