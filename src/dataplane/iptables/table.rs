@@ -709,14 +709,13 @@ impl RetriedTable for IptablesTable {
         let found = find_rejected(&candidates, &mut |group: &[String]| self.dry_run(group));
         let desc = self.desc();
         let renderer = &self.renderer;
-        let n = quarantine_found(
+        quarantine_found(
             &desc,
             found,
             &mut self.chains,
             &mut self.dirty_chains,
             |chain, rules| renderer.hashes(chain, rules),
-        );
-        n
+        )
     }
 }
 
