@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use felix_actors::{
-    ActorSeam, DesiredInput, Driver, DriverSpec, ManagerSpec, Phase, SupervisorBuilder,
+    ActorSeam, DesiredInput, Driver, DriverSpec, Manager, ManagerSpec, Phase, SupervisorBuilder,
 };
 use felix_config::{Config, DataplaneMode};
 
@@ -153,19 +153,33 @@ impl Family {
         )
     }
 
+    /// Registers `manager/<what>-vN`, built by `make` (given its name) at start and at every
+    /// restart.
+    fn manager(
+        &self,
+        b: SupervisorBuilder<Payload>,
+        what: &str,
+        wants: fn(&Payload) -> bool,
+        make: impl Fn(&str) -> Box<dyn Manager<Payload>> + Send + Sync + 'static,
+    ) -> SupervisorBuilder<Payload> {
+        let name = self.name("manager", what);
+        let n = name.clone();
+        b.manager(ManagerSpec::new(&name, wants, move || make(&n)))
+    }
+
     /// `manager/static-vN`.
     pub fn register_static_manager(
         &self,
         b: SupervisorBuilder<Payload>,
         tables: &TableInputs,
     ) -> SupervisorBuilder<Payload> {
-        let name = self.name("manager", "static");
-        let (src, t, n) = (self.source.clone(), tables.clone(), name.clone());
-        b.manager(ManagerSpec::new(
-            &name,
+        let (src, t) = (self.source.clone(), tables.clone());
+        self.manager(
+            b,
+            "static",
             |_| false,
-            move || Box::new(StaticManager::new(&n, src.clone(), t.clone())),
-        ))
+            move |n| Box::new(StaticManager::new(n, src.clone(), t.clone())),
+        )
     }
 
     /// `manager/ipsets-vN`, `manager/policy-vN`, `manager/endpoints-vN`, `manager/masq-vN`.
@@ -177,49 +191,40 @@ impl Family {
         sets: SetInputs,
     ) -> SupervisorBuilder<Payload> {
         let ipv = self.ipv;
-        let name = self.name("manager", "ipsets");
-        let (s, n) = (sets.clone(), name.clone());
-        b = b.manager(ManagerSpec::new(&name, IpSetsManager::wants, move || {
-            Box::new(IpSetsManager::new(&n, s.clone()))
-        }));
-        let name = self.name("manager", "policy");
-        let (src, t, n) = (self.source.clone(), tables.clone(), name.clone());
-        b = b.manager(ManagerSpec::new(&name, PolicyManager::wants, move || {
-            Box::new(PolicyManager::new(&n, src.clone(), t.clone()))
-        }));
-        let name = self.name("manager", "endpoints");
-        let masq_name = self.name("manager", "masq");
+        let s = sets.clone();
+        b = self.manager(b, "ipsets", IpSetsManager::wants, move |n| {
+            Box::new(IpSetsManager::new(n, s.clone()))
+        });
+        let (src, t) = (self.source.clone(), tables.clone());
+        b = self.manager(b, "policy", PolicyManager::wants, move |n| {
+            Box::new(PolicyManager::new(n, src.clone(), t.clone()))
+        });
         let out = EndpointOutputs {
             tables: tables.clone(),
-            routes: self.routes,
-            ifaces: self.ifaces,
+            routes: self.routes.clone(),
+            ifaces: self.ifaces.clone(),
         };
-        let (src, n, st, prefixes) = (
+        let (src, st, prefixes) = (
             self.source.clone(),
-            name.clone(),
             shared.ifaces.clone(),
             shared.prefixes.clone(),
         );
-        b = b.manager(ManagerSpec::new(&name, EndpointManager::wants, move || {
+        b = self.manager(b, "endpoints", EndpointManager::wants, move |n| {
             Box::new(
-                EndpointManager::new(&n, ipv, src.clone(), out.clone())
+                EndpointManager::new(n, ipv, src.clone(), out.clone())
                     .with_interfaces(&st, &prefixes),
             )
-        }));
-        let (src, n) = (self.source, masq_name.clone());
-        b.manager(ManagerSpec::new(
-            &masq_name,
-            MasqManager::wants,
-            move || {
-                Box::new(MasqManager::new(
-                    &n,
-                    ipv,
-                    src.clone(),
-                    tables.clone(),
-                    sets.clone(),
-                ))
-            },
-        ))
+        });
+        let src = self.source.clone();
+        self.manager(b, "masq", MasqManager::wants, move |n| {
+            Box::new(MasqManager::new(
+                n,
+                ipv,
+                src.clone(),
+                tables.clone(),
+                sets.clone(),
+            ))
+        })
     }
 }
 
