@@ -168,6 +168,23 @@ pub struct Quarantined {
 pub trait HoldsQuarantine {
     /// The chain's quarantine slot (`Some` while the kernel refuses its content).
     fn quarantine_mut(&mut self) -> &mut Option<Quarantined>;
+    /// True while the chain is quarantined.
+    fn is_quarantined(&self) -> bool;
+}
+
+/// The chains of a refused transaction that may be to blame: those it wrote (`written`: each
+/// chain the transaction touched, and whether it wrote content rather than deleting it) that
+/// are policy or profile chains and are not already quarantined.
+pub fn refused_candidates<'a, D: HoldsQuarantine>(
+    written: impl Iterator<Item = (&'a String, bool)>,
+    chains: &BTreeMap<String, D>,
+) -> Vec<String> {
+    written
+        .filter(|(n, wrote)| {
+            *wrote && is_quarantinable(n) && chains.get(*n).is_some_and(|d| !d.is_quarantined())
+        })
+        .map(|(n, _)| n.clone())
+        .collect()
 }
 
 /// Quarantines each refused chain `found` names (`(chain, kernel message)`, as

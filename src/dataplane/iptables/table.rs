@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::dataplane::generictables::attempts::{apply_with_retries, Attempt, RetriedTable};
 use crate::dataplane::generictables::quarantine::{
-    dry_run_verdict, find_rejected, is_quarantinable, quarantine_found, HoldsQuarantine,
+    dry_run_verdict, find_rejected, quarantine_found, refused_candidates, HoldsQuarantine,
     Quarantined, RejectedChain,
 };
 use crate::dataplane::generictables::{
@@ -141,6 +141,9 @@ struct Desired {
 impl HoldsQuarantine for Desired {
     fn quarantine_mut(&mut self) -> &mut Option<Quarantined> {
         &mut self.quarantine
+    }
+    fn is_quarantined(&self) -> bool {
+        self.quarantine.is_some()
     }
 }
 
@@ -674,16 +677,10 @@ impl RetriedTable for IptablesTable {
         let plan = self.plan(actual, full);
         if !plan.script.is_empty() {
             if let Err(e) = self.restore(&plan.script) {
-                self.refused = plan
-                    .updates
-                    .iter()
-                    .filter(|(n, r)| {
-                        r.is_some()
-                            && is_quarantinable(n)
-                            && self.chains.get(n).is_some_and(|d| d.quarantine.is_none())
-                    })
-                    .map(|(n, _)| n.clone())
-                    .collect();
+                self.refused = refused_candidates(
+                    plan.updates.iter().map(|(n, r)| (n, r.is_some())),
+                    &self.chains,
+                );
                 return Attempt::WriteFailed(e);
             }
         }

@@ -560,6 +560,21 @@ async fn wait_for(mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// The daemon's wiring for `cfg` over the scripted kernel `fake`, started.
+fn start_wired(
+    cfg: &Config,
+    fake: &Arc<ScriptedCommands>,
+) -> felix_actors::SupervisorHandle<Payload> {
+    let builder = SupervisorBuilder::new(
+        SupervisorConfig::default(),
+        crate::daemon::messages::state_key,
+    );
+    crate::dataplane::wiring::register(builder, cfg, fake.clone())
+        .unwrap()
+        .start()
+        .unwrap()
+}
+
 fn first_index(calls: &[CommandRequest], f: impl Fn(&CommandRequest) -> bool) -> Option<usize> {
     calls.iter().position(f)
 }
@@ -568,12 +583,7 @@ fn first_index(calls: &[CommandRequest], f: impl Fn(&CommandRequest) -> bool) ->
 async fn iptables_wiring_creates_sets_before_rules_and_routes_the_workload_only_after_in_sync() {
     let fake = ScriptedCommands::new(kernel_responder);
     let cfg = cfg_with(&[("Ipv6Support", "false")]);
-    let builder = SupervisorBuilder::new(
-        SupervisorConfig::default(),
-        crate::daemon::messages::state_key,
-    );
-    let builder = crate::dataplane::wiring::register(builder, &cfg, fake.clone()).unwrap();
-    let h = builder.start().unwrap();
+    let h = start_wired(&cfg, &fake);
     h.addr.do_send(UpdateBatch(messages()));
     actix_rt::time::sleep(Duration::from_millis(200)).await;
     assert!(fake.calls().is_empty(), "kernel touched before in-sync");
@@ -646,12 +656,7 @@ async fn iptables_wiring_creates_sets_before_rules_and_routes_the_workload_only_
 async fn nftables_wiring_programs_one_layered_transaction_with_sets() {
     let fake = ScriptedCommands::new(kernel_responder);
     let cfg = cfg_with(&[("NFTablesMode", "Enabled"), ("Ipv6Support", "true")]);
-    let builder = SupervisorBuilder::new(
-        SupervisorConfig::default(),
-        crate::daemon::messages::state_key,
-    );
-    let builder = crate::dataplane::wiring::register(builder, &cfg, fake.clone()).unwrap();
-    let h = builder.start().unwrap();
+    let h = start_wired(&cfg, &fake);
     h.addr.do_send(UpdateBatch(messages()));
     h.addr.do_send(InSync);
     let is_tx = |c: &CommandRequest| c.program == "nft" && c.args.join(" ").contains("-f");
@@ -926,12 +931,7 @@ async fn a_refused_kernel_operation_shows_the_tools_message_in_status() {
         }
     });
     let cfg = cfg_with(&[("NFTablesMode", "Enabled"), ("Ipv6Support", "false")]);
-    let builder = SupervisorBuilder::new(
-        SupervisorConfig::default(),
-        crate::daemon::messages::state_key,
-    );
-    let builder = crate::dataplane::wiring::register(builder, &cfg, fake.clone()).unwrap();
-    let h = builder.start().unwrap();
+    let h = start_wired(&cfg, &fake);
     h.addr.do_send(UpdateBatch(messages()));
     h.addr.do_send(InSync);
     let status = h.status.clone();

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::dataplane::generictables::attempts::{apply_with_retries, Attempt, RetriedTable};
 use crate::dataplane::generictables::quarantine::{
-    dry_run_verdict, find_rejected, is_quarantinable, quarantine_found, HoldsQuarantine,
+    dry_run_verdict, find_rejected, quarantine_found, refused_candidates, HoldsQuarantine,
     Quarantined, RejectedChain,
 };
 use crate::dataplane::generictables::{
@@ -222,6 +222,9 @@ struct DChain {
 impl HoldsQuarantine for DChain {
     fn quarantine_mut(&mut self) -> &mut Option<Quarantined> {
         &mut self.quarantine
+    }
+    fn is_quarantined(&self) -> bool {
+        self.quarantine.is_some()
     }
 }
 
@@ -858,17 +861,10 @@ impl RetriedTable for NftablesTable {
                 tracing::warn!(table = %self.desc(), "rebuilding nftables table after repeated failures");
             }
             if let Err(e) = self.run_script(&plan.script) {
-                self.refused = plan
-                    .updates
-                    .chains
-                    .iter()
-                    .filter(|(n, c)| {
-                        c.is_some()
-                            && is_quarantinable(n)
-                            && self.chains.get(n).is_some_and(|d| d.quarantine.is_none())
-                    })
-                    .map(|(n, _)| n.clone())
-                    .collect();
+                self.refused = refused_candidates(
+                    plan.updates.chains.iter().map(|(n, c)| (n, c.is_some())),
+                    &self.chains,
+                );
                 return Attempt::WriteFailed(e);
             }
         }
