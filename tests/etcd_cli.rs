@@ -27,6 +27,27 @@ fn felix(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `felix datastore --endpoints <url> apply -f <dir>`.
+fn apply(url: &str, dir: &Path) -> (i32, String, String) {
+    felix(&[
+        "datastore",
+        "--endpoints",
+        url,
+        "apply",
+        "-f",
+        dir.to_str().unwrap(),
+    ])
+}
+
+/// A fresh etcd, a directory filled by `write_resources` and the etcd's URL.
+fn etcd_with_resources() -> (EtcdTestServer, tempfile::TempDir, String) {
+    let etcd = EtcdTestServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_resources(dir.path());
+    let url = etcd.url();
+    (etcd, dir, url)
+}
+
 /// A directory with one resource of every kind of INTERFACES.md §2.
 fn write_resources(dir: &Path) {
     std::fs::create_dir_all(dir.join("policy")).unwrap();
@@ -144,18 +165,8 @@ fn synced_state(url: &str) -> BTreeMap<Key, Value> {
 
 #[test]
 fn apply_then_sync_gives_the_same_state_as_the_file_datastore() {
-    let etcd = EtcdTestServer::start().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    write_resources(dir.path());
-    let url = etcd.url();
-    let (code, out, err) = felix(&[
-        "datastore",
-        "--endpoints",
-        &url,
-        "apply",
-        "-f",
-        dir.path().to_str().unwrap(),
-    ]);
+    let (etcd, dir, url) = etcd_with_resources();
+    let (code, out, err) = apply(&url, dir.path());
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("15 created"), "{out}");
 
@@ -164,14 +175,7 @@ fn apply_then_sync_gives_the_same_state_as_the_file_datastore() {
     assert_eq!(synced_state(&url), expected.values);
 
     // Re-applying changes nothing.
-    let (code, out, _) = felix(&[
-        "datastore",
-        "--endpoints",
-        &url,
-        "apply",
-        "-f",
-        dir.path().to_str().unwrap(),
-    ]);
+    let (code, out, _) = apply(&url, dir.path());
     assert_eq!(code, 0);
     assert!(out.contains("15 unchanged"), "{out}");
 
@@ -216,18 +220,8 @@ fn apply_then_sync_gives_the_same_state_as_the_file_datastore() {
 
 #[test]
 fn get_output_round_trips_through_the_decoder() {
-    let etcd = EtcdTestServer::start().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    write_resources(dir.path());
-    let url = etcd.url();
-    let (code, _, err) = felix(&[
-        "datastore",
-        "--endpoints",
-        &url,
-        "apply",
-        "-f",
-        dir.path().to_str().unwrap(),
-    ]);
+    let (_etcd, dir, url) = etcd_with_resources();
+    let (code, _, err) = apply(&url, dir.path());
     assert_eq!(code, 0, "{err}");
 
     let out_dir = tempfile::tempdir().unwrap();
@@ -291,14 +285,7 @@ fn exit_codes() {
     )
     .unwrap();
     // Invalid input: exit 2, file/line/field named, nothing written.
-    let (code, _, err) = felix(&[
-        "datastore",
-        "--endpoints",
-        &url,
-        "apply",
-        "-f",
-        dir.path().to_str().unwrap(),
-    ]);
+    let (code, _, err) = apply(&url, dir.path());
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("bad.yaml:7") && err.contains("nets"), "{err}");
     assert!(etcd
@@ -310,14 +297,7 @@ fn exit_codes() {
 
     // Unparseable file: exit 2.
     std::fs::write(dir.path().join("bad.yaml"), "kind: [\n").unwrap();
-    let (code, _, _) = felix(&[
-        "datastore",
-        "--endpoints",
-        &url,
-        "apply",
-        "-f",
-        dir.path().to_str().unwrap(),
-    ]);
+    let (code, _, _) = apply(&url, dir.path());
     assert_eq!(code, 2);
 
     // Bad usage: unknown kind, bad URL, missing -f.

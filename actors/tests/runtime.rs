@@ -615,16 +615,8 @@ async fn no_driver_op_before_in_sync_and_first_apply_resyncs_every_driver() {
     world.kernel.lock().ipsets.insert(99, 1); // left by a previous incarnation
     let h = build(&world, fast_cfg(), FaultRegistry::new(), Default::default());
     for id in 0..5 {
-        h.addr.do_send(Update(Msg::Set {
-            kind: Kind::IpSet,
-            id,
-            val: id,
-        }));
-        h.addr.do_send(Update(Msg::Set {
-            kind: Kind::Route,
-            id,
-            val: 0,
-        }));
+        send_set(&h, Kind::IpSet, id, id);
+        send_set(&h, Kind::Route, id, 0);
     }
     actix_rt::time::sleep(Duration::from_millis(300)).await;
     let s = h.addr.send(GetStatus).await.unwrap();
@@ -665,25 +657,39 @@ fn fault(target: &str, op: &str, action: FaultAction, count: u32, delay_ms: u64)
     }
 }
 
+/// A registry with `f` armed.
+fn armed(f: Fault) -> FaultRegistry {
+    let faults = FaultRegistry::new();
+    faults.arm(f).unwrap();
+    faults
+}
+
+/// Sends `Update(Msg::Set { kind, id, val })`.
+fn send_set(h: &SupervisorHandle<Msg>, kind: Kind, id: u32, val: u32) {
+    h.addr.do_send(Update(Msg::Set { kind, id, val }));
+}
+
+/// Waits (up to 10 s) for the first fatal outcome and returns it.
+async fn first_fatal(fatal: &Mutex<Vec<Fatal>>) -> Fatal {
+    let start = clock::real_now();
+    while fatal.lock().is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no fatal outcome"
+        );
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+    fatal.lock()[0].clone()
+}
+
 #[actix_rt::test]
 async fn injected_error_keeps_work_dirty_and_converges_after_clear() {
     let world = World::default();
-    let faults = FaultRegistry::new();
-    faults
-        .arm(fault(IPSETS, "create", FaultAction::Error, 1_000_000, 0))
-        .unwrap();
+    let faults = armed(fault(IPSETS, "create", FaultAction::Error, 1_000_000, 0));
     let h = build(&world, fast_cfg(), faults.clone(), Default::default());
     world.push(Ev::InSyncSent);
-    h.addr.do_send(Update(Msg::Set {
-        kind: Kind::IpSet,
-        id: 1,
-        val: 1,
-    }));
-    h.addr.do_send(Update(Msg::Set {
-        kind: Kind::Policy,
-        id: 1,
-        val: 1,
-    }));
+    send_set(&h, Kind::IpSet, 1, 1);
+    send_set(&h, Kind::Policy, 1, 1);
     h.addr.do_send(InSync);
     let s = wait_for(&h, Duration::from_secs(10), |s| s.applies >= 3).await;
     assert!(s.last_apply.as_ref().is_some_and(|l| !l.ok));
@@ -722,16 +728,8 @@ async fn driver_panic_in_blocking_work_restarts_resyncs_and_converges_and_status
     assert_eq!(code, 200, "{armed}");
     assert!(armed.contains("\"panic\""));
     world.push(Ev::InSyncSent);
-    h.addr.do_send(Update(Msg::Set {
-        kind: Kind::IpSet,
-        id: 3,
-        val: 3,
-    }));
-    h.addr.do_send(Update(Msg::Set {
-        kind: Kind::Policy,
-        id: 1,
-        val: 3,
-    }));
+    send_set(&h, Kind::IpSet, 3, 3);
+    send_set(&h, Kind::Policy, 1, 3);
     h.addr.do_send(InSync);
     wait_for(&h, Duration::from_secs(10), converged).await;
     assert_eq!(world.kernel.lock().rules.get(&1), Some(&3));
@@ -773,11 +771,7 @@ async fn manager_panic_restarts_it_with_replayed_state() {
     world.push(Ev::InSyncSent);
     h.addr.do_send(InSync);
     for id in 0..4 {
-        h.addr.do_send(Update(Msg::Set {
-            kind: Kind::IpSet,
-            id,
-            val: 7,
-        }));
+        send_set(&h, Kind::IpSet, id, 7);
     }
     wait_for(&h, Duration::from_secs(10), converged).await;
     faults
@@ -789,11 +783,7 @@ async fn manager_panic_restarts_it_with_replayed_state() {
             0,
         ))
         .unwrap();
-    h.addr.do_send(Update(Msg::Set {
-        kind: Kind::IpSet,
-        id: 9,
-        val: 9,
-    }));
+    send_set(&h, Kind::IpSet, 9, 9);
     h.addr.do_send(Update(Msg::Remove {
         kind: Kind::IpSet,
         id: 0,
@@ -836,11 +826,7 @@ async fn restart_window_slides_on_the_injected_clock() {
             faults
                 .arm(fault(ROUTES, "*", FaultAction::Panic, 1, 0))
                 .unwrap();
-            h.addr.do_send(Update(Msg::Set {
-                kind: Kind::Route,
-                id,
-                val: 0,
-            }));
+            send_set(&h, Kind::Route, id, 0);
             let restarts = u64::from(id);
             let s = wait_for(&h, Duration::from_secs(10), |s| {
                 !fatal.lock().is_empty()
@@ -866,10 +852,7 @@ async fn restart_window_slides_on_the_injected_clock() {
 #[actix_rt::test]
 async fn repeated_panics_past_the_limit_are_fatal_with_a_clear_message() {
     let world = World::default();
-    let faults = FaultRegistry::new();
-    faults
-        .arm(fault(ROUTES, "*", FaultAction::Panic, 1_000, 0))
-        .unwrap();
+    let faults = armed(fault(ROUTES, "*", FaultAction::Panic, 1_000, 0));
     let fatal = Arc::new(Mutex::new(Vec::new()));
     let cfg = SupervisorConfig {
         max_restarts: 3,
@@ -877,21 +860,9 @@ async fn repeated_panics_past_the_limit_are_fatal_with_a_clear_message() {
     };
     let h = build(&world, cfg, faults, fatal.clone());
     world.push(Ev::InSyncSent);
-    h.addr.do_send(Update(Msg::Set {
-        kind: Kind::Route,
-        id: 1,
-        val: 0,
-    }));
+    send_set(&h, Kind::Route, 1, 0);
     h.addr.do_send(InSync);
-    let start = clock::real_now();
-    while fatal.lock().is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "no fatal outcome"
-        );
-        actix_rt::time::sleep(Duration::from_millis(10)).await;
-    }
-    let f = fatal.lock()[0].clone();
+    let f = first_fatal(&fatal).await;
     assert_eq!(f.kind, FatalKind::RestartLimit);
     assert!(
         f.message.contains(ROUTES) && f.message.contains("limit 3"),
@@ -912,10 +883,7 @@ async fn repeated_panics_past_the_limit_are_fatal_with_a_clear_message() {
 #[actix_rt::test]
 async fn persistent_tables_failure_fails_closed() {
     let world = World::default();
-    let faults = FaultRegistry::new();
-    faults
-        .arm(fault(TABLES, "restore", FaultAction::Error, 1_000, 0))
-        .unwrap();
+    let faults = armed(fault(TABLES, "restore", FaultAction::Error, 1_000, 0));
     let fatal = Arc::new(Mutex::new(Vec::new()));
     let cfg = SupervisorConfig {
         max_consecutive_table_failures: 4,
@@ -923,21 +891,9 @@ async fn persistent_tables_failure_fails_closed() {
     };
     let h = build(&world, cfg, faults, fatal.clone());
     world.push(Ev::InSyncSent);
-    h.addr.do_send(Update(Msg::Set {
-        kind: Kind::Policy,
-        id: 1,
-        val: NO_SET,
-    }));
+    send_set(&h, Kind::Policy, 1, NO_SET);
     h.addr.do_send(InSync);
-    let start = clock::real_now();
-    while fatal.lock().is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "no fatal outcome"
-        );
-        actix_rt::time::sleep(Duration::from_millis(10)).await;
-    }
-    let f = fatal.lock()[0].clone();
+    let f = first_fatal(&fatal).await;
     assert_eq!(f.kind, FatalKind::TablesFailing);
     assert!(f.message.contains("4 consecutive"), "{}", f.message);
     let s = h.addr.send(GetStatus).await.unwrap();
@@ -953,16 +909,8 @@ async fn route_work_overlaps_tables_and_is_joined_before_apply_returns() {
     };
     let h = build(&world, fast_cfg(), FaultRegistry::new(), Default::default());
     world.push(Ev::InSyncSent);
-    h.addr.do_send(Update(Msg::Set {
-        kind: Kind::Route,
-        id: 1,
-        val: 0,
-    }));
-    h.addr.do_send(Update(Msg::Set {
-        kind: Kind::Policy,
-        id: 1,
-        val: NO_SET,
-    }));
+    send_set(&h, Kind::Route, 1, 0);
+    send_set(&h, Kind::Policy, 1, NO_SET);
     h.addr.do_send(InSync);
     wait_for(&h, Duration::from_secs(20), converged).await;
     assert!(
@@ -981,10 +929,7 @@ async fn status_and_liveness_answer_within_100ms_while_a_driver_is_stalled() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("admin.sock");
     let world = World::default();
-    let faults = FaultRegistry::new();
-    faults
-        .arm(fault(TABLES, "restore", FaultAction::Delay, 1, 10_000))
-        .unwrap();
+    let faults = armed(fault(TABLES, "restore", FaultAction::Delay, 1, 10_000));
     let h = build(&world, fast_cfg(), faults, Default::default());
     let _admin = start_admin_server(&sock, &h.admin_context()).unwrap();
     let health_cfg = HealthConfig {
@@ -997,11 +942,7 @@ async fn status_and_liveness_answer_within_100ms_while_a_driver_is_stalled() {
         .unwrap();
     let stalled = Arc::new(AtomicU64::new(0));
     world.push(Ev::InSyncSent);
-    h.addr.do_send(Update(Msg::Set {
-        kind: Kind::Policy,
-        id: 1,
-        val: NO_SET,
-    }));
+    send_set(&h, Kind::Policy, 1, NO_SET);
     h.addr.do_send(InSync);
     // Wait until the tables step has begun (the driver is now sleeping in the seam).
     let start = clock::real_now();

@@ -65,6 +65,60 @@ fn wep_default(ips: &[&str], policies: &[&str]) -> WepExp {
     WepExp::new(&["prof-1"], ips, tiers)
 }
 
+const EP1_IPS: &[&str] = &["10.0.0.1/32", "10.0.0.2/32"];
+
+/// `prof-1` then `ep1`: the base most single-endpoint states start from.
+fn ep1_base(name: &str) -> State {
+    State::new(name).yaml(&prof1()).yaml(&ep1().yaml())
+}
+
+/// `ep1_base` plus one policy.
+fn ep1_with(name: &str, pol: &Pol) -> State {
+    ep1_base(name).yaml(&pol.yaml())
+}
+
+/// `ep1` with `pols` in the default tier, ingress only.
+fn ep1_ingress(pols: &[&str]) -> WepExp {
+    WepExp::new(
+        &["prof-1"],
+        EP1_IPS,
+        vec![TierExp::new("default", "", pols, &[])],
+    )
+}
+
+/// `prof-1` and `ep1`, with `pols` active and applied to `ep1` (ingress).
+fn ep1_expect(pols: &[&str]) -> Expect {
+    Expect::new()
+        .profiles(&["prof-1"])
+        .policies(pols)
+        .wep(&ep1().id(), ep1_ingress(pols))
+}
+
+/// `prof-1` and `ep1`, no policies.
+fn ep1_no_policy() -> Expect {
+    Expect::new()
+        .profiles(&["prof-1"])
+        .wep(&ep1().id(), wep_default(EP1_IPS, &[]))
+}
+
+/// `ep1` with policy `pol` (named `pol_name`) whose rule selects
+/// `has(<label>)`; one network set per `sets` entry, labelled
+/// `<label>: "1"`; that selector's set expected to hold `members`.
+fn netsets_state(
+    name: &str,
+    pol: &Pol,
+    pol_name: &str,
+    label: &str,
+    sets: &[(&str, &[&str])],
+    members: &[&str],
+) -> State {
+    let mut s = ep1_with(name, pol);
+    for (n, nets) in sets {
+        s = s.yaml(&yaml::netset(None, n, &[(label, "1")], nets));
+    }
+    s.expect(ep1_expect(&[pol_name]).sel_set(&format!("has({label})"), members))
+}
+
 fn eps_state(name: &str, eps: &[Wep], remote: bool) -> State {
     let mut s = State::new(name).yaml(&prof1()).yaml(&pol1().yaml());
     for e in eps {
@@ -328,10 +382,7 @@ fn case_profile_list_change() -> Test {
         .yaml(&prof1())
         .yaml(&prof2)
         .yaml(&ep1().yaml())
-        .expect(Expect::new().profiles(&["prof-1"]).wep(
-            &ep1().id(),
-            wep_default(&["10.0.0.1/32", "10.0.0.2/32"], &[]),
-        ));
+        .expect(ep1_no_policy());
     Test::new("endpoint profile list change", vec![both, one])
 }
 
@@ -346,8 +397,21 @@ fn order_ep() -> Wep {
         .profiles(&["prof-1"])
 }
 
+/// `prof-1` then `order_ep`.
+fn ord_base(name: &str) -> State {
+    State::new(name).yaml(&prof1()).yaml(&order_ep().yaml())
+}
+
+/// `prof-1` and `order_ep` with `pols` active and `tiers` applied to it.
+fn ord_expect(pols: &[&str], tiers: Vec<TierExp>) -> Expect {
+    Expect::new().profiles(&["prof-1"]).policies(pols).wep(
+        &order_ep().id(),
+        WepExp::new(&["prof-1"], &["10.0.5.1/32"], tiers),
+    )
+}
+
 fn ordered_state(name: &str, pols: &[(&str, Option<f64>)], expected: &[&str]) -> State {
-    let mut s = State::new(name).yaml(&prof1()).yaml(&order_ep().yaml());
+    let mut s = ord_base(name);
     for (p, o) in pols {
         let mut pol = Pol::global(p)
             .selector("app == 'ord'")
@@ -358,19 +422,10 @@ fn ordered_state(name: &str, pols: &[(&str, Option<f64>)], expected: &[&str]) ->
         }
         s = s.yaml(&pol.yaml());
     }
-    s.expect(
-        Expect::new()
-            .profiles(&["prof-1"])
-            .policies(&pols.iter().map(|(p, _)| *p).collect::<Vec<_>>())
-            .wep(
-                &order_ep().id(),
-                WepExp::new(
-                    &["prof-1"],
-                    &["10.0.5.1/32"],
-                    vec![TierExp::both("default", "", expected)],
-                ),
-            ),
-    )
+    s.expect(ord_expect(
+        &pols.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        vec![TierExp::both("default", "", expected)],
+    ))
 }
 
 fn case_policy_order() -> Test {
@@ -423,7 +478,7 @@ type TierSpec<'a> = (
 
 /// tiers: (name, resource (order, default action) or absent, policies).
 fn tiered_state(name: &str, tiers: &[TierSpec], expected: Vec<TierExp>) -> State {
-    let mut s = State::new(name).yaml(&prof1()).yaml(&order_ep().yaml());
+    let mut s = ord_base(name);
     let mut names = Vec::new();
     for (t, res, pols) in tiers {
         if let Some((order, action)) = res {
@@ -435,11 +490,7 @@ fn tiered_state(name: &str, tiers: &[TierSpec], expected: Vec<TierExp>) -> State
         }
     }
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    let e = Expect::new().profiles(&["prof-1"]).policies(&names).wep(
-        &order_ep().id(),
-        WepExp::new(&["prof-1"], &["10.0.5.1/32"], expected),
-    );
-    s.expect(e)
+    s.expect(ord_expect(&names, expected))
 }
 
 fn case_tier_order() -> Test {
@@ -505,9 +556,7 @@ fn case_tier_order() -> Test {
 
 fn case_policy_moves_tier() -> Test {
     let in_tier = |tier: &str| {
-        let mut s = State::new(&format!("in {tier}"))
-            .yaml(&prof1())
-            .yaml(&order_ep().yaml())
+        let mut s = ord_base(&format!("in {tier}"))
             .yaml(&yaml::tier("t1", Some(10.0), None))
             .yaml(&yaml::tier("t2", Some(20.0), None));
         s = s.yaml(
@@ -517,19 +566,10 @@ fn case_policy_moves_tier() -> Test {
                 .ingress("{action: Allow}")
                 .yaml(),
         );
-        s.expect(
-            Expect::new()
-                .profiles(&["prof-1"])
-                .policies(&["mover"])
-                .wep(
-                    &order_ep().id(),
-                    WepExp::new(
-                        &["prof-1"],
-                        &["10.0.5.1/32"],
-                        vec![TierExp::new(tier, "Deny", &["mover"], &[])],
-                    ),
-                ),
-        )
+        s.expect(ord_expect(
+            &["mover"],
+            vec![TierExp::new(tier, "Deny", &["mover"], &[])],
+        ))
     };
     Test::new(
         "policy moves between tiers",
@@ -544,23 +584,10 @@ fn case_policy_types() -> Test {
             .types(types)
             .ingress("{action: Allow}")
             .egress("{action: Allow}");
-        State::new(name)
-            .yaml(&prof1())
-            .yaml(&order_ep().yaml())
-            .yaml(&p.yaml())
-            .expect(
-                Expect::new()
-                    .profiles(&["prof-1"])
-                    .policies(&["typed"])
-                    .wep(
-                        &order_ep().id(),
-                        WepExp::new(
-                            &["prof-1"],
-                            &["10.0.5.1/32"],
-                            vec![TierExp::new("default", "", ing, eg)],
-                        ),
-                    ),
-            )
+        ord_base(name).yaml(&p.yaml()).expect(ord_expect(
+            &["typed"],
+            vec![TierExp::new("default", "", ing, eg)],
+        ))
     };
     Test::new(
         "ingress / egress policy types",
@@ -788,10 +815,7 @@ fn netset_state(
     let pol = Pol::global("ns-pol")
         .selector("id == 'ep1'")
         .ingress("{action: Allow, source: {selector: \"netset == 'a'\"}}");
-    let mut s = State::new(name)
-        .yaml(&prof1())
-        .yaml(&ep1().yaml())
-        .yaml(&pol.yaml());
+    let mut s = ep1_with(name, &pol);
     if let Some(nets) = nets {
         s = s.yaml(&yaml::netset(None, "netset-1", &[("netset", "a")], nets));
     }
@@ -804,20 +828,7 @@ fn netset_state(
                 .yaml(),
         );
     }
-    s.expect(
-        Expect::new()
-            .profiles(&["prof-1"])
-            .policies(&["ns-pol"])
-            .wep(
-                &ep1().id(),
-                WepExp::new(
-                    &["prof-1"],
-                    &["10.0.0.1/32", "10.0.0.2/32"],
-                    vec![TierExp::new("default", "", &["ns-pol"], &[])],
-                ),
-            )
-            .sel_set("netset == 'a'", members),
-    )
+    s.expect(ep1_expect(&["ns-pol"]).sel_set("netset == 'a'", members))
 }
 
 fn case_network_sets() -> Test {
@@ -871,27 +882,7 @@ fn case_netset_overlaps() -> Test {
         .selector("id == 'ep1'")
         .ingress("{action: Allow, source: {selector: \"has(ov)\"}}");
     let mk = |name: &str, sets: &[(&str, &[&str])], members: &[&str]| {
-        let mut s = State::new(name)
-            .yaml(&prof1())
-            .yaml(&ep1().yaml())
-            .yaml(&pol.yaml());
-        for (n, nets) in sets {
-            s = s.yaml(&yaml::netset(None, n, &[("ov", "1")], nets));
-        }
-        s.expect(
-            Expect::new()
-                .profiles(&["prof-1"])
-                .policies(&["ov-pol"])
-                .wep(
-                    &ep1().id(),
-                    WepExp::new(
-                        &["prof-1"],
-                        &["10.0.0.1/32", "10.0.0.2/32"],
-                        vec![TierExp::new("default", "", &["ov-pol"], &[])],
-                    ),
-                )
-                .sel_set("has(ov)", members),
-        )
+        netsets_state(name, &pol, "ov-pol", "ov", sets, members)
     };
     Test::new(
         "overlapping and nested network-set CIDRs",
@@ -969,10 +960,7 @@ fn case_namespaced_netset() -> Test {
         .ingress("{action: Allow, source: {namespaceSelector: \"env == 'prod'\", selector: \"kind == 'ext'\"}}");
     let sel = rule_selector(&pol.yaml(), true, 0, true);
     let mk = |name: &str, env: &str, members: &[&str]| {
-        State::new(name)
-            .yaml(&prof1())
-            .yaml(&ep1().yaml())
-            .yaml(&pol.yaml())
+        ep1_with(name, &pol)
             .yaml(&yaml::namespace("ns1", &[("env", env)]))
             .yaml(&yaml::netset(
                 Some("ns1"),
@@ -981,18 +969,8 @@ fn case_namespaced_netset() -> Test {
                 &["172.16.0.0/12"],
             ))
             .expect(
-                Expect::new()
-                    .profiles(&["prof-1"])
-                    .policies(&["nsel"])
+                ep1_expect(&["nsel"])
                     .namespace("ns1", &[("env", env), ("projectcalico.org/name", "ns1")])
-                    .wep(
-                        &ep1().id(),
-                        WepExp::new(
-                            &["prof-1"],
-                            &["10.0.0.1/32", "10.0.0.2/32"],
-                            vec![TierExp::new("default", "", &["nsel"], &[])],
-                        ),
-                    )
                     .sel_set(&sel, members),
             )
     };
@@ -1255,10 +1233,7 @@ fn case_rule_conversion() -> Test {
     let svc = felix::calc::ids::make_unique_id("svc", "kube-system/kube-dns");
     let and_not = "(has(a)) && (!(has(b)))";
     let sa_sel = rule_selector(&p.yaml(), true, 5, true);
-    let s = State::new("every rule field")
-        .yaml(&prof1())
-        .yaml(&ep1().yaml())
-        .yaml(&p.yaml())
+    let s = ep1_with("every rule field", &p)
         .expect(
             Expect::new()
                 .profiles(&["prof-1"])
@@ -1314,43 +1289,13 @@ fn case_rule_ids_stable() -> Test {
             .ingress("{action: Deny}")
             .yaml()
     };
-    let s = State::new("two policies, same rules")
-        .yaml(&prof1())
-        .yaml(&ep1().yaml())
+    let s = ep1_base("two policies, same rules")
         .yaml(&mk("r1"))
         .yaml(&mk("r2"))
-        .expect(
-            Expect::new()
-                .profiles(&["prof-1"])
-                .policies(&["r1", "r2"])
-                .sel_set("has(x)", &[])
-                .wep(
-                    &ep1().id(),
-                    WepExp::new(
-                        &["prof-1"],
-                        &["10.0.0.1/32", "10.0.0.2/32"],
-                        vec![TierExp::new("default", "", &["r1", "r2"], &[])],
-                    ),
-                ),
-        );
-    let one = State::new("one policy left")
-        .yaml(&prof1())
-        .yaml(&ep1().yaml())
+        .expect(ep1_expect(&["r1", "r2"]).sel_set("has(x)", &[]));
+    let one = ep1_base("one policy left")
         .yaml(&mk("r2"))
-        .expect(
-            Expect::new()
-                .profiles(&["prof-1"])
-                .policies(&["r2"])
-                .sel_set("has(x)", &[])
-                .wep(
-                    &ep1().id(),
-                    WepExp::new(
-                        &["prof-1"],
-                        &["10.0.0.1/32", "10.0.0.2/32"],
-                        vec![TierExp::new("default", "", &["r2"], &[])],
-                    ),
-                ),
-        );
+        .expect(ep1_expect(&["r2"]).sel_set("has(x)", &[]));
     Test::new("IP set shared by two policies, one deleted", vec![s, one])
 }
 
@@ -1379,15 +1324,12 @@ fn case_validation() -> Test {
         ..Default::default()
     }));
     let mismatched = Value::Tier(Arc::new(Tier::default()));
-    let base = || State::new("x").yaml(&prof1()).yaml(&ep1().yaml());
+    let base = || ep1_base("x");
     let no_policy = |name: &str, v: Value| {
         base()
             .kv(key.clone(), v)
             .named(name)
-            .expect(Expect::new().profiles(&["prof-1"]).wep(
-                &ep1().id(),
-                wep_default(&["10.0.0.1/32", "10.0.0.2/32"], &[]),
-            ))
+            .expect(ep1_no_policy())
     };
     let prof_mismatch = State::new("profile key with a tier value")
         .yaml(&ep1().yaml())
@@ -1408,19 +1350,14 @@ fn case_validation() -> Test {
                     wep_default(&["10.0.0.1/32", "10.0.0.2/32"], &[]),
                 ),
         );
-    let invalid_resource = State::new("invalid v3 resource is absent")
-        .yaml(&prof1())
-        .yaml(&ep1().yaml())
+    let invalid_resource = ep1_base("invalid v3 resource is absent")
         .invalid_yaml(
             &Pol::global("bad")
                 .selector("id == 'ep1'")
                 .ingress("{action: Allow, source: {nets: [\"10.0.0.300/8\"]}}")
                 .yaml(),
         )
-        .expect(Expect::new().profiles(&["prof-1"]).wep(
-            &ep1().id(),
-            wep_default(&["10.0.0.1/32", "10.0.0.2/32"], &[]),
-        ));
+        .expect(ep1_no_policy());
     Test::new(
         "validation filter: invalid values treated as absent",
         vec![
@@ -1636,37 +1573,22 @@ fn case_policy_rule_change() -> Test {
         let p = Pol::global("chg").selector("id == 'ep1'").ingress(&format!(
             "{{action: Allow, source: {{selector: \"{sel}\"}}}}"
         ));
-        State::new(name)
-            .yaml(&prof1())
-            .yaml(&ep1().yaml())
-            .yaml(&ep2().yaml())
-            .yaml(&p.yaml())
-            .expect(
-                Expect::new()
-                    .profiles(&["prof-1"])
-                    .policies(&["chg"])
-                    .wep(
-                        &ep1().id(),
-                        WepExp::new(
-                            &["prof-1"],
-                            &["10.0.0.1/32", "10.0.0.2/32"],
-                            vec![TierExp::new("default", "", &["chg"], &[])],
-                        ),
-                    )
-                    .wep(
-                        &ep2().id(),
-                        wep_default(&["10.0.0.2/32", "10.0.0.3/32"], &[]),
-                    )
-                    .sel_set(
-                        sel,
-                        if sel.contains("ep2") {
-                            &["10.0.0.2/32", "10.0.0.3/32"]
-                        } else {
-                            &["10.0.0.1/32", "10.0.0.2/32"]
-                        },
-                    )
-                    .policy_rules("chg", vec![json!({"srcIpSetIds": [sid(sel)]})], vec![]),
-            )
+        ep1_base(name).yaml(&ep2().yaml()).yaml(&p.yaml()).expect(
+            ep1_expect(&["chg"])
+                .wep(
+                    &ep2().id(),
+                    wep_default(&["10.0.0.2/32", "10.0.0.3/32"], &[]),
+                )
+                .sel_set(
+                    sel,
+                    if sel.contains("ep2") {
+                        &["10.0.0.2/32", "10.0.0.3/32"]
+                    } else {
+                        &["10.0.0.1/32", "10.0.0.2/32"]
+                    },
+                )
+                .policy_rules("chg", vec![json!({"srcIpSetIds": [sid(sel)]})], vec![]),
+        )
     };
     Test::new(
         "policy rule selector changes under an active policy",
@@ -1720,27 +1642,7 @@ fn case_zero_prefix_overlap() -> Test {
         .selector("id == 'ep1'")
         .ingress("{action: Allow, source: {selector: \"has(z)\"}}");
     let mk = |name: &str, sets: &[(&str, &[&str])], members: &[&str]| {
-        let mut s = State::new(name)
-            .yaml(&prof1())
-            .yaml(&ep1().yaml())
-            .yaml(&pol.yaml());
-        for (n, nets) in sets {
-            s = s.yaml(&yaml::netset(None, n, &[("z", "1")], nets));
-        }
-        s.expect(
-            Expect::new()
-                .profiles(&["prof-1"])
-                .policies(&["zero-pol"])
-                .wep(
-                    &ep1().id(),
-                    WepExp::new(
-                        &["prof-1"],
-                        &["10.0.0.1/32", "10.0.0.2/32"],
-                        vec![TierExp::new("default", "", &["zero-pol"], &[])],
-                    ),
-                )
-                .sel_set("has(z)", members),
-        )
+        netsets_state(name, &pol, "zero-pol", "z", sets, members)
     };
     let zero: &[&str] = &["0.0.0.0/0"];
     let half: &[&str] = &["0.0.0.0/1"];
@@ -1764,25 +1666,7 @@ fn case_duplicate_ip_in_endpoint() -> Test {
         .selector("id == 'ep1'")
         .ingress("{action: Allow, source: {selector: \"has(di)\"}}");
     let mk = |name: &str, nets: &[&str], members: &[&str]| {
-        State::new(name)
-            .yaml(&prof1())
-            .yaml(&ep1().yaml())
-            .yaml(&pol.yaml())
-            .yaml(&yaml::netset(None, "di", &[("di", "1")], nets))
-            .expect(
-                Expect::new()
-                    .profiles(&["prof-1"])
-                    .policies(&["di-pol"])
-                    .wep(
-                        &ep1().id(),
-                        WepExp::new(
-                            &["prof-1"],
-                            &["10.0.0.1/32", "10.0.0.2/32"],
-                            vec![TierExp::new("default", "", &["di-pol"], &[])],
-                        ),
-                    )
-                    .sel_set("has(di)", members),
-            )
+        netsets_state(name, &pol, "di-pol", "di", &[("di", nets)], members)
     };
     Test::new(
         "the same CIDR twice in one network set",
