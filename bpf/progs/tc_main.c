@@ -99,17 +99,23 @@ int cali_tc_main(struct __sk_buff *skb)
 	return TC_ACT_SHOT;
 }
 
+enum fwd_verdict {
+	FWD_HOST,    // not a workload of ours: the host stack routes it
+	FWD_REFUSED, // a workload that is not READY (the attach gap)
+	FWD_DIRECT,  // a READY workload: forward straight to its device
+};
+
 // Whether a forward to ifindex may go straight there. A workload interface
-// that is not READY for this IP version is refused (the attach gap).
-static __always_inline int fwd_approved(__u32 ifindex, int v6)
+// that is not READY for this IP version is refused.
+static __always_inline enum fwd_verdict fwd_approve(__u32 ifindex, int v6)
 {
 	struct ifstate_val *st = bpf_map_lookup_elem(&cali_iface, &ifindex);
 
-	if (!st)
-		return 0; // not ours: the host stack decides
-	if (!(st->flags & IFACE_STATE_WEP))
-		return 0;
-	return (st->flags & (v6 ? IFACE_STATE_V6_READY : IFACE_STATE_V4_READY)) != 0;
+	if (!st || !(st->flags & IFACE_STATE_WEP))
+		return FWD_HOST;
+	if (st->flags & (v6 ? IFACE_STATE_V6_READY : IFACE_STATE_V4_READY))
+		return FWD_DIRECT;
+	return FWD_REFUSED;
 }
 
 SEC("tc")
@@ -157,11 +163,16 @@ int cali_tc_accepted(struct __sk_buff *skb)
 	CALI_LOG("fib rc %d out ifindex %d", rc, fib.ifindex);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return TC_ACT_OK;
-	if (!fwd_approved(fib.ifindex, v6)) {
+	switch (fwd_approve(fib.ifindex, v6)) {
+	case FWD_HOST:
+		return TC_ACT_OK;
+	case FWD_REFUSED:
 		// Refused: the host stack (and its attach-gap rules) decides.
 		CALI_LOG("forward to ifindex %d refused", fib.ifindex);
 		skb->mark |= CALI_SKB_MARK_SKIP_FIB;
 		return TC_ACT_OK;
+	case FWD_DIRECT:
+		break;
 	}
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return TC_ACT_OK;

@@ -424,6 +424,11 @@ impl BpfDataplane {
         &self.ops
     }
 
+    /// The options this loader was started with.
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
     /// The `cali_iface` map.
     pub fn iface_map(&self) -> &IfaceMap {
         &self.iface

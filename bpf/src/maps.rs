@@ -334,7 +334,12 @@ pub fn is_bpffs(path: &Path) -> bool {
 }
 
 /// Mounts a bpffs at `mountpoint` (normally `/sys/fs/bpf`) unless one is mounted there.
+///
+/// Serialised within the process: two racing mounts would stack, and pins made under the
+/// first would vanish under the second.
 pub fn ensure_bpffs(ops: &BpfOps, mountpoint: &Path) -> Result<(), BpfError> {
+    static MOUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = MOUNTING.lock().unwrap_or_else(|e| e.into_inner());
     if is_bpffs(mountpoint) {
         return Ok(());
     }
