@@ -4,7 +4,7 @@
 
 use std::str::FromStr;
 
-use crate::ops::{op, BpfOps};
+use crate::ops::{op, BpfError, BpfOps};
 
 /// Upstream's `BPFAttachType` (values `TC`, `TCX`, `Netkit`; default `Netkit`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -127,6 +127,42 @@ impl FeatureProbe for KernelProbe {
             netkit: self.query(libbpf_rs::libbpf_sys::BPF_NETKIT_PRIMARY),
         }
     }
+}
+
+/// The ids of the programs attached through TCX at `hook` of `ifindex` (felix's or anyone's),
+/// in the order they run.
+pub fn query_tcx(ops: &BpfOps, ifindex: u32, hook: crate::Hook) -> Result<Vec<u32>, BpfError> {
+    let attach = match hook {
+        crate::Hook::Ingress => libbpf_rs::libbpf_sys::BPF_TCX_INGRESS,
+        crate::Hook::Egress => libbpf_rs::libbpf_sys::BPF_TCX_EGRESS,
+    };
+    let fd = i32::try_from(ifindex)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e));
+    ops.run(
+        op::PROBE,
+        format!("tcx programs of ifindex {ifindex} {hook:?}"),
+        || {
+            let fd = fd?;
+            let mut ids = [0u32; 64];
+            let mut opts = libbpf_rs::libbpf_sys::bpf_prog_query_opts {
+                sz: size_of::<libbpf_rs::libbpf_sys::bpf_prog_query_opts>() as _,
+                prog_ids: ids.as_mut_ptr(),
+                __bindgen_anon_1: libbpf_rs::libbpf_sys::bpf_prog_query_opts__bindgen_ty_1 {
+                    count: ids.len() as u32,
+                },
+                ..Default::default()
+            };
+            // SAFETY: `opts` is a correctly sized options struct whose `prog_ids` points at
+            // `ids`, which holds `count` entries and outlives the call.
+            let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_query_opts(fd, attach, &mut opts) };
+            if rc != 0 {
+                return Err(std::io::Error::from_raw_os_error(-rc));
+            }
+            // SAFETY: both members of the union are a `u32` count; the kernel wrote it.
+            let n = (unsafe { opts.__bindgen_anon_1.count } as usize).min(ids.len());
+            Ok(ids[..n].to_vec())
+        },
+    )
 }
 
 /// The mechanism of one attach point: netkit only for a netkit workload device with

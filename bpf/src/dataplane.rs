@@ -349,6 +349,7 @@ impl BpfDataplane {
     /// Start of day: mounts the bpffs if needed, removes old map versions, opens (or creates)
     /// `cali_iface` and rebuilds the hook records and slot allocators from the pins.
     pub fn start(ops: BpfOps, opts: Options) -> Result<Self, BpfError> {
+        route_libbpf_logs();
         ensure_bpffs(&ops, &opts.bpffs)?;
         ops.run(op::MOUNT, opts.root.display(), || {
             std::fs::create_dir_all(&opts.root)
@@ -556,6 +557,11 @@ impl BpfDataplane {
         })
     }
 
+    /// The per-endpoint slots of `(mech, hook)` in use (slot 0: the match-all log filter).
+    pub fn slots_in_use(&mut self, mech: Mechanism, hook: Hook) -> Result<Vec<u32>, BpfError> {
+        Ok(self.set(mech, hook)?.slots.used().collect())
+    }
+
     /// Loads a preamble for `(mech, hook)` with `globals`, not attached.
     pub fn load_preamble(
         &mut self,
@@ -599,15 +605,33 @@ impl BpfDataplane {
     /// Programs one hook: generic programs, the endpoint's policy in its slot, and the
     /// preamble (re-loaded and re-attached only if its globals differ or it is not attached).
     pub fn apply(&mut self, ap: &AttachPoint) -> Result<AttachOutcome, BpfError> {
-        let key = (ap.ifindex, ap.hook);
         self.ensure_generic(ap.mechanism, ap.hook)?;
-        let old = self.hooks.get(&key).copied();
-        let slot = match old {
-            Some(r) if r.mechanism == ap.mechanism && r.globals.policy_slot != SLOT_NONE => {
-                r.globals.policy_slot
-            }
-            _ => self.alloc_slot(ap.mechanism, ap.hook)?,
+        let old = self.hooks.get(&(ap.ifindex, ap.hook)).copied();
+        let kept = old.and_then(|r| {
+            (r.mechanism == ap.mechanism && r.globals.policy_slot != SLOT_NONE)
+                .then_some(r.globals.policy_slot)
+        });
+        let slot = match kept {
+            Some(slot) => slot,
+            None => self.alloc_slot(ap.mechanism, ap.hook)?,
         };
+        let result = self.apply_with_slot(ap, old, slot);
+        if result.is_err() && kept.is_none() {
+            // A slot allocated for an attempt that failed goes back to the pool.
+            if let Some(set) = self.sets.get_mut(&(ap.mechanism, ap.hook)) {
+                set.slots.free(slot);
+            }
+        }
+        result
+    }
+
+    fn apply_with_slot(
+        &mut self,
+        ap: &AttachPoint,
+        old: Option<HookRecord>,
+        slot: u32,
+    ) -> Result<AttachOutcome, BpfError> {
+        let key = (ap.ifindex, ap.hook);
         self.set_policy(ap.mechanism, ap.hook, slot, ap.policy)?;
         let globals = self.globals_for(ap, slot);
         if let Some(r) = old {
@@ -870,6 +894,19 @@ impl BpfDataplane {
     }
 }
 
+/// Sends libbpf's own messages to `tracing` at debug level: the failures they explain
+/// reach the caller as [`BpfError`]s, and some are expected (a query of a device without a
+/// clsact qdisc).
+fn route_libbpf_logs() {
+    fn forward(level: libbpf_rs::PrintLevel, msg: String) {
+        tracing::debug!(target: "libbpf", ?level, "{}", msg.trim_end());
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, forward)));
+    });
+}
+
 fn tc_hook(fd: BorrowedFd<'_>, ifindex: u32, hook: Hook) -> libbpf_rs::TcHook {
     let mut b = TcHookBuilder::new(fd);
     b.ifindex(ifindex as i32)
@@ -894,6 +931,62 @@ mod tests {
         assert_eq!(parse_hook_dir(name), Some((42, Hook::Egress)));
         assert_eq!(parse_hook_dir("if42"), None);
         assert_eq!(parse_hook_dir("ifx_ing"), None);
+    }
+
+    #[test]
+    fn a_jump_map_refuses_a_program_of_another_expected_attach_type() {
+        felix_netns::require!(netns["ip"]);
+        let root = PathBuf::from(format!("/sys/fs/bpf/felix-unit-{}", std::process::id()));
+        let opts = Options {
+            root: root.clone(),
+            ..Options::default()
+        };
+        let mut dp = BpfDataplane::start(BpfOps::default(), opts).expect("start");
+        let ops = dp.ops().clone();
+        let mut refused = Vec::new();
+        for (loaded_for, map_of) in [
+            (
+                (Mechanism::Tcx, Hook::Ingress),
+                (Mechanism::Tc, Hook::Ingress),
+            ),
+            (
+                (Mechanism::Tcx, Hook::Ingress),
+                (Mechanism::Tcx, Hook::Egress),
+            ),
+            (
+                (Mechanism::Tc, Hook::Egress),
+                (Mechanism::Tcx, Hook::Egress),
+            ),
+        ] {
+            // The kernel fixes a prog_array's owner (program type and expected attach type)
+            // with the first program that uses it; an empty, unowned map takes anything.
+            dp.ensure_generic(map_of.0, map_of.1).expect("owner");
+            dp.set(loaded_for.0, loaded_for.1).expect("maps");
+            let own = &dp.sets[&loaded_for];
+            let (p, j) = (own.progs.map().fd(), own.jump.map().fd());
+            let obj = load_object(
+                &ops,
+                objects::POLICY,
+                "cali_pol",
+                loaded_for,
+                &[("cali_progs", p), ("cali_jump", j)],
+                None,
+            )
+            .expect("load");
+            let prog = find_prog(&obj, "cali_pol_allow").expect("prog");
+            let err = dp.sets[&map_of]
+                .jump
+                .set(&ops, 5, prog.as_fd())
+                .expect_err("kernel refuses mixing attach types");
+            refused.push(err.raw_os_error());
+            // Its own set takes it.
+            dp.sets[&loaded_for]
+                .jump
+                .set(&ops, 5, prog.as_fd())
+                .expect("same type");
+        }
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(refused, vec![Some(libc::EINVAL); 3]);
     }
 
     #[test]

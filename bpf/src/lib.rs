@@ -18,7 +18,7 @@ pub mod layout;
 pub mod maps;
 pub mod ops;
 
-pub use attach::{BpfAttachType, DeviceKind, KernelProbe, KernelSupport, Mechanism};
+pub use attach::{BpfAttachType, DeviceKind, FeatureProbe, KernelProbe, KernelSupport, Mechanism};
 pub use dataplane::{
     AttachOutcome, AttachPoint, BpfDataplane, EndpointKind, HookRecord, Options, PolicyKind,
     Preamble, SkbCtx, TestRun,
