@@ -936,7 +936,14 @@ mod tests {
     #[test]
     fn a_jump_map_refuses_a_program_of_another_expected_attach_type() {
         felix_netns::require!(netns["ip"]);
+        struct Cleanup(PathBuf);
+        impl Drop for Cleanup {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
         let root = PathBuf::from(format!("/sys/fs/bpf/felix-unit-{}", std::process::id()));
+        let _cleanup = Cleanup(root.clone());
         let opts = Options {
             root: root.clone(),
             ..Options::default()
@@ -985,8 +992,29 @@ mod tests {
                 .set(&ops, 5, prog.as_fd())
                 .expect("same type");
         }
-        let _ = std::fs::remove_dir_all(&root);
         assert_eq!(refused, vec![Some(libc::EINVAL); 3]);
+    }
+
+    #[test]
+    fn every_map_an_object_would_create_is_named_cali() {
+        for (bytes, name) in [
+            (objects::TC_PREAMBLE, "cali_pre"),
+            (objects::TC_MAIN, "cali_main"),
+            (objects::TC_MAIN_DEBUG, "cali_main"),
+            (objects::POLICY, "cali_pol"),
+            (objects::POLICY_DEBUG, "cali_pol"),
+        ] {
+            let mut builder = ObjectBuilder::default();
+            builder.name(name).expect("name");
+            let open = builder.open_memory(bytes).expect("objects parse");
+            for m in open.maps() {
+                let n = m.name().to_string_lossy().into_owned();
+                assert!(n.starts_with("cali_"), "{name}: map {n}");
+            }
+            assert!(open
+                .progs()
+                .all(|p| p.name().to_string_lossy().starts_with("cali_")));
+        }
     }
 
     #[test]

@@ -216,6 +216,7 @@ fn moving_a_device_between_tcx_and_clsact_removes_the_old_attachment() {
     let t = Arc::new(topo());
     let root = PinRoot::new();
     let opts = root.options(false);
+    let opts_root = opts.root.clone();
     let t2 = t.clone();
     in_host(&t, move || {
         let t = t2;
@@ -251,6 +252,28 @@ fn moving_a_device_between_tcx_and_clsact_removes_the_old_attachment() {
             );
         }
         assert!(ping(&t.a, "10.65.0.2"), "TCX carries traffic");
+        // Removing a hook detaches it, drops its pins and frees its slot.
+        let slot = dp
+            .record(t.cali_a, Hook::Ingress)
+            .expect("record")
+            .globals
+            .policy_slot;
+        dp.remove(t.cali_a, Hook::Ingress).expect("remove");
+        assert!(query_tcx(dp.ops(), t.cali_a, Hook::Ingress)
+            .expect("query")
+            .is_empty());
+        assert!(dp.record(t.cali_a, Hook::Ingress).is_none());
+        let dir = format!("tcx/hooks/if{}_ing", t.cali_a);
+        assert!(!opts_root.join(dir).exists(), "hook pins removed");
+        let used = dp
+            .slots_in_use(Mechanism::Tcx, Hook::Ingress)
+            .expect("slots");
+        assert!(!used.contains(&slot));
+        assert_eq!(
+            dp.slot_prog_id(Mechanism::Tcx, Hook::Ingress, false, slot)
+                .expect("lookup"),
+            None
+        );
     });
 }
 
