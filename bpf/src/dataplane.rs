@@ -557,6 +557,31 @@ impl BpfDataplane {
         })
     }
 
+    /// Writes the `cali_iface` entry of an endpoint: its kind, READY flags and the policy
+    /// slots of its attached hooks. Call it with `ready` once both hooks are attached, so a
+    /// forward to the interface is never approved before its programs run (the attach gap).
+    pub fn set_iface(
+        &self,
+        ifindex: u32,
+        name: &str,
+        kind: EndpointKind,
+        ready: bool,
+    ) -> Result<(), BpfError> {
+        let mut flags = match kind {
+            EndpointKind::Workload => IFACE_STATE_WEP,
+            EndpointKind::Host => IFACE_STATE_HEP,
+        };
+        if ready {
+            flags |= IFACE_STATE_V4_READY | IFACE_STATE_V6_READY;
+        }
+        let mut state = IfaceState::new(flags, name);
+        for hook in Hook::ALL {
+            let slot = self.record(ifindex, hook).map(|r| r.globals.policy_slot);
+            state.set_policy(hook, slot.filter(|s| *s != SLOT_NONE));
+        }
+        self.iface.set(&self.ops, ifindex, &state)
+    }
+
     /// The per-endpoint slots of `(mech, hook)` in use (slot 0: the match-all log filter).
     pub fn slots_in_use(&mut self, mech: Mechanism, hook: Hook) -> Result<Vec<u32>, BpfError> {
         Ok(self.set(mech, hook)?.slots.used().collect())

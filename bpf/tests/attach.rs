@@ -14,7 +14,7 @@ use felix_bpf::maps::{PinnedMap, IFACE_MAP};
 use felix_bpf::ops::op;
 use felix_bpf::{
     AttachOutcome, AttachPoint, BpfDataplane, BpfOps, EndpointKind, FeatureProbe as _, Hook,
-    IfaceState, KernelProbe, Mechanism, PolicyKind,
+    KernelProbe, Mechanism, PolicyKind,
 };
 use felix_netns::Netns;
 
@@ -194,6 +194,30 @@ fn ping_passes_with_allow_and_fails_with_deny(mech: Mechanism) {
         let allow = point(cali_b, "caliB", Hook::Egress, mech, PolicyKind::Allow);
         assert_eq!(dp.apply(&allow).expect("allow"), AttachOutcome::Unchanged);
         assert!(ping(&a, "10.65.0.2"), "allow again");
+        // Other globals (a host endpoint's flags): the preamble is re-loaded and swapped.
+        let old = *dp.record(cali_b, Hook::Egress).expect("record");
+        let hep = AttachPoint {
+            kind: EndpointKind::Host,
+            ..allow
+        };
+        assert_eq!(dp.apply(&hep).expect("hep"), AttachOutcome::Attached);
+        let new = *dp.record(cali_b, Hook::Egress).expect("record");
+        assert_ne!(new.prog_id, old.prog_id);
+        assert_eq!(new.globals.flags, GLOBALS_F_HEP);
+        assert_eq!(
+            new.globals.policy_slot, old.globals.policy_slot,
+            "slot kept"
+        );
+        if mech == Mechanism::Tcx {
+            assert_eq!(
+                query_tcx(dp.ops(), cali_b, Hook::Egress).expect("query"),
+                vec![new.prog_id]
+            );
+        }
+        assert!(
+            ping(&a, "10.65.0.2"),
+            "traffic flows through the swapped preamble"
+        );
     });
     drop(root);
 }

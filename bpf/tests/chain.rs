@@ -253,6 +253,19 @@ fn forward_to_a_workload_that_is_not_ready_is_refused_and_handed_to_the_host_sta
         &["link", "set", "cali-src", "up"],
         &["link", "set", "wl-src", "up"],
         &["route", "add", "10.65.0.2/32", "dev", "cali-dst"],
+        &["-6", "route", "add", "fd00::2/128", "dev", "cali-dst"],
+        &[
+            "-6",
+            "neigh",
+            "add",
+            "fd00::2",
+            "lladdr",
+            "02:00:00:00:00:02",
+            "dev",
+            "cali-dst",
+            "nud",
+            "permanent",
+        ],
         &[
             "neigh",
             "add",
@@ -268,6 +281,8 @@ fn forward_to_a_workload_that_is_not_ready_is_refused_and_handed_to_the_host_sta
         ns.ip(args).expect("ip");
     }
     ns.sysctl("net.ipv4.ip_forward", "1").expect("forwarding");
+    ns.sysctl("net.ipv6.conf.all.forwarding", "1")
+        .expect("forwarding");
     let dst = ifindex(&ns, "cali-dst");
     let src = ifindex(&ns, "cali-src");
     ns.spawn_in(move || {
@@ -322,6 +337,24 @@ fn forward_to_a_workload_that_is_not_ready_is_refused_and_handed_to_the_host_sta
         let r = pre.test_run(&ops, &pkt, ctx).expect("run");
         assert_eq!(r.verdict, TC_ACT_REDIRECT);
         assert_eq!(r.ctx.mark & SKB_MARK_SKIP_FIB, 0);
+        // IPv6 has its own READY flag.
+        let v6 = ipv6(IPPROTO_UDP);
+        let r = pre.test_run(&ops, &v6, ctx).expect("run");
+        assert_eq!(
+            (r.verdict, r.ctx.mark & SKB_MARK_SKIP_FIB),
+            (TC_ACT_OK, SKB_MARK_SKIP_FIB)
+        );
+        dp.iface_map()
+            .set(
+                &ops,
+                dst,
+                &IfaceState::new(IFACE_STATE_WEP | IFACE_STATE_V6_READY, "cali-dst"),
+            )
+            .expect("ifstate");
+        assert_eq!(
+            pre.test_run(&ops, &v6, ctx).expect("run").verdict,
+            TC_ACT_REDIRECT
+        );
     })
     .join()
     .expect("thread")
