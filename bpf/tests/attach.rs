@@ -235,6 +235,43 @@ fn ping_passes_with_allow_and_fails_with_deny_over_clsact() {
 }
 
 #[test]
+fn ping_passes_on_the_debug_path_and_deny_still_drops() {
+    felix_netns::require!(netns ["ip", "ping"]);
+    let t = Arc::new(topo());
+    let root = PinRoot::new();
+    let opts = root.options(true);
+    let t2 = t.clone();
+    in_host(&t, move || {
+        let t = t2;
+        let mut dp = BpfDataplane::start(BpfOps::default(), opts).expect("start");
+        attach_all(&mut dp, &t, Mechanism::Tcx);
+        let rec = *dp.record(t.cali_a, Hook::Ingress).expect("record");
+        assert_eq!(
+            rec.globals.log_filter_slot,
+            felix_bpf::dataplane::LOG_FILTER_ALL_SLOT
+        );
+        for slot in [PROG_INDEX_MAIN, PROG_INDEX_ALLOWED, PROG_INDEX_DROP] {
+            let debug = dp.slot_prog_id(Mechanism::Tcx, Hook::Ingress, true, debug_slot(slot));
+            assert!(
+                debug.expect("lookup").is_some(),
+                "debug program at {}",
+                debug_slot(slot)
+            );
+        }
+        assert!(ping(&t.a, "10.65.0.2"), "debug path forwards");
+        let deny = point(
+            t.cali_b,
+            "caliB",
+            Hook::Egress,
+            Mechanism::Tcx,
+            PolicyKind::Deny,
+        );
+        assert_eq!(dp.apply(&deny).expect("deny"), AttachOutcome::Unchanged);
+        assert!(!ping(&t.a, "10.65.0.2"), "debug path drops on deny");
+    });
+}
+
+#[test]
 fn moving_a_device_between_tcx_and_clsact_removes_the_old_attachment() {
     felix_netns::require!(netns ["ip", "ping", "tc"]);
     let t = Arc::new(topo());
