@@ -666,19 +666,6 @@ impl BpfDataplane {
             {
                 return Ok(AttachOutcome::Unchanged);
             }
-            if r.mechanism != ap.mechanism {
-                self.detach_mechanism(r.mechanism, ap.ifindex, ap.hook)?;
-                if let Some(set) = self.sets.get_mut(&(r.mechanism, ap.hook)) {
-                    set.slots.free(r.globals.policy_slot);
-                }
-                self.hooks.remove(&key);
-            }
-        }
-        // Whatever this loader does not remember: the other mechanism's attachment goes.
-        for other in [Mechanism::Tc, Mechanism::Tcx] {
-            if other != ap.mechanism {
-                self.detach_mechanism(other, ap.ifindex, ap.hook)?;
-            }
         }
         let mut pre = self.load_preamble(ap.mechanism, ap.hook, &globals)?;
         let prog = pre.program()?;
@@ -736,6 +723,22 @@ impl BpfDataplane {
                 prog_id,
             },
         );
+        // Only now that the new attachment runs does the old one go: for a moment both run
+        // (TCX before clsact), with the same policy, rather than neither.
+        if let Some(r) = old.filter(|r| r.mechanism != ap.mechanism) {
+            self.detach_mechanism(r.mechanism, ap.ifindex, ap.hook)?;
+            let ops = self.ops.clone();
+            if let Some(set) = self.sets.get_mut(&(r.mechanism, ap.hook)) {
+                set.jump.clear(&ops, r.globals.policy_slot)?;
+                set.slots.free(r.globals.policy_slot);
+            }
+        }
+        // Whatever this loader does not remember: another mechanism's attachment goes too.
+        for other in [Mechanism::Tc, Mechanism::Tcx] {
+            if other != ap.mechanism {
+                self.detach_mechanism(other, ap.ifindex, ap.hook)?;
+            }
+        }
         Ok(AttachOutcome::Attached)
     }
 
@@ -773,7 +776,13 @@ impl BpfDataplane {
                 h.query()
             }) {
             Ok(id) => Ok(Some(id)),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::EINVAL)) => {
+            // No filter, no clsact qdisc, or no device: nothing of ours is attached.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOENT) | Some(libc::EINVAL) | Some(libc::ENODEV)
+                ) =>
+            {
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -837,8 +846,10 @@ impl BpfDataplane {
             })?;
         self.ops
             .lib(op::LINK_PIN, pin.display(), || link.pin(pin))?;
-        // The pin keeps the link; closing our fd must not detach it.
-        link.disconnect();
+        // Dropping `link` closes our fd (libbpf's "detach" of an fd-based link is a close);
+        // the pin keeps the link attached. `Link::disconnect` would leak the fd instead, and
+        // a leaked fd keeps the link attached after its pin is removed.
+        drop(link);
         Ok(())
     }
 

@@ -350,6 +350,10 @@ fn restart_rebuilds_hook_records_from_pins_and_reattaches_only_what_is_missing()
         for mech in [Mechanism::Tcx, Mechanism::Tc] {
             let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("start");
             attach_all(&mut dp, &t, mech);
+            assert!(
+                ping(&t.a, "10.65.0.2"),
+                "{mech:?}: traffic flows before the restart"
+            );
             let before: Vec<_> = dp.records().map(|(k, r)| (k, *r)).collect();
             assert_eq!(before.len(), 4);
             drop(dp);
@@ -357,7 +361,10 @@ fn restart_rebuilds_hook_records_from_pins_and_reattaches_only_what_is_missing()
             let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("restart");
             let after: Vec<_> = dp.records().map(|(k, r)| (k, *r)).collect();
             assert_eq!(after, before, "records rebuilt from the pins");
-            assert!(ping(&t.a, "10.65.0.2"), "traffic flows after the restart");
+            assert!(
+                ping(&t.a, "10.65.0.2"),
+                "{mech:?}: traffic flows after the restart"
+            );
             let outcomes = attach_all(&mut dp, &t, mech);
             assert!(
                 outcomes.iter().all(|o| *o == AttachOutcome::Unchanged),
@@ -393,6 +400,14 @@ fn restart_rebuilds_hook_records_from_pins_and_reattaches_only_what_is_missing()
                 ))
                 .expect("apply");
             assert_eq!(again, AttachOutcome::Attached);
+            if mech == Mechanism::Tcx {
+                let ids = query_tcx(dp.ops(), t.cali_a, Hook::Ingress).expect("query");
+                assert_eq!(
+                    ids.len(),
+                    1,
+                    "an unpinned link is gone, one new link: {ids:?}"
+                );
+            }
             assert!(ping(&t.a, "10.65.0.2"));
         }
     });
