@@ -120,6 +120,7 @@ fn route_table(ns: &TestNetns) -> RouteTable {
             device_route_protocol: 3,
             owned_ifaces: vec![VXLAN_DEVICE_V4.into()],
             owned_tables: Vec::new(),
+            device_route_src: None,
         },
         felix_actors::clock::system(),
         None,
