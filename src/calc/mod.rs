@@ -182,6 +182,14 @@ impl GraphOptions {
                 wireguard_enabled: text("WireguardEnabled").eq_ignore_ascii_case("true"),
                 program_ipip_cluster_routes: pcr == "Enabled" || pcr == "EnabledIPIPOnly",
                 program_no_encap_cluster_routes: pcr == "Enabled" || pcr == "EnabledNoEncapOnly",
+                pinned: {
+                    let raw = cfg.raw();
+                    routes::Pinned {
+                        program_cluster_routes: raw.contains_key("ProgramClusterRoutes"),
+                        bpf_enabled: raw.contains_key("BPFEnabled"),
+                        wireguard_enabled: raw.contains_key("WireguardEnabled"),
+                    }
+                },
             },
         }
     }
@@ -508,6 +516,7 @@ impl CalcGraph {
             self.seq.on_endpoint_tiers(ep);
         }
         if let Some(c) = self.config.take_update() {
+            self.routes.on_config(&c.config);
             self.seq.on_config_update(c);
         }
         self.routes.flush(self.passthru.encap(), &mut self.seq);
@@ -679,10 +688,6 @@ mod tests {
                 .collect();
             felix_config::Config::build(&[(felix_config::Source::Environment, env)]).0
         };
-        assert!(GraphOptions::from_config(&cfg(&[("IstioAmbientMode", "Enabled")])).istio_ambient);
-        assert!(
-            !GraphOptions::from_config(&cfg(&[("IstioAmbientMode", "Disabled")])).istio_ambient
-        );
         let d = GraphOptions::from_config(&cfg(&[]));
         assert!(!d.istio_ambient);
         assert_eq!(

@@ -60,6 +60,14 @@ pub(crate) enum BenchWhat {
         #[command(flatten)]
         sizes: bench::dataplane::Sizes,
     },
+    /// Routing between nodes at scale (issue 20): start of day of N remote nodes (one block
+    /// and one VTEP each) plus local workloads, beside `ip -batch`/`bridge -batch` on the same
+    /// objects; one node added and removed; a restart with no memory; RSS. Runs in throwaway
+    /// network namespaces (needs root, `ip`, `bridge`).
+    Routes {
+        #[command(flatten)]
+        sizes: bench::routes::Sizes,
+    },
 }
 
 /// Runs `felix bench`.
@@ -104,6 +112,11 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
                 .map_err(anyhow::Error::from)?;
             let r = crate::datastore::bench::run_load_bench(&dir)?;
             println!("{r}");
+            Ok(())
+        }
+        BenchWhat::Routes { sizes } => {
+            let r = bench::routes::run(&sizes).map_err(CliError::Runtime)?;
+            print!("{r}");
             Ok(())
         }
         BenchWhat::Dataplane {

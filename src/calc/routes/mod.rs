@@ -113,6 +113,31 @@ pub struct RouteConfig {
     pub program_ipip_cluster_routes: bool,
     /// `ProgramClusterRoutes` is `Enabled` or `EnabledNoEncapOnly`.
     pub program_no_encap_cluster_routes: bool,
+    /// Parameters set by the environment or the config file, which the datastore's
+    /// configuration does not override (Felix's precedence).
+    pub pinned: Pinned,
+}
+
+/// Which gate parameters the environment or the config file set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pinned {
+    /// `ProgramClusterRoutes`.
+    pub program_cluster_routes: bool,
+    /// `BPFEnabled`.
+    pub bpf_enabled: bool,
+    /// `WireguardEnabled`.
+    pub wireguard_enabled: bool,
+}
+
+impl Pinned {
+    fn contains(&self, key: &str) -> bool {
+        match key {
+            "ProgramClusterRoutes" => self.program_cluster_routes,
+            "BPFEnabled" => self.bpf_enabled,
+            "WireguardEnabled" => self.wireguard_enabled,
+            _ => false,
+        }
+    }
 }
 
 impl Default for RouteConfig {
@@ -123,6 +148,7 @@ impl Default for RouteConfig {
             wireguard_enabled: false,
             program_ipip_cluster_routes: true,
             program_no_encap_cluster_routes: false,
+            pinned: Pinned::default(),
         }
     }
 }
@@ -205,6 +231,32 @@ impl RouteNodes {
         self.l3.on_workload(key, wep);
     }
 
+    /// The datastore's effective Felix configuration changed: the gate follows
+    /// `ProgramClusterRoutes`, `BPFEnabled` and `WireguardEnabled` from there (a key absent
+    /// from `config` keeps the value the graph was built with). `RouteSource` decides how the
+    /// resolver is built and is read at start only.
+    pub fn on_config(&mut self, config: &std::collections::BTreeMap<String, String>) {
+        let config = |k: &str| {
+            if self.config.pinned.contains(k) {
+                None
+            } else {
+                config.get(k)
+            }
+        };
+        if let Some(pcr) = config("ProgramClusterRoutes") {
+            self.config.program_ipip_cluster_routes = pcr == "Enabled" || pcr == "EnabledIPIPOnly";
+            self.config.program_no_encap_cluster_routes =
+                pcr == "Enabled" || pcr == "EnabledNoEncapOnly";
+        }
+        let flag = |k: &str| config(k).map(|v| v.eq_ignore_ascii_case("true"));
+        if let Some(b) = flag("BPFEnabled") {
+            self.config.bpf_enabled = b;
+        }
+        if let Some(w) = flag("WireguardEnabled") {
+            self.config.wireguard_enabled = w;
+        }
+    }
+
     /// Emits the differences since the last flush.  `encap` is the
     /// encapsulation the current pools call for.
     pub fn flush<S: RouteSink + VtepSink>(&mut self, encap: Encap, sink: &mut S) {
@@ -217,6 +269,35 @@ impl RouteNodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn program_cluster_routes_from_the_datastore_opens_the_gate_for_unencapsulated_pools() {
+        let mut nodes = RouteNodes::new("node1", RouteConfig::default());
+        let plain = Encap {
+            no_encap: true,
+            ..Default::default()
+        };
+        assert!(!RouteModes::resolve(nodes.config(), plain).routes);
+        let cfg: std::collections::BTreeMap<String, String> =
+            [("ProgramClusterRoutes".to_string(), "Enabled".to_string())].into();
+        nodes.on_config(&cfg);
+        assert!(RouteModes::resolve(nodes.config(), plain).routes);
+        nodes.on_config(&[("ProgramClusterRoutes".to_string(), "Disabled".to_string())].into());
+        assert!(!RouteModes::resolve(nodes.config(), plain).routes);
+        // Set in the environment or config file: the datastore does not override it.
+        let mut pinned = RouteNodes::new(
+            "node1",
+            RouteConfig {
+                pinned: Pinned {
+                    program_cluster_routes: true,
+                    ..Pinned::default()
+                },
+                ..RouteConfig::default()
+            },
+        );
+        pinned.on_config(&cfg);
+        assert!(!RouteModes::resolve(pinned.config(), plain).routes);
+    }
 
     #[test]
     fn default_config_gates_like_upstream() {

@@ -76,8 +76,10 @@ impl Shared {
             },
             vxlan_mtu: [positive(cfg.vxlan_mtu()), positive(cfg.vxlan_mtu_v6())],
             device_route_src: [
-                cfg.device_route_source_address().map(std::net::IpAddr::from),
-                cfg.device_route_source_address_ipv6().map(std::net::IpAddr::from),
+                cfg.device_route_source_address()
+                    .map(std::net::IpAddr::from),
+                cfg.device_route_source_address_ipv6()
+                    .map(std::net::IpAddr::from),
             ],
             runner,
             ifaces: ifaces.clone(),

@@ -99,13 +99,17 @@ fn decode_block(key: &str, id: &ResourceId, text: &str) -> Entries {
             "{key}: block cidr {cidr:?} does not match the key (treated as absent)"
         ));
     }
+    // The resource name as upstream's Kubernetes backend spells a block (`fd00-65-1---122`):
+    // the key's segment keeps an IPv6 CIDR's colons, which no resource name may hold.
+    let name = id.name.replace(':', "-");
     let doc = serde_json::json!({
         "apiVersion": "projectcalico.org/v3",
         "kind": "IPAMBlock",
-        "metadata": { "name": id.name },
+        "metadata": { "name": &name },
         "spec": { "cidr": cidr, "affinity": block.affinity },
     });
-    decode_resource(key, id, &doc.to_string())
+    let id = ResourceId { name, ..id.clone() };
+    decode_resource(key, &id, &doc.to_string())
 }
 
 #[cfg(test)]
@@ -114,6 +118,15 @@ mod tests {
 
     fn id_of(key: &str) -> ResourceId {
         keys::parse_key(key).unwrap()
+    }
+
+    #[test]
+    fn ipv6_ipam_blocks_decode_although_their_key_holds_colons() {
+        let key = "/calico/ipam/v2/assignment/ipv6/block/fd00:65:1::-122";
+        let value = br#"{"cidr":"fd00:65:1::/122","affinity":"host:node1"}"#;
+        let entries = decode(key, &id_of(key), value).unwrap();
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        assert!(matches!(&entries[0].1, Value::IpamBlock(_)));
     }
 
     #[test]
