@@ -43,8 +43,7 @@ use serde_json::Value;
 
 use super::daemon::{felix_binary, Backend, Daemon};
 use super::datastore::{
-    cluster_base_yaml, docs, ipam_block_yaml, ippool_yaml, namespace_yaml, Datastore, NodeRes,
-    Wep,
+    cluster_base_yaml, docs, ipam_block_yaml, ippool_yaml, namespace_yaml, Datastore, NodeRes, Wep,
 };
 use super::sandbox::{expect_until, mismatches_with, plug_workload, Check, Workload, WorkloadSpec};
 use super::traffic::{probe_peer, Conn};
@@ -647,7 +646,8 @@ impl Cluster {
         let node = self.node_mut(i)?;
         let name = node.name.clone();
         let d = node.d()?;
-        d.wait_converged(0).with_context(|| format!("felix on {name}"))?;
+        d.wait_converged(0)
+            .with_context(|| format!("felix on {name}"))?;
         let st = d.status().unwrap_or_default();
         ensure!(
             st["dataplane"] == backend.status_name(),
@@ -795,7 +795,9 @@ impl Cluster {
                 paddr_f
             ),
         );
-        let _ = self.router.exec("nft", &["delete", "table", "netdev", "fvpath"]);
+        let _ = self
+            .router
+            .exec("nft", &["delete", "table", "netdev", "fvpath"]);
         felix_netns::run_in(
             self.router.name(),
             "nft",
@@ -804,8 +806,12 @@ impl Cluster {
         )
         .context("installing the router's path counters")?;
         let answer = probe_peer(fw.ns.name(), paddr_t, port);
-        let listing = self.router.exec("nft", &["list", "table", "netdev", "fvpath"]);
-        let _ = self.router.exec("nft", &["delete", "table", "netdev", "fvpath"]);
+        let listing = self
+            .router
+            .exec("nft", &["list", "table", "netdev", "fvpath"]);
+        let _ = self
+            .router
+            .exec("nft", &["delete", "table", "netdev", "fvpath"]);
         let listing = listing?;
         let answer = answer?;
         let mut encapsulated = 0;
@@ -913,7 +919,9 @@ impl Cluster {
              \x20   meta protocol {fam} {fam} daddr {dst} counter\n  }}\n}}\n",
             node.router_port
         );
-        let _ = self.router.exec("nft", &["delete", "table", "netdev", "fvdst"]);
+        let _ = self
+            .router
+            .exec("nft", &["delete", "table", "netdev", "fvdst"]);
         felix_netns::run_in(
             self.router.name(),
             "nft",
@@ -921,12 +929,16 @@ impl Cluster {
             Some(table.as_bytes()),
         )?;
         let out = f();
-        let listing = self.router.exec("nft", &["list", "table", "netdev", "fvdst"]);
-        let _ = self.router.exec("nft", &["delete", "table", "netdev", "fvdst"]);
+        let listing = self
+            .router
+            .exec("nft", &["list", "table", "netdev", "fvdst"]);
+        let _ = self
+            .router
+            .exec("nft", &["delete", "table", "netdev", "fvdst"]);
         let n = listing?
             .lines()
             .filter_map(|l| l.split_once("counter packets ").map(|(_, a)| a.to_string()))
-            .filter_map(|a| a.split_whitespace().next().and_then(|p| p.parse().ok()))
+            .filter_map(|a| a.split_whitespace().next().and_then(|p| p.parse::<u64>().ok()))
             .sum();
         Ok((out, n))
     }
