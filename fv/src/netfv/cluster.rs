@@ -839,6 +839,33 @@ impl Cluster {
         })
     }
 
+    /// One observation of `from` -> `to` against the expected `path`:
+    /// `Ok(None)` when it held, else what was seen instead.
+    fn path_mismatch(
+        &self,
+        from: &str,
+        to: &str,
+        port: u16,
+        v6: bool,
+        path: Path,
+    ) -> Result<Option<String>> {
+        let fw = self.workload(from)?;
+        let want_peer: IpAddr = if v6 { fw.ip6.into() } else { fw.ip4.into() };
+        let seen = self.path(from, to, port, v6)?;
+        let good = seen.answered_by.as_deref() == Some(to)
+            && seen.peer == Some(want_peer)
+            && match path {
+                Path::Encapsulated => seen.encapsulated > 0 && seen.direct == 0,
+                Path::Direct => seen.direct > 0 && seen.encapsulated == 0,
+            };
+        Ok((!good).then(|| {
+            format!(
+                "{from} -> {to} tcp/{port} {}: expected {path:?} with source {want_peer}, saw {seen:?}",
+                if v6 { "v6" } else { "v4" },
+            )
+        }))
+    }
+
     /// Requires that `from` reaches `to` on TCP `port` along `path`, with
     /// the server seeing `from`'s pod address as the source; retried until
     /// `deadline`.
@@ -851,36 +878,12 @@ impl Cluster {
         path: Path,
         deadline: Duration,
     ) -> Result<()> {
-        let fw = self.workload(from)?;
-        let want_peer: IpAddr = if v6 { fw.ip6.into() } else { fw.ip4.into() };
-        let mut last = None;
-        let ok = poll(deadline, || {
-            let seen = match self.path(from, to, port, v6) {
-                Ok(s) => s,
-                Err(e) => {
-                    last = Some(format!("{e:#}"));
-                    return None;
-                }
-            };
-            let good = seen.answered_by.as_deref() == Some(to)
-                && seen.peer == Some(want_peer)
-                && match path {
-                    Path::Encapsulated => seen.encapsulated > 0 && seen.direct == 0,
-                    Path::Direct => seen.direct > 0 && seen.encapsulated == 0,
-                };
-            last = Some(format!("{seen:?}"));
-            good.then_some(())
-        });
-        ok.map_err(|_| {
-            anyhow!(
-                "{from} -> {to} tcp/{port} {}: expected {path:?} with source {want_peer}, last seen {}",
-                if v6 { "v6" } else { "v4" },
-                last.unwrap_or_default()
-            )
-        })
+        let pairs = [(from.to_string(), to.to_string(), path)];
+        self.expect_paths("path", &pairs, port, v6, deadline)
     }
 
-    /// [`Cluster::expect_path`] for many pairs; all failures listed.
+    /// [`Cluster::expect_path`] for many pairs, one deadline for all; the
+    /// pairs that still fail at the deadline are listed.
     pub fn expect_paths(
         &self,
         what: &str,
@@ -889,16 +892,33 @@ impl Cluster {
         v6: bool,
         deadline: Duration,
     ) -> Result<()> {
-        let mut bad = Vec::new();
-        for (f, t, p) in pairs {
-            if let Err(e) = self.expect_path(f, t, port, v6, *p, deadline) {
-                bad.push(format!("{e:#}"));
+        let start = felix_actors::clock::real_now();
+        let mut todo: Vec<&(String, String, Path)> = pairs.iter().collect();
+        loop {
+            let mut bad = Vec::new();
+            let mut still = Vec::new();
+            for p in todo {
+                match self.path_mismatch(&p.0, &p.1, port, v6, p.2) {
+                    Ok(None) => {}
+                    Ok(Some(why)) => {
+                        bad.push(why);
+                        still.push(p);
+                    }
+                    Err(e) => {
+                        bad.push(format!("{} -> {}: {e:#}", p.0, p.1));
+                        still.push(p);
+                    }
+                }
             }
+            if still.is_empty() {
+                return Ok(());
+            }
+            if start.elapsed() > deadline {
+                bail!("{what}:\n  {}", bad.join("\n  "));
+            }
+            todo = still;
+            std::thread::sleep(Duration::from_millis(200));
         }
-        if !bad.is_empty() {
-            bail!("{what}:\n  {}", bad.join("\n  "));
-        }
-        Ok(())
     }
 
     /// Opens a long-lived connection from `from` to `to`.
