@@ -207,10 +207,106 @@ fn harness_self_check(c: &mut Cluster) -> Result<()> {
         checks.push(Check::v6(&a, &b, 8080, true));
     }
     c.expect_traffic("pods on one node", &checks, SETTLE)?;
+
+    // The path counters, on routes made by hand (the pools are not VXLAN
+    // pools and cluster routes are off, so felix programs none itself):
+    // node1 <-> node2 direct, node1 <-> node3 over a VXLAN device of ours.
+    let (a1, a2) = (c.node(1)?.addr4.to_string(), c.node(2)?.addr4.to_string());
+    c.node(1)?
+        .ns
+        .ip(&["route", "add", &block4(2), "via", &a2, "dev", "eth0"])?;
+    c.node(2)?
+        .ns
+        .ip(&["route", "add", &block4(1), "via", &a1, "dev", "eth0"])?;
+    hand_vxlan(c, 1, 3)?;
+    hand_vxlan(c, 3, 1)?;
+    c.expect_paths(
+        "hand-made routes",
+        &[
+            ("n1a".into(), "n2b".into(), Path::Direct),
+            ("n2a".into(), "n1b".into(), Path::Direct),
+            ("n1a".into(), "n3b".into(), Path::Encapsulated),
+            ("n3a".into(), "n1a".into(), Path::Encapsulated),
+        ],
+        8080,
+        false,
+        SETTLE,
+    )?;
+    // No route between node2 and node3's pods: no connection at all.
+    let seen = c.path("n2a", "n3a", 8080, false)?;
+    ensure!(
+        seen.answered_by.is_none() && seen.encapsulated == 0,
+        "n2a -> n3a without routes: {seen:?}"
+    );
     // The router's counters see direct traffic from node to node.
     let seen = c.count_sent_to(1, "10.0.2.3".parse::<IpAddr>()?, || n1_ping(c, "10.0.2.3"))?;
     seen.0?;
     ensure!(seen.1 > 0, "router counted no packets from node1 to node3");
+    Ok(())
+}
+
+/// A VXLAN device `vxlfv` (VNI 99, port 4789) on node `on` with a route to
+/// node `to`'s IPv4 block through it, as felix would program it.
+fn hand_vxlan(c: &Cluster, on: u8, to: u8) -> Result<()> {
+    let (n, peer) = (c.node(on)?, c.node(to)?);
+    let ns = &n.ns;
+    let local = n.addr4.to_string();
+    let mac = format!("02:00:00:00:99:0{on}");
+    let peer_mac = format!("02:00:00:00:99:0{to}");
+    let peer_vtep = format!("10.99.0.{to}");
+    ns.ip(&[
+        "link",
+        "add",
+        "vxlfv",
+        "address",
+        &mac,
+        "type",
+        "vxlan",
+        "id",
+        "99",
+        "dstport",
+        "4789",
+        "local",
+        &local,
+        "dev",
+        "eth0",
+        "nolearning",
+    ])?;
+    ns.ip(&["addr", "add", &format!("10.99.0.{on}/32"), "dev", "vxlfv"])?;
+    ns.ip(&["link", "set", "vxlfv", "up"])?;
+    ns.ip(&[
+        "neigh",
+        "add",
+        &peer_vtep,
+        "lladdr",
+        &peer_mac,
+        "dev",
+        "vxlfv",
+        "nud",
+        "permanent",
+    ])?;
+    ns.exec(
+        "bridge",
+        &[
+            "fdb",
+            "append",
+            &peer_mac,
+            "dev",
+            "vxlfv",
+            "dst",
+            &peer.addr4.to_string(),
+        ],
+    )?;
+    ns.ip(&[
+        "route",
+        "add",
+        &block4(to),
+        "via",
+        &peer_vtep,
+        "dev",
+        "vxlfv",
+        "onlink",
+    ])?;
     Ok(())
 }
 
@@ -220,10 +316,19 @@ fn n1_ping(c: &Cluster, dst: &str) -> Result<()> {
 }
 
 #[test]
-fn cluster_harness_fabric_and_local_pods() {
+fn cluster_harness_iptables() {
     felix_netns::require!(netns CLUSTER_TOOLS);
     scenario(
-        ClusterOpts::new(Backend::Iptables, "Always"),
+        ClusterOpts::new(Backend::Iptables, "Never"),
+        harness_self_check,
+    );
+}
+
+#[test]
+fn cluster_harness_nftables() {
+    felix_netns::require!(netns CLUSTER_TOOLS);
+    scenario(
+        ClusterOpts::new(Backend::Nftables, "Never"),
         harness_self_check,
     );
 }

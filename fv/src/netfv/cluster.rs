@@ -779,7 +779,7 @@ impl Cluster {
         let table = format!(
             "table netdev fvpath {{\n{}{}}}\n",
             chain(
-                "fwd",
+                "pathfwd",
                 &fnode.router_port,
                 naddr_f,
                 naddr_t,
@@ -787,7 +787,7 @@ impl Cluster {
                 paddr_t
             ),
             chain(
-                "rev",
+                "pathrev",
                 &tnode.router_port,
                 naddr_t,
                 naddr_f,
@@ -935,7 +935,7 @@ impl Cluster {
         let node = self.node(i)?;
         let fam = if dst.is_ipv6() { "ip6" } else { "ip" };
         let table = format!(
-            "table netdev fvdst {{\n  chain c {{\n    type filter hook ingress device \"{}\" priority -500;\n\
+            "table netdev fvdst {{\n  chain pathdst {{\n    type filter hook ingress device \"{}\" priority -500;\n\
              \x20   meta protocol {fam} {fam} daddr {dst} counter\n  }}\n}}\n",
             node.router_port
         );
@@ -958,7 +958,11 @@ impl Cluster {
         let n = listing?
             .lines()
             .filter_map(|l| l.split_once("counter packets ").map(|(_, a)| a.to_string()))
-            .filter_map(|a| a.split_whitespace().next().and_then(|p| p.parse::<u64>().ok()))
+            .filter_map(|a| {
+                a.split_whitespace()
+                    .next()
+                    .and_then(|p| p.parse::<u64>().ok())
+            })
             .sum();
         Ok((out, n))
     }
