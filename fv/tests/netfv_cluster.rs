@@ -21,10 +21,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use felix_fv::netfv::cluster::{
-    block4, block6, read, Cluster, ClusterOpts, Path, VXLAN_V4, VXLAN_V6,
-};
+use felix_fv::netfv::cluster::{block4, block6, Cluster, ClusterOpts, Path, VXLAN_V4, VXLAN_V6};
 use felix_fv::netfv::datastore::{ipam_block_yaml, Wep};
+use felix_fv::netfv::kernel;
 use felix_fv::netfv::wait::poll;
 use felix_fv::netfv::{Backend, Check};
 use serde_json::Value;
@@ -97,7 +96,10 @@ fn expect_kernel(what: &str, mut f: impl FnMut() -> Result<Option<String>>) -> R
 }
 
 fn routes_desc(rs: &[Value]) -> String {
-    rs.iter().map(read::describe).collect::<Vec<_>>().join("; ")
+    rs.iter()
+        .map(kernel::describe_route)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// On node `on`: a route to `dst` via `gw` over `dev` (on-link when
@@ -109,7 +111,7 @@ fn route_check(
     want: Option<(&str, &str, bool)>,
 ) -> Result<Option<String>> {
     let ns = &c.node(on)?.ns;
-    let r = read::route_to(ns, dst)?;
+    let r = kernel::route_to(ns, dst)?;
     let ok = match (&r, want) {
         (None, None) => true,
         (Some(r), Some((gw, dev, onlink))) => {
@@ -125,14 +127,15 @@ fn route_check(
     Ok((!ok).then(|| {
         format!(
             "node{on}: route to {dst}: want {want:?}, have {}",
-            r.map(|r| read::describe(&r)).unwrap_or("none".into())
+            r.map(|r| kernel::describe_route(&r))
+                .unwrap_or("none".into())
         )
     }))
 }
 
 fn blackhole_check(c: &Cluster, on: u8, dst: &str, present: bool) -> Result<Option<String>> {
     let family = if dst.contains(':') { "-6" } else { "-4" };
-    let rs = read::routes(&c.node(on)?.ns, family)?;
+    let rs = kernel::routes(&c.node(on)?.ns, family)?;
     let have = rs
         .iter()
         .any(|r| r["dst"].as_str() == Some(dst) && r["type"].as_str() == Some("blackhole"));
@@ -151,8 +154,8 @@ fn vtep_entries_check(c: &Cluster, on: u8, of: u8, present: bool) -> Result<Opti
     let ns = &c.node(on)?.ns;
     let peer = c.node(of)?;
     let vtep = peer.vtep4().to_string();
-    let neigh = read::neighbours(ns, VXLAN_V4)?;
-    let fdb = read::fdb(ns, VXLAN_V4)?;
+    let neigh = kernel::neighbours(ns, VXLAN_V4)?;
+    let fdb = kernel::fdb(ns, VXLAN_V4)?;
     let has_neigh = neigh.iter().any(|n| {
         n["dst"].as_str() == Some(&vtep)
             && n["lladdr"].as_str() == Some(&peer.mac4)
@@ -350,8 +353,8 @@ fn vxlan_always(c: &mut Cluster) -> Result<()> {
     // The device and what felix programmed for the other nodes.
     for on in 1..=3u8 {
         let node = c.node(on)?;
-        let link =
-            read::link(&node.ns, VXLAN_V4)?.with_context(|| format!("node{on}: no {VXLAN_V4}"))?;
+        let link = kernel::link_details(&node.ns, VXLAN_V4)?
+            .with_context(|| format!("node{on}: no {VXLAN_V4}"))?;
         let info = &link["linkinfo"]["info_data"];
         ensure!(
             info["id"] == 4096
@@ -397,8 +400,8 @@ fn vxlan_always(c: &mut Cluster) -> Result<()> {
     )?;
     for on in 1..=3u8 {
         let node = c.node(on)?;
-        let link =
-            read::link(&node.ns, VXLAN_V6)?.with_context(|| format!("node{on}: no {VXLAN_V6}"))?;
+        let link = kernel::link_details(&node.ns, VXLAN_V6)?
+            .with_context(|| format!("node{on}: no {VXLAN_V6}"))?;
         let info = &link["linkinfo"]["info_data"];
         ensure!(
             info["id"] == 4096 && info["local"].as_str() == Some(&node.addr6.to_string()),
@@ -531,7 +534,7 @@ fn no_encap_cluster_routes(c: &mut Cluster) -> Result<()> {
         route_check(c, 2, &block4(1), Some((&a1, "eth0", false)))
     })?;
     ensure!(
-        !read::has_link(&c.node(1)?.ns, VXLAN_V4),
+        !kernel::has_link(&c.node(1)?.ns, VXLAN_V4),
         "node1 has {VXLAN_V4} without a VXLAN pool"
     );
     let same: Vec<_> = pairs(c, |_, _| Path::Direct)?
@@ -707,7 +710,7 @@ fn block_move_then_node_removal(c: &mut Cluster) -> Result<()> {
         expect_kernel("node3's VTEP gone", || vtep_entries_check(c, i, 3, false))?;
         let v6 = c.node(3)?.vtep6().to_string();
         expect_kernel("node3's v6 neighbour gone", || {
-            let n = read::neighbours(&c.node(i)?.ns, VXLAN_V6)?;
+            let n = kernel::neighbours(&c.node(i)?.ns, VXLAN_V6)?;
             Ok(n.iter()
                 .any(|e| e["dst"].as_str() == Some(&v6))
                 .then(|| format!("node{i}: {}", Value::Array(n.clone()))))

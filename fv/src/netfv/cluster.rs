@@ -39,7 +39,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use serde_json::Value;
 
 use super::daemon::{felix_binary, Backend, Daemon};
 use super::datastore::{
@@ -965,78 +964,5 @@ impl Cluster {
             })
             .sum();
         Ok((out, n))
-    }
-}
-
-/// Kernel read-back on a node (JSON from `ip -j` / `bridge -j`).
-pub mod read {
-    use super::*;
-
-    fn json(ns: &Netns, program: &str, args: &[&str]) -> Result<Vec<Value>> {
-        let out = ns.exec(program, args)?;
-        if out.trim().is_empty() {
-            return Ok(Vec::new());
-        }
-        let v: Value = serde_json::from_str(&out)
-            .with_context(|| format!("{program} {args:?} printed {out:?}"))?;
-        Ok(v.as_array().cloned().unwrap_or_default())
-    }
-
-    /// Whether link `dev` exists in the namespace.
-    pub fn has_link(ns: &Netns, dev: &str) -> bool {
-        ns.ip(&["link", "show", "dev", dev]).is_ok()
-    }
-
-    /// Main-table routes of `family` (`-4` / `-6`): `ip -j route show`.
-    pub fn routes(ns: &Netns, family: &str) -> Result<Vec<Value>> {
-        json(ns, "ip", &["-j", family, "route", "show", "table", "main"])
-    }
-
-    /// The main-table route to exactly `dst` (`10.65.2.0/26`), if any.
-    pub fn route_to(ns: &Netns, dst: &str) -> Result<Option<Value>> {
-        let family = if dst.contains(':') { "-6" } else { "-4" };
-        Ok(routes(ns, family)?
-            .into_iter()
-            .find(|r| r["dst"].as_str() == Some(dst)))
-    }
-
-    /// Neighbour entries on `dev` (empty when the device is absent).
-    pub fn neighbours(ns: &Netns, dev: &str) -> Result<Vec<Value>> {
-        if !has_link(ns, dev) {
-            return Ok(Vec::new());
-        }
-        let mut v = json(ns, "ip", &["-j", "-4", "neigh", "show", "dev", dev])?;
-        v.extend(json(ns, "ip", &["-j", "-6", "neigh", "show", "dev", dev])?);
-        Ok(v)
-    }
-
-    /// FDB entries on `dev` (empty when the device is absent).
-    pub fn fdb(ns: &Netns, dev: &str) -> Result<Vec<Value>> {
-        if !has_link(ns, dev) {
-            return Ok(Vec::new());
-        }
-        json(ns, "bridge", &["-j", "fdb", "show", "dev", dev])
-    }
-
-    /// `ip -j -d link show dev` (details: VXLAN id, port, local address).
-    pub fn link(ns: &Netns, dev: &str) -> Result<Option<Value>> {
-        if !has_link(ns, dev) {
-            return Ok(None);
-        }
-        Ok(json(ns, "ip", &["-j", "-d", "link", "show", "dev", dev])?
-            .into_iter()
-            .next())
-    }
-
-    /// A one-line description of a route (`dst type via gw dev d flags`).
-    pub fn describe(r: &Value) -> String {
-        format!(
-            "{} {} via {} dev {} flags {}",
-            r["dst"].as_str().unwrap_or("?"),
-            r["type"].as_str().unwrap_or("unicast"),
-            r["gateway"].as_str().unwrap_or("-"),
-            r["dev"].as_str().unwrap_or("-"),
-            r["flags"]
-        )
     }
 }
