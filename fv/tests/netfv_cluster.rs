@@ -336,6 +336,50 @@ fn cluster_harness_nftables() {
     );
 }
 
+/// The etcd datastore without cross-node routing: every daemon converges on
+/// the etcd server in the router namespace (reached over the fabric), and
+/// a policy written to etcd, then deleted, governs pods on one node.
+fn harness_etcd(c: &mut Cluster) -> Result<()> {
+    ensure!(c.datastore_spec().starts_with("etcdv3:"), "not on etcd");
+    c.start_all()?;
+    c.expect_traffic(
+        "pods on node3",
+        &[
+            Check::v4("n3a", "n3b", 8080, true),
+            Check::v6("n3a", "n3b", 8080, true),
+        ],
+        SETTLE,
+    )?;
+    c.write("pol-b", &role_b_from("n1"))?;
+    c.expect_traffic(
+        "policy through etcd",
+        &[
+            Check::v4("n3a", "n3b", 8080, false),
+            Check::v4("n3b", "n3a", 8080, true),
+            Check::v4("n2a", "n2b", 8080, false),
+        ],
+        SETTLE,
+    )?;
+    c.remove("pol-b")?;
+    c.expect_traffic(
+        "policy deleted from etcd",
+        &[
+            Check::v4("n3a", "n3b", 8080, true),
+            Check::v4("n2a", "n2b", 8080, true),
+        ],
+        SETTLE,
+    )
+}
+
+#[test]
+fn cluster_harness_etcd() {
+    felix_netns::require!(netns ETCD_TOOLS);
+    scenario(
+        ClusterOpts::new(Backend::Nftables, "Never").etcd(),
+        harness_etcd,
+    );
+}
+
 // ------------------------------------------------------------ VXLAN Always
 
 fn vxlan_always(c: &mut Cluster) -> Result<()> {
@@ -447,7 +491,21 @@ fn vxlan_always_etcd(c: &mut Cluster) -> Result<()> {
         .label("role", "c")
         .on("node3"),
     )?;
-    c.expect_path("n1a", "n3c", 8080, false, Path::Encapsulated, SETTLE)
+    c.expect_path("n1a", "n3c", 8080, false, Path::Encapsulated, SETTLE)?;
+    // A policy through etcd, then its deletion.
+    c.write("pol-b", &role_b_from("n1"))?;
+    let with_policy = [
+        Check::v4("n1a", "n3b", 8080, true),
+        Check::v4("n2a", "n3b", 8080, false),
+        Check::v4("n2a", "n3a", 8080, true),
+    ];
+    c.expect_traffic("policy through etcd", &with_policy, SETTLE)?;
+    c.remove("pol-b")?;
+    c.expect_traffic(
+        "policy deleted from etcd",
+        &[Check::v4("n2a", "n3b", 8080, true)],
+        SETTLE,
+    )
 }
 
 #[test]

@@ -215,6 +215,41 @@ pub fn pod6(node: u8, host: u8) -> Ipv6Addr {
     Ipv6Addr::new(0xfd00, 0x65, u16::from(node), 0, 0, 0, 0, h)
 }
 
+/// The etcd key of one resource document as this harness writes them
+/// (upstream's etcdv3 layout, see `docs/interfaces.md`).
+fn etcd_key(doc: &str) -> Result<String> {
+    let field = |indent: &str, k: &str| {
+        doc.lines()
+            .find_map(|l| l.strip_prefix(indent)?.strip_prefix(k)?.strip_prefix(": "))
+            .map(|v| v.trim().trim_matches('"').to_string())
+    };
+    let kind = field("", "kind").ok_or_else(|| anyhow!("no kind in {doc:?}"))?;
+    let name = field("  ", "name").ok_or_else(|| anyhow!("no name in {doc:?}"))?;
+    let ns = field("  ", "namespace");
+    if kind == "IPAMBlock" {
+        let cidr = field("  ", "cidr").ok_or_else(|| anyhow!("no cidr in {doc:?}"))?;
+        let family = if cidr.contains(':') { "ipv6" } else { "ipv4" };
+        return Ok(format!(
+            "/calico/ipam/v2/assignment/{family}/block/{}",
+            cidr.replace('/', "-")
+        ));
+    }
+    let plural = match kind.as_str() {
+        "Node" => "nodes",
+        "IPPool" => "ippools",
+        "WorkloadEndpoint" => "workloadendpoints",
+        "NetworkPolicy" => "networkpolicies",
+        "GlobalNetworkPolicy" => "globalnetworkpolicies",
+        "Profile" => "profiles",
+        "FelixConfiguration" => "felixconfigurations",
+        other => bail!("no etcd key for kind {other}"),
+    };
+    Ok(match ns {
+        Some(ns) => format!("/calico/resources/v3/projectcalico.org/{plural}/{ns}/{name}"),
+        None => format!("/calico/resources/v3/projectcalico.org/{plural}/{name}"),
+    })
+}
+
 /// A real etcd server running in the router namespace.
 struct Etcd {
     child: Child,
@@ -529,12 +564,38 @@ impl Cluster {
     }
 
     /// Removes the resources of `<name>.yaml` (file datastore only).
+    ///
+    /// On etcd, the keys of the resources last written under `name` are
+    /// deleted with `etcdctl` (the kinds this harness writes).
     pub fn remove(&self, name: &str) -> Result<()> {
-        ensure!(
-            self.etcd.is_none(),
-            "removing resources is only supported on the file datastore"
-        );
-        self.ds.remove(name)
+        let Some(e) = &self.etcd else {
+            return self.ds.remove(name);
+        };
+        let file = self
+            .ds
+            .scratch()
+            .join("etcd-in")
+            .join(format!("{name}.yaml"));
+        let Ok(yaml) = fs::read_to_string(&file) else {
+            return Ok(());
+        };
+        for doc in yaml.split("---\n") {
+            let key = etcd_key(doc)?;
+            let out = self
+                .router
+                .command("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &e.url, "del", &key])
+                .output()
+                .context("running etcdctl del")?;
+            ensure!(
+                out.status.success(),
+                "etcdctl del {key}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        fs::remove_file(&file)?;
+        Ok(())
     }
 
     /// Plugs workload `w` into node `i` (1-based) and writes its endpoint
