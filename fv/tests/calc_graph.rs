@@ -1766,6 +1766,7 @@ const ISTIO_MODE: &str = "istio.io/dataplane-mode";
 fn istio_opts() -> GraphOptions {
     GraphOptions {
         istio_ambient: true,
+        ..GraphOptions::default()
     }
 }
 

@@ -419,6 +419,10 @@ impl CommandRunner for RecordingCommands {
         self.inner.program_exists(program)
     }
 
+    fn netlink(&self) -> std::sync::Arc<dyn crate::dataplane::netlink::NetlinkProvider> {
+        self.inner.netlink()
+    }
+
     fn path_exists(&self, path: &str) -> bool {
         self.inner.path_exists(path)
     }

@@ -164,13 +164,25 @@ pub struct GraphStats {
 pub struct GraphOptions {
     /// `IstioAmbientMode: Enabled`: build the Istio ambient calculator.
     pub istio_ambient: bool,
+    /// The route resolver's configuration.
+    pub routes: routes::RouteConfig,
 }
 
 impl GraphOptions {
-    /// The options a Felix configuration calls for.
-    pub fn from_config(istio_ambient_mode: &str) -> GraphOptions {
+    /// The options a Felix configuration calls for: `IstioAmbientMode`, and the route
+    /// resolver's `RouteSource`, `ProgramClusterRoutes`, `BPFEnabled` and `WireguardEnabled`.
+    pub fn from_config(cfg: &felix_config::Config) -> GraphOptions {
+        let text = |name: &str| cfg.get(name).map(|v| v.render()).unwrap_or_default();
+        let pcr = cfg.program_cluster_routes();
         GraphOptions {
-            istio_ambient: istio_ambient_mode.eq_ignore_ascii_case("enabled"),
+            istio_ambient: text("IstioAmbientMode").eq_ignore_ascii_case("enabled"),
+            routes: routes::RouteConfig {
+                route_source: routes::RouteSource::from_param(cfg.route_source()),
+                bpf_enabled: cfg.bpf_enabled(),
+                wireguard_enabled: text("WireguardEnabled").eq_ignore_ascii_case("true"),
+                program_ipip_cluster_routes: pcr == "Enabled" || pcr == "EnabledIPIPOnly",
+                program_no_encap_cluster_routes: pcr == "Enabled" || pcr == "EnabledNoEncapOnly",
+            },
         }
     }
 }
@@ -210,7 +222,7 @@ impl CalcGraph {
             lmc: LiveMigrationCalculator::new(),
             seq: EventSequencer::new(),
             passthru: Passthru::new(),
-            routes: routes::RouteNodes::new(hostname, routes::RouteConfig::default()),
+            routes: routes::RouteNodes::new(hostname, options.routes),
             config: ConfigBatcher::new(hostname),
             tiers: Default::default(),
             in_sync: false,
@@ -660,9 +672,33 @@ mod tests {
 
     #[test]
     fn graph_options_from_config() {
-        assert!(GraphOptions::from_config("Enabled").istio_ambient);
-        assert!(!GraphOptions::from_config("Disabled").istio_ambient);
-        assert!(!GraphOptions::from_config("").istio_ambient);
+        let cfg = |pairs: &[(&str, &str)]| {
+            let env = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            felix_config::Config::build(&[(felix_config::Source::Environment, env)]).0
+        };
+        assert!(GraphOptions::from_config(&cfg(&[("IstioAmbientMode", "Enabled")])).istio_ambient);
+        assert!(
+            !GraphOptions::from_config(&cfg(&[("IstioAmbientMode", "Disabled")])).istio_ambient
+        );
+        let d = GraphOptions::from_config(&cfg(&[]));
+        assert!(!d.istio_ambient);
+        assert_eq!(
+            d.routes,
+            routes::RouteConfig::default(),
+            "upstream's defaults"
+        );
+        let r = GraphOptions::from_config(&cfg(&[
+            ("RouteSource", "WorkloadIPs"),
+            ("ProgramClusterRoutes", "Enabled"),
+        ]))
+        .routes;
+        assert_eq!(r.route_source, routes::RouteSource::WorkloadIps);
+        assert!(r.program_ipip_cluster_routes && r.program_no_encap_cluster_routes);
+        let r = GraphOptions::from_config(&cfg(&[("ProgramClusterRoutes", "Disabled")])).routes;
+        assert!(!r.program_ipip_cluster_routes && !r.program_no_encap_cluster_routes);
     }
 
     /// The registration-order invariant (module docs): the live-migration

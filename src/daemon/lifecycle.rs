@@ -214,13 +214,9 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
                 faults: Some(shared.faults.clone()),
                 // Read once at start, as upstream builds its graph from
                 // config (the datastore's FelixConfiguration is not
-                // consulted here yet).
-                graph_options: crate::calc::GraphOptions::from_config(
-                    &local_cfg
-                        .get("IstioAmbientMode")
-                        .map(|v| v.render())
-                        .unwrap_or_default(),
-                ),
+                // consulted here yet: the graph's options come from the
+                // environment and the config file).
+                graph_options: crate::calc::GraphOptions::from_config(&local_cfg),
                 ..CalcLoopConfig::default()
             },
         )

@@ -237,9 +237,122 @@ pub struct NftDesired {
     pub sets: IpSetsDesired,
 }
 
-/// Desired local routes of one IP version: for each interface, the
-/// destinations routed to it (a manager replaces an interface's whole set).
-pub type RoutesDesired = OwnedMap<String, BTreeSet<IpNet>>;
+/// Who produces a group of routes: upstream's route classes. When two classes want the same
+/// destination in the same table, the lower one (declaration order) wins, deterministically;
+/// the loser's route is not deleted, it is simply not programmed while the winner wants it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RouteClass {
+    /// Routes to this node's workloads, down their `cali*` interfaces (endpoint manager).
+    LocalWorkload,
+    /// Remote blocks reached directly over the underlay: `CrossSubnet` VXLAN pools within the
+    /// node's subnet (VXLAN manager).
+    VxlanSameSubnet,
+    /// Remote blocks reached through a VTEP over the VXLAN device (VXLAN manager).
+    VxlanTunnel,
+    /// Remote blocks of unencapsulated pools, per `ProgramClusterRoutes` (cluster-route manager).
+    NoEncap,
+    /// This node's own blocks: blackholes, so unallocated addresses are never sent back out.
+    LocalBlock,
+}
+
+/// The key of a group of desired routes: `(class, interface or none)`. Two producers never
+/// share a key, so neither can silently delete the other's routes.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RouteKey {
+    /// Producer.
+    pub class: RouteClass,
+    /// Output interface of every route in the group (`None`: device-less routes).
+    pub iface: Option<String>,
+}
+
+impl RouteKey {
+    /// The routes to one local workload interface.
+    pub fn workload(iface: impl Into<String>) -> RouteKey {
+        RouteKey {
+            class: RouteClass::LocalWorkload,
+            iface: Some(iface.into()),
+        }
+    }
+}
+
+/// One desired route.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RouteTarget {
+    /// Destination (host bits clear).
+    pub dst: IpNet,
+    /// Unicast, blackhole, unreachable or throw.
+    pub kind: crate::dataplane::netlink::RouteKind,
+    /// Next hop, if any.
+    pub gateway: Option<std::net::IpAddr>,
+    /// The next hop is on the link (`onlink`).
+    pub onlink: bool,
+    /// Preferred source address.
+    pub src: Option<std::net::IpAddr>,
+    /// Routing table (`None`: main).
+    pub table: Option<u32>,
+    /// Route protocol (`None`: the configured device route protocol).
+    pub protocol: Option<u8>,
+}
+
+impl RouteTarget {
+    /// A direct route to `dst` down the group's interface (scope link).
+    pub fn device(dst: IpNet) -> RouteTarget {
+        RouteTarget {
+            dst: dst.trunc(),
+            kind: crate::dataplane::netlink::RouteKind::Unicast,
+            gateway: None,
+            onlink: false,
+            src: None,
+            table: None,
+            protocol: None,
+        }
+    }
+}
+
+/// Desired routes of one IP version, by `(class, interface)`; each producer replaces only its
+/// own groups.
+pub type RoutesDesired = OwnedMap<RouteKey, BTreeSet<RouteTarget>>;
+
+/// The VXLAN device felix owns for one IP version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VxlanDevice {
+    /// `vxlan.calico` / `vxlan-v6.calico`.
+    pub name: String,
+    /// VNI (`VXLANVNI`).
+    pub vni: u32,
+    /// UDP port (`VXLANPort`).
+    pub port: u16,
+    /// This node's underlay address (the tunnel's local address).
+    pub local: std::net::IpAddr,
+    /// MTU (`VXLANMTU`/`VXLANMTUV6`); `None`: the MTU of the interface carrying `local`
+    /// (the tunnel's parent) minus the encapsulation overhead.
+    pub mtu: Option<u32>,
+    /// Hardware address.
+    pub mac: [u8; 6],
+    /// This node's tunnel address, put on the device as a host address.
+    pub tunnel_addr: Option<std::net::IpAddr>,
+}
+
+/// A remote VTEP: ARP/NDP entry `ip -> mac` and FDB entry `mac -> underlay` on the device.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Vtep {
+    /// The remote tunnel address.
+    pub tunnel_ip: std::net::IpAddr,
+    /// The remote device's MAC.
+    pub mac: [u8; 6],
+    /// The remote node's underlay address.
+    pub underlay: std::net::IpAddr,
+}
+
+/// Desired VXLAN state of one IP version: the device (`None`: no pool needs it, remove it)
+/// and the remote VTEPs by node name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VxlanDesired {
+    /// The device.
+    pub device: Option<VxlanDevice>,
+    /// Remote VTEPs, by node.
+    pub vteps: BTreeMap<String, Vtep>,
+}
 
 /// Per-interface kernel settings the endpoint manager wants.
 #[derive(Debug, Clone, PartialEq, Eq)]

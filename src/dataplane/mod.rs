@@ -33,8 +33,10 @@ pub mod ipsets;
 pub mod iptables;
 pub mod kernel;
 pub mod managers;
+pub mod netlink;
 pub mod nftables;
 pub mod rules;
+pub mod vxlan;
 pub mod wiring;
 
 pub use family::IpVersion;

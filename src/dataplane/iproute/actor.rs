@@ -1,5 +1,5 @@
-//! `driver/routes-v4/-v6` ([`RoutesDriver`], local workload routes in the
-//! main table) and `driver/ifaces-v4/-v6` ([`IfacesDriver`], workload
+//! `driver/routes-v4/-v6` ([`RoutesDriver`], the routes of every producer, over
+//! rtnetlink) and `driver/ifaces-v4/-v6` ([`IfacesDriver`], workload
 //! interface settings), both in the Routes phase, over the route/link seam
 //! in `crate::dataplane::iproute`.
 //!
@@ -20,14 +20,16 @@ use crate::dataplane::iproute::{
     IfaceSettingsTable, IpTool, IpToolError, RouteOwnership, RouteTable,
 };
 use crate::dataplane::kernel::Commands;
+use crate::dataplane::netlink::Seamed;
 use crate::dataplane::IpVersion;
+use felix_actors::clock::SharedClock;
 
 /// What a per-interface table offers its driver actor: the two tables of this folder.
 pub trait InterfaceTable: Send + 'static {
     /// The desired state it reconciles.
     type Desired: Send + 'static;
     /// Reconciles the kernel with `desired`.
-    fn apply_desired(&mut self, desired: &Self::Desired) -> Result<(), IpToolError>;
+    fn apply_desired(&mut self, desired: &Self::Desired) -> Result<(), DriverError>;
     /// The next apply reads back (or rewrites) everything.
     fn queue_resync(&mut self);
     /// The interface monitor saw these interfaces change.
@@ -41,7 +43,7 @@ pub trait InterfaceTable: Send + 'static {
 
 impl InterfaceTable for RouteTable {
     type Desired = RoutesDesired;
-    fn apply_desired(&mut self, desired: &RoutesDesired) -> Result<(), IpToolError> {
+    fn apply_desired(&mut self, desired: &RoutesDesired) -> Result<(), DriverError> {
         let stats = self.apply(desired)?;
         tracing::debug!(?stats, "routes applied");
         Ok(())
@@ -62,8 +64,8 @@ impl InterfaceTable for RouteTable {
 
 impl InterfaceTable for IfaceSettingsTable {
     type Desired = IfacesDesired;
-    fn apply_desired(&mut self, desired: &IfacesDesired) -> Result<(), IpToolError> {
-        self.apply(desired).map(|_| ())
+    fn apply_desired(&mut self, desired: &IfacesDesired) -> Result<(), DriverError> {
+        self.apply(desired).map(|_| ()).map_err(IpToolError::into)
     }
     fn queue_resync(&mut self) {
         IfaceSettingsTable::queue_resync(self);
@@ -92,9 +94,16 @@ pub type RoutesDriver = InterfaceTableDriver<RouteTable>;
 pub type IfacesDriver = InterfaceTableDriver<IfaceSettingsTable>;
 
 impl RoutesDriver {
-    /// A routes driver running its commands on `cmds`.
-    pub fn new(ipv: IpVersion, cmds: Commands, own: RouteOwnership) -> Self {
-        InterfaceTableDriver::over(RouteTable::new(ipv, IpTool::new(cmds), own))
+    /// A routes driver programming through `nl` (its netlink handle, on the driver's seam);
+    /// `refresh` is `RouteRefreshInterval`.
+    pub fn new(
+        ipv: IpVersion,
+        nl: Seamed,
+        own: RouteOwnership,
+        clock: SharedClock,
+        refresh: Option<std::time::Duration>,
+    ) -> Self {
+        InterfaceTableDriver::over(RouteTable::new(ipv, nl, own, clock, refresh))
     }
 }
 

@@ -1,27 +1,23 @@
-//! Routes to local workloads ([`RouteTable`]) and workload interface settings
-//! ([`IfaceSettingsTable`]), programmed with the `ip` and `sysctl` tools, and their driver
-//! actors ([`RoutesDriver`], [`IfacesDriver`]).
+//! Routes of every producer ([`RouteTable`], over rtnetlink through
+//! `crate::dataplane::netlink`) and workload interface settings ([`IfaceSettingsTable`],
+//! with the `ip` and `sysctl` tools), and their driver actors ([`RoutesDriver`],
+//! [`IfacesDriver`]).
 //!
-//! [`IpTool`] is the only way they touch routes, links and per-interface sysctls: every
+//! [`IpTool`] is the only way interface settings touch links and per-interface sysctls: every
 //! operation is one `ip` / `sysctl` command through the driver's [`Commands`], so it carries
-//! the driver's actor name and an operation name (`route-list`, `route-replace`, `route-del`,
-//! `link-list`, `sysctl`), and with them fault injection and metrics. Commands run in the namespace the command seam
-//! is bound to, which is how kernel tests point a driver at a throwaway
-//! network namespace. (`ip -j -N` gives machine-readable output with
-//! numeric protocols.)
+//! the driver's actor name and an operation name (`link-list`, `sysctl`), and with them fault
+//! injection and metrics. Commands run in the namespace the command seam is bound to, which is
+//! how kernel tests point a driver at a throwaway network namespace.
 
 mod actor;
 mod ifaces;
 mod routes;
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
 
-use ipnet::IpNet;
 use serde::Deserialize;
 
 use crate::dataplane::kernel::{Commands, KernelError};
-use crate::dataplane::IpVersion;
 
 /// Up to this many interfaces are looked up one by one rather than by
 /// listing every link.
@@ -29,7 +25,7 @@ const FEW_LINKS: usize = 4;
 
 pub use actor::{IfacesDriver, InterfaceTable, InterfaceTableDriver, RoutesDriver};
 pub use ifaces::{IfaceSettingsTable, IfacesStats};
-pub use routes::{RouteOwnership, RouteTable, RouteTableStats, DEFAULT_ROUTE_PROTO};
+pub use routes::{RouteOwnership, RouteTable, RouteTableStats, CNI_GRACE, DEFAULT_ROUTE_PROTO};
 
 /// Errors of the route/link seam.
 #[derive(Debug, thiserror::Error)]
@@ -58,17 +54,6 @@ impl From<IpToolError> for felix_actors::DriverError {
     }
 }
 
-/// A route as read back from the main table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KernelRoute {
-    /// Destination.
-    pub dst: IpNet,
-    /// Output device (`None` for multipath or device-less routes).
-    pub dev: Option<String>,
-    /// Route protocol number (3 = boot when the tool omits it).
-    pub protocol: u8,
-}
-
 /// A link as read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Link {
@@ -79,61 +64,11 @@ pub struct Link {
 }
 
 #[derive(Deserialize)]
-struct JsonRoute {
-    dst: String,
-    dev: Option<String>,
-    protocol: Option<String>,
-    #[serde(rename = "type")]
-    kind: Option<String>,
-}
-
-#[derive(Deserialize)]
 struct JsonLink {
     ifname: String,
     #[serde(default)]
     flags: Vec<String>,
     operstate: Option<String>,
-}
-
-fn family_flag(ipv: IpVersion) -> &'static str {
-    match ipv {
-        IpVersion::V4 => "-4",
-        IpVersion::V6 => "-6",
-    }
-}
-
-/// Parses a destination as printed by `ip` (a bare address is a host route).
-fn parse_dst(s: &str) -> Option<IpNet> {
-    if let Ok(n) = s.parse::<IpNet>() {
-        return Some(n.trunc());
-    }
-    s.parse::<IpAddr>().ok().map(IpNet::from)
-}
-
-/// Parses `ip -j -N route show` output: unicast routes only.
-pub fn parse_routes(out: &str) -> Result<Vec<KernelRoute>, IpToolError> {
-    if out.trim().is_empty() {
-        return Ok(Vec::new());
-    }
-    let rows: Vec<JsonRoute> = serde_json::from_str(out).map_err(|e| IpToolError::Parse {
-        what: "ip route show",
-        detail: e.to_string(),
-    })?;
-    Ok(rows
-        .into_iter()
-        .filter(|r| r.kind.as_deref().is_none_or(|k| k == "unicast"))
-        .filter_map(|r| {
-            Some(KernelRoute {
-                dst: parse_dst(&r.dst)?,
-                dev: r.dev,
-                // `ip` omits the protocol for boot routes.
-                protocol: match r.protocol {
-                    None => 3,
-                    Some(p) => p.parse().ok()?,
-                },
-            })
-        })
-        .collect())
 }
 
 /// Parses `ip -j link show` output.
@@ -164,72 +99,6 @@ impl IpTool {
     /// Operations through `cmds` (which names the actor).
     pub fn new(cmds: Commands) -> Self {
         IpTool { cmds }
-    }
-
-    /// Unicast routes of the main table for `ipv`.
-    pub fn list_routes(&self, ipv: IpVersion) -> Result<Vec<KernelRoute>, IpToolError> {
-        let out = self.cmds.run(
-            "route-list",
-            "ip",
-            &[
-                "-j",
-                "-N",
-                family_flag(ipv),
-                "route",
-                "show",
-                "table",
-                "main",
-            ],
-            None,
-        )?;
-        parse_routes(&out.stdout)
-    }
-
-    /// Adds or replaces a device route `dst dev <dev> proto <protocol>`.
-    pub fn replace_route(
-        &self,
-        ipv: IpVersion,
-        dst: &IpNet,
-        dev: &str,
-        protocol: u8,
-    ) -> Result<(), IpToolError> {
-        let dst = dst.to_string();
-        let proto = protocol.to_string();
-        self.cmds.run(
-            "route-replace",
-            "ip",
-            &[
-                family_flag(ipv),
-                "route",
-                "replace",
-                &dst,
-                "dev",
-                dev,
-                "scope",
-                "link",
-                "proto",
-                &proto,
-            ],
-            None,
-        )?;
-        Ok(())
-    }
-
-    /// Deletes a route previously read back.
-    pub fn delete_route(&self, ipv: IpVersion, route: &KernelRoute) -> Result<(), IpToolError> {
-        let dst = route.dst.to_string();
-        let proto = route.protocol.to_string();
-        let mut args = vec![family_flag(ipv), "route", "del", dst.as_str()];
-        if let Some(dev) = &route.dev {
-            args.extend(["dev", dev.as_str()]);
-        }
-        args.extend(["proto", proto.as_str(), "table", "main"]);
-        match self.cmds.run("route-del", "ip", &args, None) {
-            Ok(_) => Ok(()),
-            // Already gone (e.g. its interface was deleted): that is the goal.
-            Err(e) if e.stderr().contains("No such process") => Ok(()),
-            Err(e) => Err(e.into()),
-        }
     }
 
     /// Every link.
@@ -275,30 +144,6 @@ impl IpTool {
         Ok(up)
     }
 
-    /// Adds or replaces several device routes (as [`Self::replace_route`])
-    /// in one `ip -batch` process. On failure nothing is known about which
-    /// lines took effect; callers fall back to single replaces.
-    pub fn replace_routes(
-        &self,
-        ipv: IpVersion,
-        routes: &[(&IpNet, &str)],
-        protocol: u8,
-    ) -> Result<(), IpToolError> {
-        let mut script = String::new();
-        for (dst, dev) in routes {
-            script.push_str(&format!(
-                "route replace {dst} dev {dev} scope link proto {protocol}\n"
-            ));
-        }
-        self.cmds.run(
-            "route-replace",
-            "ip",
-            &[family_flag(ipv), "-batch", "-"],
-            Some(script.as_bytes()),
-        )?;
-        Ok(())
-    }
-
     /// Reads a sysctl given in slash form (`net/ipv4/conf/cali1/proxy_arp`).
     pub fn read_sysctl(&self, key: &str) -> Result<String, IpToolError> {
         let out = self.cmds.run("sysctl-read", "sysctl", &["-n", key], None)?;
@@ -322,21 +167,6 @@ impl IpTool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_ip_route_json_with_boot_protocol_omitted() {
-        let out = r#"[{"dst":"10.65.0.2","dev":"cali1","protocol":"80","scope":"253","flags":[]},
-            {"dst":"10.65.1.0/24","dev":"cali1","scope":"253","flags":[]},
-            {"dst":"10.1.0.0/16","type":"blackhole","protocol":"80","flags":[]},
-            {"dst":"default","gateway":"10.0.0.1","dev":"eth0","protocol":"4","flags":[]}]"#;
-        let r = parse_routes(out).unwrap();
-        assert_eq!(r.len(), 2);
-        assert_eq!(r[0].dst, "10.65.0.2/32".parse::<IpNet>().unwrap());
-        assert_eq!(r[0].protocol, 80);
-        assert_eq!(r[1].protocol, 3);
-        assert!(parse_routes("not json").is_err());
-        assert!(parse_routes("").unwrap().is_empty());
-    }
 
     #[test]
     fn parses_links_and_their_state() {

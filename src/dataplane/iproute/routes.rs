@@ -1,47 +1,64 @@
-//! [`RouteTable`]: reconciles the main routing table's routes to local
-//! workloads with the desired routes (one IP version).
+//! [`RouteTable`]: reconciles the kernel's routes of one IP version with the desired routes
+//! of every producer ([`RoutesDesired`], keyed by `(RouteClass, interface or none)`), over
+//! rtnetlink.
 //!
-//! Identification (restart safety): a route is ours, following upstream's
-//! main-table ownership policy, if
-//! - it carries our exclusive protocol ([`DEFAULT_ROUTE_PROTO`], 80, when
-//!   routes are programmed with the default device protocol `boot`; the
-//!   configured protocol otherwise), or
-//! - it points down a workload interface (`cali*`) and either
-//!   `RemoveExternalRoutes` is on or its protocol is one we program with.
+//! # Identification (restart safety)
+//! A route read back from the kernel is ours ([`RouteOwnership::route_is_ours`]) if
+//! - it is in a table felix owns (`RouteTableRanges`, never the main table), or
+//! - it carries felix's exclusive protocol ([`DEFAULT_ROUTE_PROTO`], 80, when workload routes
+//!   are written with the default device protocol `boot`; the configured protocol otherwise),
+//!   which is how VXLAN, no-encap and blackhole routes are recognised, or
+//! - it points down an interface felix owns outright (`vxlan.calico`, `vxlan-v6.calico`), or
+//! - it points down a workload interface (`cali*`) and either `RemoveExternalRoutes` is on or
+//!   its protocol is one felix writes with.
 //!
-//! Mark-and-sweep: the first apply (and every apply after a resync or a
-//! failure) lists the table; our routes that are not desired are deleted,
-//! desired routes that are missing or differ are replaced. Routes are never
-//! touched before the first apply, which the runtime only runs after
-//! in-sync. A desired route whose interface is missing or down is skipped
-//! and retried on later applies (the table stays dirty); an interface
-//! monitor event for a workload interface forces a read-back
-//! ([`RouteTable::interfaces_changed`]).
+//! Everything else (the node's uplink routes, a foreign route in the main table) is never
+//! touched. A foreign route in an owned table is removed.
+//!
+//! # Reconciliation
+//! The first apply (and every apply after a resync, a failure, an interface change of one of
+//! our interfaces, or `RouteRefreshInterval`) dumps the routes and links; later applies work
+//! from the record of the previous one, so their cost is proportional to what changed. A
+//! route that is missing or differs is replaced (never deleted first); a route of ours that
+//! no producer wants is deleted, except that a route down a workload interface first seen less
+//! than [`CNI_GRACE`] ago is left for the CNI plugin's benefit (it adds the route before the
+//! endpoint reaches felix). A desired route whose interface is missing or down waits (the
+//! table stays dirty) until the interface monitor reports the interface.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
+use felix_actors::clock::SharedClock;
+use felix_config::IndexRange;
 use ipnet::IpNet;
 
-use crate::dataplane::desired::RoutesDesired;
+use crate::dataplane::desired::{RouteClass, RouteTarget, RoutesDesired};
+use crate::dataplane::netlink::{
+    is_gone, Link, NetlinkError, Route, RouteKind, Seamed, RTPROT_BOOT, TABLE_MAIN,
+};
 use crate::dataplane::IpVersion;
-
-use super::{IpTool, IpToolError, KernelRoute};
 
 /// Felix's own route protocol number (upstream's default route protocol).
 pub const DEFAULT_ROUTE_PROTO: u8 = 80;
 
-/// `RTPROT_BOOT`.
-const RTPROT_BOOT: u8 = 3;
+/// How long a route down a newly seen workload interface is left alone although no endpoint
+/// wants it (upstream's route cleanup grace period).
+pub const CNI_GRACE: Duration = Duration::from_secs(10);
 
-/// Which routes in the main table are ours.
+/// Which routes are ours.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteOwnership {
     /// Workload interface prefixes (`InterfacePrefix`, e.g. `cali`).
     pub workload_prefixes: Vec<String>,
     /// `RemoveExternalRoutes`: any route via a workload interface is ours.
     pub remove_external_routes: bool,
-    /// `DeviceRouteProtocol`: the protocol our routes are written with.
+    /// `DeviceRouteProtocol`: the protocol workload routes are written with.
     pub device_route_protocol: u8,
+    /// Interfaces felix owns outright (its VXLAN devices): every route down them is ours.
+    pub owned_ifaces: Vec<String>,
+    /// Tables felix owns outright (`RouteTableRanges`, the main table excluded).
+    pub owned_tables: Vec<IndexRange>,
 }
 
 impl RouteOwnership {
@@ -52,6 +69,11 @@ impl RouteOwnership {
         } else {
             std::slice::from_ref(&self.device_route_protocol)
         }
+    }
+
+    /// The protocol a target is written with.
+    pub fn protocol_of(&self, t: &RouteTarget) -> u8 {
+        t.protocol.unwrap_or(self.device_route_protocol)
     }
 
     fn programmed_with(&self, proto: u8) -> bool {
@@ -65,13 +87,30 @@ impl RouteOwnership {
             .any(|p| name.starts_with(p.as_str()))
     }
 
-    /// True if a route read back from the kernel is ours to manage.
-    pub fn route_is_ours(&self, r: &KernelRoute) -> bool {
+    /// True for a table felix owns outright.
+    pub fn owns_table(&self, table: u32) -> bool {
+        table != TABLE_MAIN
+            && self
+                .owned_tables
+                .iter()
+                .any(|r| table >= r.min && table <= r.max)
+    }
+
+    /// True if a route read back from the kernel is ours to manage; `dev` is the name of its
+    /// output interface.
+    pub fn route_is_ours(&self, r: &Route, dev: Option<&str>) -> bool {
+        if self.owns_table(r.table) {
+            return true;
+        }
+        if r.table != TABLE_MAIN {
+            return false;
+        }
         if self.exclusive().contains(&r.protocol) {
             return true;
         }
-        match &r.dev {
-            Some(dev) if self.is_workload_iface(dev) => {
+        match dev {
+            Some(d) if self.owned_ifaces.iter().any(|o| o == d) => true,
+            Some(d) if self.is_workload_iface(d) => {
                 self.remove_external_routes || self.programmed_with(r.protocol)
             }
             _ => false,
@@ -90,52 +129,68 @@ pub struct RouteTableStats {
     pub deleted: usize,
     /// Desired routes skipped because their interface is missing or down.
     pub waiting: usize,
+    /// Undesired routes left alone in the CNI grace period.
+    pub in_grace: usize,
+    /// Desired routes via a next hop on no connected subnet (not programmed).
+    pub unreachable: usize,
 }
 
-/// The main routing table's routes to local workloads, for one IP version.
-///
-/// # API model
-/// Declarative: [`RouteTable::apply`] takes the whole desired route set (per workload
-/// interface) and reconciles; [`RouteTable::queue_resync`] forces a read-back;
-/// [`RouteTable::interfaces_changed`] tells it which interfaces the interface monitor saw
-/// change.
-///
-/// # Design
-/// Reads the table back with `ip route show`, then replaces missing or different routes and
-/// deletes ours that are not desired; work per apply is proportional to what changed, except
-/// after a resync.
-///
-/// # Identification of our state
-/// Upstream's main-table ownership policy: a route is ours if it carries our protocol (80 by
-/// default), or points down a workload interface (`cali*`) and either `RemoveExternalRoutes` is
-/// on or its protocol is one we program with (see the module docs).
-///
-/// # Retry policy
-/// No retries within an apply: a failure returns the error and leaves the table dirty, so the
-/// next apply (throttled, or the retry ticker) reads back and tries again; a route waiting for
-/// its interface is retried when the interface monitor reports the interface.
+/// One wanted route: the winning producer's target and interface.
+struct Wanted<'a> {
+    iface: Option<&'a str>,
+    target: &'a RouteTarget,
+}
+
+/// The routes of one IP version, every table. See the module docs.
 ///
 /// # Thread safety
-/// Not shared: owned by one driver actor, called from one thread at a time (`&mut self`).
+/// Not shared: owned by one driver actor (`&mut self`).
 #[derive(Debug)]
 pub struct RouteTable {
     ipv: IpVersion,
-    nl: IpTool,
+    nl: Seamed,
     own: RouteOwnership,
-    /// Our routes as last read back plus our writes; `None` = re-read.
-    actual: Option<BTreeMap<IpNet, KernelRoute>>,
+    clock: SharedClock,
+    refresh: Option<Duration>,
+    /// Our routes as last read back plus our writes, by (table, destination); `None` = re-read.
+    actual: Option<BTreeMap<(u32, IpNet), Route>>,
+    /// Links as last listed, by name.
+    links: HashMap<String, Link>,
+    /// Names of links by index, for classifying routes read back.
+    names: HashMap<u32, String>,
+    /// Connected subnets (addresses of up links), for next hops given without an interface.
+    connected: Vec<(u32, IpNet)>,
+    /// When each workload interface was first seen.
+    first_seen: HashMap<String, Instant>,
+    last_read: Option<Instant>,
     waiting: bool,
+    grace_pending: bool,
 }
 
 impl RouteTable {
-    /// A table; its first apply reads the kernel back.
-    pub fn new(ipv: IpVersion, nl: IpTool, own: RouteOwnership) -> Self {
+    /// A table; its first apply reads the kernel back. `refresh` is `RouteRefreshInterval`
+    /// (`None`: never re-read on a timer).
+    pub fn new(
+        ipv: IpVersion,
+        nl: Seamed,
+        own: RouteOwnership,
+        clock: SharedClock,
+        refresh: Option<Duration>,
+    ) -> Self {
         RouteTable {
             ipv,
             nl,
             own,
+            clock,
+            refresh,
             actual: None,
+            links: HashMap::new(),
+            names: HashMap::new(),
+            connected: Vec::new(),
+            first_seen: HashMap::new(),
+            last_read: None,
             waiting: false,
+            grace_pending: false,
         }
     }
 
@@ -144,139 +199,233 @@ impl RouteTable {
         self.actual = None;
     }
 
-    /// The interface monitor saw these interfaces change. If one is a
-    /// workload interface, the next apply re-reads the table: the kernel
-    /// drops an interface's routes when it goes down or is deleted, so our
-    /// record of them may be stale, and a waiting route may now be
-    /// programmable.
+    /// The interface monitor saw these interfaces change. If one is ours (workload or owned),
+    /// the next apply re-reads: the kernel drops an interface's routes when it goes down or is
+    /// deleted, and a waiting route may now be programmable.
     pub fn interfaces_changed<'a>(&mut self, names: impl IntoIterator<Item = &'a String>) {
-        if names.into_iter().any(|n| self.own.is_workload_iface(n)) {
-            self.actual = None;
+        let now = self.clock.now();
+        for n in names {
+            if self.own.is_workload_iface(n) {
+                self.first_seen.entry(n.clone()).or_insert(now);
+                self.actual = None;
+            } else if self.own.owned_ifaces.iter().any(|o| o == n) {
+                self.actual = None;
+            }
         }
     }
 
-    /// True if the next apply has known work (a read-back, or routes waiting
-    /// for their interface).
+    fn refresh_due(&self) -> bool {
+        match (self.refresh, self.last_read) {
+            (Some(r), Some(t)) if !r.is_zero() => self.clock.now().duration_since(t) >= r,
+            _ => false,
+        }
+    }
+
+    /// True if the next apply has known work.
     pub fn is_dirty(&self) -> bool {
-        self.actual.is_none() || self.waiting
+        self.is_dirty_except_waiting() || self.waiting
     }
 
-    /// True if there is work other than routes waiting for a missing or
-    /// down interface (what matters when the interface monitor reports
-    /// interfaces).
+    /// True if there is work other than routes waiting for a missing or down interface.
     pub fn is_dirty_except_waiting(&self) -> bool {
-        self.actual.is_none()
+        self.actual.is_none() || self.grace_pending || self.refresh_due()
     }
 
-    fn wanted(desired: &RoutesDesired) -> BTreeMap<IpNet, String> {
-        let mut wanted = BTreeMap::new();
-        for (iface, e) in desired.iter() {
-            for dst in &e.value {
-                // Two interfaces claiming one destination: the first name
-                // wins, deterministically.
-                wanted.entry(dst.trunc()).or_insert_with(|| iface.clone());
+    fn read_back(&mut self) -> Result<BTreeMap<(u32, IpNet), Route>, NetlinkError> {
+        self.refresh_links()?;
+        let routes = self.nl.list_routes(self.ipv)?;
+        self.last_read = Some(self.clock.now());
+        Ok(routes
+            .into_iter()
+            .filter(|r| {
+                let dev = r
+                    .ifindex
+                    .and_then(|i| self.names.get(&i))
+                    .map(String::as_str);
+                self.own.route_is_ours(r, dev)
+            })
+            .map(|r| ((r.table, r.dst), r))
+            .collect())
+    }
+
+    fn refresh_links(&mut self) -> Result<(), NetlinkError> {
+        let links = self.nl.list_links()?;
+        let now = self.clock.now();
+        self.names = links.iter().map(|l| (l.index, l.name.clone())).collect();
+        for l in &links {
+            if self.own.is_workload_iface(&l.name) {
+                self.first_seen.entry(l.name.clone()).or_insert(now);
+            }
+        }
+        self.first_seen
+            .retain(|n, _| links.iter().any(|l| &l.name == n));
+        let up: std::collections::HashSet<u32> = links
+            .iter()
+            .filter(|l| l.admin_up && l.oper_up)
+            .map(|l| l.index)
+            .collect();
+        self.links = links.into_iter().map(|l| (l.name.clone(), l)).collect();
+        self.connected = self
+            .nl
+            .list_addrs(self.ipv)?
+            .into_iter()
+            .filter(|(i, _)| up.contains(i))
+            .collect();
+        Ok(())
+    }
+
+    /// The winning target per (table, destination).
+    fn wanted(desired: &RoutesDesired) -> BTreeMap<(u32, IpNet), (RouteClass, Wanted<'_>)> {
+        let mut wanted: BTreeMap<(u32, IpNet), (RouteClass, Wanted<'_>)> = BTreeMap::new();
+        for (key, e) in desired.iter() {
+            for t in &e.value {
+                let k = (t.table.unwrap_or(TABLE_MAIN), t.dst.trunc());
+                let w = Wanted {
+                    iface: key.iface.as_deref(),
+                    target: t,
+                };
+                match wanted.get(&k) {
+                    Some((class, _)) if *class <= key.class => {}
+                    _ => {
+                        wanted.insert(k, (key.class, w));
+                    }
+                }
             }
         }
         wanted
     }
 
-    /// Reconciles the main table with `desired`. Unrelated routes are still
-    /// attempted after a failure; the first error is returned and the next
-    /// apply re-reads the table.
-    pub fn apply(&mut self, desired: &RoutesDesired) -> Result<RouteTableStats, IpToolError> {
+    /// The kernel route for a target down `ifindex`.
+    fn route_for(&self, w: &Wanted<'_>, ifindex: Option<u32>) -> Route {
+        let t = w.target;
+        Route {
+            table: t.table.unwrap_or(TABLE_MAIN),
+            dst: t.dst.trunc(),
+            kind: t.kind,
+            ifindex: if t.kind == RouteKind::Unicast {
+                ifindex
+            } else {
+                None
+            },
+            gateway: t.gateway,
+            onlink: t.onlink,
+            src: t.src,
+            protocol: self.own.protocol_of(t),
+            scope_link: t.kind == RouteKind::Unicast && t.gateway.is_none(),
+        }
+    }
+
+    /// Reconciles the kernel with `desired`. Unrelated routes are still attempted after a
+    /// failure; the first error is returned and the next apply re-reads.
+    pub fn apply(&mut self, desired: &RoutesDesired) -> Result<RouteTableStats, NetlinkError> {
         let mut stats = RouteTableStats::default();
         let mut actual = match self.actual.take() {
-            Some(a) => a,
-            None => {
+            Some(a) if !self.refresh_due() => a,
+            _ => {
                 stats.listings += 1;
-                self.nl
-                    .list_routes(self.ipv)?
-                    .into_iter()
-                    .filter(|r| self.own.route_is_ours(r))
-                    .map(|r| (r.dst, r))
-                    .collect()
+                self.read_back()?
             }
         };
         let wanted = Self::wanted(desired);
-        let proto = self.own.device_route_protocol;
-        let todo: Vec<(&IpNet, &String)> = wanted
-            .iter()
-            .filter(|(dst, iface)| {
-                actual
-                    .get(*dst)
-                    .is_none_or(|r| r.dev.as_deref() != Some(iface.as_str()) || r.protocol != proto)
-            })
-            .collect();
+        // Interfaces: only needed when something is to be written.
+        let needs_links = wanted.iter().any(|(k, (_, w))| {
+            let via_gateway = w.iface.is_none() && w.target.gateway.is_some();
+            (w.iface.is_some() || via_gateway)
+                && actual.get(k).is_none_or(|r| {
+                    !via_gateway
+                        && r.ifindex
+                            .and_then(|i| self.names.get(&i))
+                            .map(String::as_str)
+                            != w.iface
+                })
+        });
+        if needs_links && stats.listings == 0 {
+            if let Err(e) = self.refresh_links() {
+                self.actual = None;
+                return Err(e);
+            }
+        }
+        let mut writes = Vec::new();
+        let mut waiting = 0;
+        for (k, (_, w)) in &wanted {
+            let ifindex = match w.iface {
+                Some(name) => match self.links.get(name) {
+                    Some(l) if l.admin_up && (l.oper_up || !self.own.is_workload_iface(name)) => {
+                        Some(l.index)
+                    }
+                    _ => {
+                        if w.target.kind == RouteKind::Unicast {
+                            waiting += 1;
+                            continue;
+                        }
+                        None
+                    }
+                },
+                // A next hop without an interface goes out of the link whose subnet holds it
+                // (same-subnet routes); none: the node is not directly reachable, skip.
+                None => match w.target.gateway {
+                    Some(gw) if w.target.kind == RouteKind::Unicast && !w.target.onlink => {
+                        match self.connected.iter().find(|(_, net)| net.contains(&gw)) {
+                            Some((i, _)) => Some(*i),
+                            None => {
+                                stats.unreachable += 1;
+                                continue;
+                            }
+                        }
+                    }
+                    _ => None,
+                },
+            };
+            let route = self.route_for(w, ifindex);
+            if actual.get(k) != Some(&route) {
+                writes.push(route);
+            }
+        }
+        stats.waiting = waiting;
+        self.waiting = waiting > 0;
         let mut first_err = None;
-        let mut up_links = BTreeSet::new();
-        if !todo.is_empty() {
-            let names: BTreeSet<&str> = todo.iter().map(|(_, i)| i.as_str()).collect();
-            let names: Vec<&str> = names.into_iter().collect();
-            match self.nl.links_up(&names) {
-                Ok(up) => up_links = up,
-                Err(e) => first_err = Some(e),
-            }
-        }
-        self.waiting = false;
-        if first_err.is_none() {
-            let (ready, waiting): (Vec<_>, Vec<_>) = todo
-                .into_iter()
-                .partition(|(_, iface)| up_links.contains(*iface));
-            if !waiting.is_empty() {
-                stats.waiting += waiting.len();
-                self.waiting = true;
-            }
-            // Many routes (start of day) go in one `ip -batch` process; if
-            // the batch fails, each route is retried alone below so the
-            // failing one is found and the rest still land.
-            let mut single = ready;
-            if single.len() > 1 {
-                let batch: Vec<(&IpNet, &str)> =
-                    single.iter().map(|(d, i)| (*d, i.as_str())).collect();
-                if self.nl.replace_routes(self.ipv, &batch, proto).is_ok() {
-                    for (dst, iface) in single.drain(..) {
-                        stats.replaced += 1;
-                        actual.insert(
-                            *dst,
-                            KernelRoute {
-                                dst: *dst,
-                                dev: Some(iface.clone()),
-                                protocol: proto,
-                            },
-                        );
-                    }
+        for (r, res) in writes.iter().zip(self.nl.replace_routes(&writes)) {
+            match res {
+                Ok(()) => {
+                    stats.replaced += 1;
+                    actual.insert((r.table, r.dst), r.clone());
                 }
-            }
-            for (dst, iface) in single {
-                match self.nl.replace_route(self.ipv, dst, iface, proto) {
-                    Ok(()) => {
-                        stats.replaced += 1;
-                        actual.insert(
-                            *dst,
-                            KernelRoute {
-                                dst: *dst,
-                                dev: Some(iface.clone()),
-                                protocol: proto,
-                            },
-                        );
-                    }
-                    Err(e) => {
-                        tracing::warn!(dst = %dst, iface = %iface, error = %e, "route replace failed");
-                        first_err.get_or_insert(e);
-                    }
+                Err(e) => {
+                    tracing::warn!(dst = %r.dst, error = %e, "route replace failed");
+                    first_err.get_or_insert(e);
                 }
             }
         }
-        let stale: Vec<KernelRoute> = actual
-            .values()
-            .filter(|r| !wanted.contains_key(&r.dst))
-            .cloned()
-            .collect();
-        for r in stale {
-            match self.nl.delete_route(self.ipv, &r) {
+        let now = self.clock.now();
+        self.grace_pending = false;
+        let mut stale = Vec::new();
+        for (k, r) in &actual {
+            if wanted.contains_key(k) {
+                continue;
+            }
+            let dev = r.ifindex.and_then(|i| self.names.get(&i));
+            let in_grace = dev.is_some_and(|d| {
+                self.own.is_workload_iface(d)
+                    && self
+                        .first_seen
+                        .get(d)
+                        .is_some_and(|t| now.duration_since(*t) < CNI_GRACE)
+            });
+            if in_grace {
+                stats.in_grace += 1;
+                self.grace_pending = true;
+            } else {
+                stale.push(r.clone());
+            }
+        }
+        for (r, res) in stale.iter().zip(self.nl.delete_routes(&stale)) {
+            match res {
                 Ok(()) => {
                     stats.deleted += 1;
-                    actual.remove(&r.dst);
+                    actual.remove(&(r.table, r.dst));
+                }
+                Err(e) if is_gone(&e) => {
+                    actual.remove(&(r.table, r.dst));
                 }
                 Err(e) => {
                     tracing::warn!(dst = %r.dst, error = %e, "route delete failed");
@@ -292,12 +441,24 @@ impl RouteTable {
             Some(e) => Err(e),
         }
     }
+
+    /// The address a destination is routed from, for tests and the admin socket: the gateway
+    /// of the route we programmed for `dst`, if any.
+    pub fn gateway_of(&self, dst: &IpNet) -> Option<IpAddr> {
+        self.actual
+            .as_ref()?
+            .get(&(TABLE_MAIN, dst.trunc()))
+            .and_then(|r| r.gateway)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::kernel::{Commands, FakeResponse, ScriptedCommands};
+    use crate::dataplane::desired::RouteKey;
+    use crate::dataplane::netlink::fake::FakeNetlink;
+    use felix_actors::clock::ManualClock;
+    use std::collections::BTreeSet;
     use std::sync::Arc;
 
     fn own() -> RouteOwnership {
@@ -305,122 +466,187 @@ mod tests {
             workload_prefixes: vec!["cali".into()],
             remove_external_routes: true,
             device_route_protocol: 3,
+            owned_ifaces: vec!["vxlan.calico".into()],
+            owned_tables: vec![IndexRange { min: 1, max: 250 }],
         }
     }
 
-    #[test]
-    fn ownership_follows_protocol_and_workload_interface() {
-        let o = own();
-        let r = |dev: Option<&str>, protocol| KernelRoute {
-            dst: "10.0.0.1/32".parse().unwrap(),
-            dev: dev.map(str::to_string),
+    fn route(dst: &str, ifindex: Option<u32>, protocol: u8, table: u32) -> Route {
+        Route {
+            table,
+            dst: dst.parse().unwrap(),
+            kind: RouteKind::Unicast,
+            ifindex,
+            gateway: None,
+            onlink: false,
+            src: None,
             protocol,
-        };
-        assert!(o.route_is_ours(&r(Some("eth0"), 80)));
-        assert!(o.route_is_ours(&r(None, 80)));
-        assert!(o.route_is_ours(&r(Some("cali1"), 4)));
-        assert!(!o.route_is_ours(&r(Some("eth0"), 3)));
+            scope_link: true,
+        }
+    }
+
+    fn table(fake: &Arc<FakeNetlink>, clock: &Arc<ManualClock>) -> RouteTable {
+        let nl = Seamed::new(
+            Arc::new(fake.clone()),
+            felix_actors::Seam::default().for_actor("driver/routes-v4"),
+        );
+        RouteTable::new(IpVersion::V4, nl, own(), clock.clone(), None)
+    }
+
+    fn set(d: &mut RoutesDesired, key: RouteKey, targets: &[RouteTarget]) {
+        d.set("m", key, targets.iter().cloned().collect::<BTreeSet<_>>());
+    }
+
+    #[test]
+    fn ownership_follows_table_protocol_owned_and_workload_interfaces() {
+        let o = own();
+        let r = |proto, table| route("10.0.0.0/24", Some(1), proto, table);
+        assert!(o.route_is_ours(&r(80, TABLE_MAIN), Some("eth0")));
+        assert!(o.route_is_ours(&r(3, TABLE_MAIN), Some("vxlan.calico")));
+        assert!(o.route_is_ours(&r(4, TABLE_MAIN), Some("cali1")));
+        assert!(!o.route_is_ours(&r(3, TABLE_MAIN), Some("eth0")));
+        assert!(o.route_is_ours(&r(3, 7), Some("eth0")), "owned table");
+        assert!(!o.route_is_ours(&r(80, 251), Some("eth0")), "foreign table");
         let timid = RouteOwnership {
             remove_external_routes: false,
             ..own()
         };
-        assert!(timid.route_is_ours(&r(Some("cali1"), 3)));
-        assert!(!timid.route_is_ours(&r(Some("cali1"), 4)));
+        assert!(timid.route_is_ours(&r(3, TABLE_MAIN), Some("cali1")));
+        assert!(!timid.route_is_ours(&r(4, TABLE_MAIN), Some("cali1")));
     }
 
     #[test]
-    fn resync_sweeps_stale_routes_and_adds_only_missing_ones() {
-        let fake = ScriptedCommands::new(|req| {
-            let a = req.args.join(" ");
-            if a.contains("route show") {
-                FakeResponse::Ok(
-                    r#"[{"dst":"10.65.0.2","dev":"cali1","scope":"253"},
-                        {"dst":"10.65.0.9","dev":"caliold","scope":"253"},
-                        {"dst":"192.168.0.0/24","dev":"eth0","protocol":"2"}]"#
-                        .into(),
-                )
-            } else if a.contains("link show") {
-                FakeResponse::Ok(
-                    r#"[{"ifname":"cali1","flags":["UP"],"operstate":"UP"},
-                        {"ifname":"cali2","flags":["UP"],"operstate":"UP"}]"#
-                        .into(),
-                )
-            } else {
-                FakeResponse::Ok(String::new())
-            }
-        });
-        let cmds = Commands::standalone(fake.clone(), "driver/routes-v4");
-        let mut t = RouteTable::new(IpVersion::V4, IpTool::new(cmds), own());
+    fn two_producers_of_one_destination_never_delete_each_other() {
+        let fake = Arc::new(FakeNetlink::default());
+        let clock = Arc::new(ManualClock::new());
+        fake.add_link("cali1");
+        fake.add_link("vxlan.calico");
+        let mut t = table(&fake, &clock);
+        let dst: IpNet = "10.65.1.0/26".parse().unwrap();
         let mut d = RoutesDesired::default();
-        d.set(
-            "m",
-            "cali1".into(),
-            ["10.65.0.2/32".parse().unwrap()].into(),
+        set(
+            &mut d,
+            RouteKey {
+                class: RouteClass::VxlanTunnel,
+                iface: Some("vxlan.calico".into()),
+            },
+            &[RouteTarget {
+                gateway: Some("10.65.1.0".parse().unwrap()),
+                onlink: true,
+                protocol: Some(80),
+                ..RouteTarget::device(dst)
+            }],
         );
         d.set(
-            "m",
-            "cali2".into(),
-            ["10.65.0.3/32".parse().unwrap()].into(),
+            "other",
+            RouteKey::workload("cali1"),
+            [RouteTarget::device(dst)].into(),
         );
-        d.set(
-            "m",
-            "cali3".into(),
-            ["10.65.0.4/32".parse().unwrap()].into(),
+        t.apply(&d).unwrap();
+        let rs = fake.routes();
+        assert_eq!(rs.len(), 1);
+        assert_eq!(rs[0].gateway, None, "the local workload class wins");
+        // The winner withdraws: the other producer's route takes over, without a delete.
+        d.remove(&RouteKey::workload("cali1"));
+        fake.take_writes();
+        t.apply(&d).unwrap();
+        assert_eq!(fake.take_writes(), vec!["route-replace 10.65.1.0/26"]);
+        assert_eq!(fake.routes()[0].gateway, Some("10.65.1.0".parse().unwrap()));
+    }
+
+    #[test]
+    fn resync_sweeps_only_ours_and_keeps_what_is_right() {
+        let fake = Arc::new(FakeNetlink::default());
+        let clock = Arc::new(ManualClock::new());
+        let c1 = fake.add_link("cali1");
+        let eth = fake.add_link("eth0");
+        fake.put_route(route("10.65.0.2/32", Some(c1), 3, TABLE_MAIN));
+        fake.put_route(route("10.65.0.9/32", Some(c1), 3, TABLE_MAIN));
+        fake.put_route(route("192.168.0.0/24", Some(eth), 2, TABLE_MAIN));
+        fake.put_route(route("10.99.0.0/24", Some(eth), 2, 7));
+        let mut t = table(&fake, &clock);
+        let mut d = RoutesDesired::default();
+        set(
+            &mut d,
+            RouteKey::workload("cali1"),
+            &[RouteTarget::device("10.65.0.2/32".parse().unwrap())],
+        );
+        // The foreign route in an owned table goes at once; the stale workload route waits
+        // out the CNI grace period of its (just seen) interface.
+        let s = t.apply(&d).unwrap();
+        assert_eq!((s.replaced, s.deleted, s.in_grace), (0, 1, 1));
+        clock.advance(CNI_GRACE);
+        let s = t.apply(&d).unwrap();
+        assert_eq!((s.replaced, s.deleted), (0, 1));
+        let dsts: Vec<String> = fake.routes().iter().map(|r| r.dst.to_string()).collect();
+        assert_eq!(dsts, vec!["10.65.0.2/32", "192.168.0.0/24"]);
+    }
+
+    #[test]
+    fn cni_routes_on_a_new_workload_interface_survive_the_grace_period() {
+        let fake = Arc::new(FakeNetlink::default());
+        let clock = Arc::new(ManualClock::new());
+        let c1 = fake.add_link("cali1");
+        fake.put_route(route("10.65.0.5/32", Some(c1), 3, TABLE_MAIN));
+        let mut t = table(&fake, &clock);
+        let s = t.apply(&RoutesDesired::default()).unwrap();
+        assert_eq!((s.deleted, s.in_grace), (0, 1));
+        assert!(t.is_dirty());
+        clock.advance(CNI_GRACE);
+        let s = t.apply(&RoutesDesired::default()).unwrap();
+        assert_eq!(s.deleted, 1);
+        assert!(!t.is_dirty());
+    }
+
+    #[test]
+    fn a_route_waits_for_its_interface_and_blackholes_need_none() {
+        let fake = Arc::new(FakeNetlink::default());
+        let clock = Arc::new(ManualClock::new());
+        let mut t = table(&fake, &clock);
+        let mut d = RoutesDesired::default();
+        set(
+            &mut d,
+            RouteKey::workload("cali9"),
+            &[RouteTarget::device("10.65.0.7/32".parse().unwrap())],
+        );
+        set(
+            &mut d,
+            RouteKey {
+                class: RouteClass::LocalBlock,
+                iface: None,
+            },
+            &[RouteTarget {
+                kind: RouteKind::Blackhole,
+                protocol: Some(80),
+                ..RouteTarget::device("10.65.0.0/26".parse().unwrap())
+            }],
         );
         let s = t.apply(&d).unwrap();
-        assert_eq!(
-            s,
-            RouteTableStats {
-                listings: 1,
-                replaced: 1,
-                deleted: 1,
-                waiting: 1
-            }
-        );
-        let writes: Vec<String> = fake
-            .calls()
-            .iter()
-            .map(|c| c.args.join(" "))
-            .filter(|a| a.contains("replace") || a.contains(" del "))
-            .collect();
-        assert_eq!(
-            writes,
-            vec![
-                "-4 route replace 10.65.0.3/32 dev cali2 scope link proto 3",
-                "-4 route del 10.65.0.9/32 dev caliold proto 3 table main"
-            ]
-        );
-        // cali3 is missing: the table stays dirty and retries later.
+        assert_eq!((s.replaced, s.waiting), (1, 1));
         assert!(t.is_dirty());
-        fake.clear_calls();
-        d.set("m", "cali3".into(), BTreeSet::new());
+        fake.add_link("cali9");
+        t.interfaces_changed(&["cali9".to_string()]);
+        let s = t.apply(&d).unwrap();
+        assert_eq!((s.replaced, s.waiting), (1, 0));
+        // Steady state: nothing to write, no listing.
         let s = t.apply(&d).unwrap();
         assert_eq!(s, RouteTableStats::default());
-        assert!(!t.is_dirty());
-        assert!(fake.calls().is_empty());
     }
 
     #[test]
     fn a_failed_write_forces_a_read_back() {
-        let fake = ScriptedCommands::new(|req| {
-            let a = req.args.join(" ");
-            if a.contains("link show") {
-                FakeResponse::Ok(r#"[{"ifname":"cali1","flags":["UP"],"operstate":"UP"}]"#.into())
-            } else {
-                FakeResponse::Ok("[]".into())
-            }
-        });
-        let cmds = Commands::standalone(Arc::clone(&fake) as _, "driver/routes-v4");
-        let mut t = RouteTable::new(IpVersion::V4, IpTool::new(cmds), own());
-        let mut d = RoutesDesired::default();
-        d.set(
-            "m",
-            "cali1".into(),
-            ["10.65.0.2/32".parse().unwrap()].into(),
-        );
+        let fake = Arc::new(FakeNetlink::default());
+        let clock = Arc::new(ManualClock::new());
+        fake.add_link("cali1");
+        let mut t = table(&fake, &clock);
         t.apply(&RoutesDesired::default()).unwrap();
-        fake.fail_next(1, Some("ip"));
-        // The link listing fails: nothing is written, the error surfaces.
+        let mut d = RoutesDesired::default();
+        set(
+            &mut d,
+            RouteKey::workload("cali1"),
+            &[RouteTarget::device("10.65.0.2/32".parse().unwrap())],
+        );
+        fake.fail_next(1);
         assert!(t.apply(&d).is_err());
         assert!(t.is_dirty());
         let s = t.apply(&d).unwrap();

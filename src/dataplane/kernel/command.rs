@@ -66,6 +66,11 @@ pub trait CommandRunner: Send + Sync {
     fn path_exists(&self, path: &str) -> bool {
         std::path::Path::new(path).exists()
     }
+    /// The rtnetlink access of the same kernel (network namespace) the commands run in; none
+    /// by default (a scripted runner without a netlink fake).
+    fn netlink(&self) -> Arc<dyn crate::dataplane::netlink::NetlinkProvider> {
+        Arc::new(crate::dataplane::netlink::NoNetlink)
+    }
 }
 
 /// Runs real processes, optionally inside a named network namespace (by
@@ -217,6 +222,12 @@ impl CommandRunner for SystemCommands {
 
     fn program_exists(&self, program: &str) -> bool {
         program_on_path(program)
+    }
+
+    fn netlink(&self) -> Arc<dyn crate::dataplane::netlink::NetlinkProvider> {
+        Arc::new(crate::dataplane::netlink::SystemNetlink::new(
+            self.netns.clone(),
+        ))
     }
 }
 

@@ -26,6 +26,7 @@ pub struct ScriptedCommands {
     fail_next: Mutex<(usize, Option<String>)>,
     programs: Mutex<Option<BTreeSet<String>>>,
     paths: Mutex<BTreeSet<String>>,
+    netlink: Arc<crate::dataplane::netlink::fake::FakeNetlink>,
 }
 
 impl std::fmt::Debug for ScriptedCommands {
@@ -47,7 +48,13 @@ impl ScriptedCommands {
             fail_next: Mutex::new((0, None)),
             programs: Mutex::new(None),
             paths: Mutex::new(BTreeSet::new()),
+            netlink: Arc::default(),
         })
+    }
+
+    /// The in-memory routing kernel behind this runner's netlink access.
+    pub fn netlink_fake(&self) -> &Arc<crate::dataplane::netlink::fake::FakeNetlink> {
+        &self.netlink
     }
 
     /// Makes the next `n` calls (optionally only those to `program`) exit
@@ -87,6 +94,10 @@ impl ScriptedCommands {
 }
 
 impl CommandRunner for ScriptedCommands {
+    fn netlink(&self) -> Arc<dyn crate::dataplane::netlink::NetlinkProvider> {
+        Arc::new(self.netlink.clone())
+    }
+
     fn exec(&self, req: &CommandRequest) -> std::io::Result<CommandOutput> {
         self.calls.lock().push(req.clone());
         {

@@ -50,7 +50,9 @@ use super::chains::{OwnedChains, TablePlan};
 use super::render::ChainSource;
 use super::targets::TableInputs;
 use super::Payload;
-use crate::dataplane::desired::{IfaceSettings, IfacesDesired, RoutesDesired};
+use crate::dataplane::desired::{
+    IfaceSettings, IfacesDesired, RouteKey, RouteTarget, RoutesDesired,
+};
 
 /// Identity of an endpoint (or of the dispatch chains, which are one object).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -340,7 +342,7 @@ impl EndpointManager {
     }
 
     /// The routed destinations of a workload for this IP version.
-    fn routes_of(&self, ep: &WorkloadEndpoint) -> BTreeSet<IpNet> {
+    fn routes_of(&self, ep: &WorkloadEndpoint) -> BTreeSet<RouteTarget> {
         let nets = match self.ipv {
             IpVersion::V4 => &ep.ipv4_nets,
             IpVersion::V6 => &ep.ipv6_nets,
@@ -357,6 +359,7 @@ impl EndpointManager {
                 },
             })
             .filter(|n| matches!((n, self.ipv), (IpNet::V4(_), IpVersion::V4) | (IpNet::V6(_), IpVersion::V6)))
+            .map(RouteTarget::device)
             .collect()
     }
 
@@ -367,7 +370,7 @@ impl EndpointManager {
     /// it), the new owner's write replaces the old one's removal whatever
     /// order the keys come in, so the routes stay in place.
     fn write_routes(&mut self, ctx: &mut ApplyCtx, keys: &[Key], full: bool) {
-        let mut route_ops: BTreeMap<String, Option<BTreeSet<IpNet>>> = BTreeMap::new();
+        let mut route_ops: BTreeMap<String, Option<BTreeSet<RouteTarget>>> = BTreeMap::new();
         let mut iface_ops: BTreeMap<String, Option<IfaceSettings>> = BTreeMap::new();
         for key in keys {
             if !matches!(key, Key::Workload { .. }) {
@@ -406,17 +409,17 @@ impl EndpointManager {
             if full {
                 let all: Vec<_> = route_ops
                     .into_iter()
-                    .filter_map(|(i, r)| r.map(|r| (i, r)))
+                    .filter_map(|(i, r)| r.map(|r| (RouteKey::workload(i), r)))
                     .collect();
                 d.replace_owned(owner, all);
             } else {
                 for (iface, r) in route_ops {
                     match r {
                         Some(r) => {
-                            d.set(owner, iface, r);
+                            d.set(owner, RouteKey::workload(iface), r);
                         }
                         None => {
-                            d.remove(&iface);
+                            d.remove(&RouteKey::workload(iface));
                         }
                     }
                 }

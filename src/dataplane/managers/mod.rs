@@ -17,6 +17,7 @@
 //! the mode.
 
 mod chains;
+mod cluster_routes;
 mod endpoints;
 mod ipsets;
 #[cfg(test)]
@@ -30,6 +31,9 @@ mod targets;
 mod tests;
 
 pub use chains::{OwnedChains, TablePlan};
+pub use cluster_routes::{
+    kernel_has_ipip, ClusterRouteSettings, ClusterRoutesManager, CLUSTER_ROUTE_PROTO,
+};
 pub use endpoints::{EndpointManager, EndpointOutputs};
 pub use ipsets::{set_type_of, IpSetsManager};
 pub use masq::{MasqManager, IPSET_ID_ALL_POOLS, IPSET_ID_MASQ_POOLS};

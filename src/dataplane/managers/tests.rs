@@ -173,7 +173,12 @@ fn ep_outputs(tables: TableInputs) -> EndpointOutputs {
 fn routes_of(out: &EndpointOutputs) -> BTreeMap<String, BTreeSet<IpNet>> {
     out.routes.read(|d| {
         d.iter()
-            .map(|(k, e)| (k.clone(), e.value.clone()))
+            .map(|(k, e)| {
+                (
+                    k.iface.clone().unwrap_or_default(),
+                    e.value.iter().map(|t| t.dst).collect(),
+                )
+            })
             .collect()
     })
 }
@@ -582,16 +587,19 @@ fn first_index(calls: &[CommandRequest], f: impl Fn(&CommandRequest) -> bool) ->
 #[actix_rt::test]
 async fn iptables_wiring_creates_sets_before_rules_and_routes_the_workload_only_after_in_sync() {
     let fake = ScriptedCommands::new(kernel_responder);
+    let cali1 = fake.netlink_fake().add_link("cali1");
     let cfg = cfg_with(&[("Ipv6Support", "false")]);
     let h = start_wired(&cfg, &fake);
     h.addr.do_send(UpdateBatch(messages()));
     actix_rt::time::sleep(Duration::from_millis(200)).await;
     assert!(fake.calls().is_empty(), "kernel touched before in-sync");
+    assert!(
+        fake.netlink_fake().take_writes().is_empty(),
+        "routes before in-sync"
+    );
     h.addr.do_send(InSync);
     let done = wait_for(|| {
-        fake.calls()
-            .iter()
-            .any(|c| c.args.join(" ").contains("route replace"))
+        !fake.netlink_fake().routes().is_empty()
             && fake
                 .calls()
                 .iter()
@@ -635,14 +643,11 @@ async fn iptables_wiring_creates_sets_before_rules_and_routes_the_workload_only_
             "{needle} missing from\n{all_rules}"
         );
     }
-    let route = calls
-        .iter()
-        .find(|c| c.args.join(" ").contains("route replace"))
-        .unwrap();
-    assert_eq!(
-        route.args.join(" "),
-        "-4 route replace 10.65.0.2/32 dev cali1 scope link proto 3"
-    );
+    let routes = fake.netlink_fake().routes();
+    assert_eq!(routes.len(), 1, "{routes:?}");
+    assert_eq!(routes[0].dst.to_string(), "10.65.0.2/32");
+    assert_eq!(routes[0].ifindex, Some(cali1));
+    assert_eq!((routes[0].protocol, routes[0].scope_link), (3, true));
     assert!(calls.iter().any(|c| c.program == "sysctl"
         && c.args
             .contains(&"net/ipv4/conf/cali1/proxy_arp=1".to_string())));
@@ -782,7 +787,7 @@ fn host_endpoints_by_expected_ip_follow_the_interface_monitor() {
 fn route_generation(out: &EndpointOutputs, iface: &str) -> Option<u64> {
     out.routes.read(|d| {
         d.iter()
-            .find(|(k, _)| k.as_str() == iface)
+            .find(|(k, _)| k.iface.as_deref() == Some(iface))
             .map(|(_, e)| e.generation)
     })
 }

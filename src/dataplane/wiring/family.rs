@@ -4,22 +4,26 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use felix_actors::clock::SharedClock;
 use felix_actors::{
     ActorSeam, DesiredInput, Driver, DriverSpec, Manager, ManagerSpec, Phase, SupervisorBuilder,
 };
 use felix_config::{Config, DataplaneMode};
 
 use crate::dataplane::cleanup::{CleanupDriver, CleanupMode};
-use crate::dataplane::desired::{IfacesDesired, RoutesDesired};
+use crate::dataplane::desired::{IfacesDesired, RoutesDesired, VxlanDesired};
 use crate::dataplane::ifacemon::InterfaceState;
 use crate::dataplane::iproute::{IfacesDriver, RouteOwnership, RoutesDriver};
 use crate::dataplane::iptables::{BackendChoice, ChainInsertMode, IptablesBackend};
 use crate::dataplane::kernel::{CommandRunner, Commands};
 use crate::dataplane::managers::{
-    ChainSource, EndpointManager, EndpointOutputs, IpSetsManager, MasqManager, Payload,
-    PolicyManager, RendererSource, SetInputs, StaticManager, TableInputs,
+    kernel_has_ipip, ChainSource, ClusterRouteSettings, ClusterRoutesManager, EndpointManager,
+    EndpointOutputs, IpSetsManager, MasqManager, Payload, PolicyManager, RendererSource, SetInputs,
+    StaticManager, TableInputs,
 };
+use crate::dataplane::netlink::{NetlinkProvider, Seamed};
 use crate::dataplane::rules::{RenderConfig, Renderer};
+use crate::dataplane::vxlan::{self, VxlanDriver};
 use crate::dataplane::IpVersion;
 
 use super::WiringError;
@@ -37,11 +41,38 @@ pub(super) struct Shared {
     pub ip_forwarding: bool,
     pub own: RouteOwnership,
     pub prefixes: Vec<String>,
+    /// Routing state (routes, VXLAN) goes through this kernel's rtnetlink.
+    pub netlink: Arc<dyn NetlinkProvider>,
+    pub clock: SharedClock,
+    /// `RouteRefreshInterval` (`None`: 0, no periodic re-read).
+    pub route_refresh: Option<Duration>,
+    /// `RouteSyncDisabled`: no route driver at all.
+    pub route_sync_disabled: bool,
+    /// The cluster-route settings both families share (MTU filled in per family).
+    pub cluster: ClusterRouteSettings,
+    pub vxlan_mtu: [Option<u32>; 2],
 }
 
 impl Shared {
     pub fn new(cfg: &Config, runner: Arc<dyn CommandRunner>, ifaces: &InterfaceState) -> Self {
+        let positive = |v: i64| u32::try_from(v).ok().filter(|v| *v > 0);
+        let program_cluster_routes = cfg.program_cluster_routes();
         Shared {
+            netlink: runner.netlink(),
+            clock: felix_actors::clock::system(),
+            route_refresh: Some(cfg.route_refresh_interval()).filter(|d| !d.is_zero()),
+            route_sync_disabled: cfg.route_sync_disabled(),
+            cluster: ClusterRouteSettings {
+                hostname: cfg.felix_hostname().to_string(),
+                vxlan_enabled: cfg.vxlan_enabled(),
+                vni: u32::try_from(cfg.vxlan_vni()).unwrap_or(4096),
+                port: u16::try_from(cfg.vxlan_port()).unwrap_or(4789),
+                mtu: None,
+                no_encap_routes: program_cluster_routes == "Enabled"
+                    || program_cluster_routes == "EnabledNoEncapOnly",
+                ipip_supported: kernel_has_ipip(),
+            },
+            vxlan_mtu: [positive(cfg.vxlan_mtu()), positive(cfg.vxlan_mtu_v6())],
             runner,
             ifaces: ifaces.clone(),
             backend: BackendChoice::new(configured_backend(cfg)),
@@ -54,9 +85,36 @@ impl Shared {
                 workload_prefixes: cfg.interface_prefix().to_vec(),
                 remove_external_routes: cfg.remove_external_routes(),
                 device_route_protocol: u8::try_from(cfg.device_route_protocol()).unwrap_or(3),
+                owned_ifaces: vxlan::owned_devices()
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect(),
+                // `RouteTableRanges` are the tables felix may allocate; nothing on this node
+                // allocates one (WireGuard and egress gateways are absent), so no table is
+                // owned outright and felix's routes live in the main table.
+                owned_tables: Vec::new(),
             },
             prefixes: cfg.interface_prefix().to_vec(),
         }
+    }
+
+    /// Registers driver `name` over rtnetlink: `make` gets the driver's netlink handle, on the
+    /// driver's seam.
+    pub fn netlink_driver<D: Driver>(
+        &self,
+        builder: SupervisorBuilder<Payload>,
+        name: &str,
+        phase: Phase,
+        input: DesiredInput<D::Desired>,
+        make: impl Fn(Seamed) -> D + Send + Sync + 'static,
+    ) -> SupervisorBuilder<Payload> {
+        let provider = self.netlink.clone();
+        builder.driver(DriverSpec::new(
+            name,
+            phase,
+            input,
+            move |seam: &ActorSeam| make(Seamed::new(provider.clone(), seam.clone())),
+        ))
     }
 
     /// Registers driver `name`, built by `make` from its `Commands` (the runtime's seam for
@@ -87,6 +145,7 @@ pub(super) struct Family {
     pub source: Arc<dyn ChainSource>,
     pub routes: DesiredInput<RoutesDesired>,
     pub ifaces: DesiredInput<IfacesDesired>,
+    pub vxlan: DesiredInput<VxlanDesired>,
 }
 
 impl Family {
@@ -105,6 +164,7 @@ impl Family {
             source: Arc::new(RendererSource::new(Renderer::new(render_cfg))),
             routes: DesiredInput::new(RoutesDesired::default()),
             ifaces: DesiredInput::new(IfacesDesired::default()),
+            vxlan: DesiredInput::new(VxlanDesired::default()),
         })
     }
 
@@ -113,7 +173,8 @@ impl Family {
         format!("{kind}/{what}-{}", self.suffix)
     }
 
-    /// `driver/routes-vN`, `driver/ifaces-vN` and `driver/cleanup-vN`.
+    /// `driver/vxlan-vN` (VxlanFdb), `driver/routes-vN` (Routes; none with
+    /// `RouteSyncDisabled`), `driver/ifaces-vN` and `driver/cleanup-vN`.
     pub fn register_shared_drivers(
         &self,
         mut b: SupervisorBuilder<Payload>,
@@ -121,14 +182,36 @@ impl Family {
         mode: DataplaneMode,
     ) -> SupervisorBuilder<Payload> {
         let ipv = self.ipv;
-        let (own, st) = (shared.own.clone(), shared.ifaces.clone());
-        b = shared.driver(
+        b = shared.netlink_driver(
             b,
-            &self.name("driver", "routes"),
-            Phase::Routes,
-            self.routes.clone(),
-            move |c| RoutesDriver::new(ipv, c, own.clone()).with_interface_events(st.subscribe()),
+            &self.name("driver", "vxlan"),
+            Phase::VxlanFdb,
+            self.vxlan.clone(),
+            move |nl| VxlanDriver::new(ipv, nl),
         );
+        if shared.route_sync_disabled {
+            tracing::info!(
+                ipv = ipv.number(),
+                "RouteSyncDisabled: felix programs no routes"
+            );
+        } else {
+            let (own, st, clock, refresh) = (
+                shared.own.clone(),
+                shared.ifaces.clone(),
+                shared.clock.clone(),
+                shared.route_refresh,
+            );
+            b = shared.netlink_driver(
+                b,
+                &self.name("driver", "routes"),
+                Phase::Routes,
+                self.routes.clone(),
+                move |nl| {
+                    RoutesDriver::new(ipv, nl, own.clone(), clock.clone(), refresh)
+                        .with_interface_events(st.subscribe())
+                },
+            );
+        }
         let (fwd, st) = (shared.ip_forwarding, shared.ifaces.clone());
         b = shared.driver(
             b,
@@ -214,6 +297,20 @@ impl Family {
                 EndpointManager::new(n, ipv, src.clone(), out.clone())
                     .with_interfaces(&st, &prefixes),
             )
+        });
+        let cluster = ClusterRouteSettings {
+            mtu: shared.vxlan_mtu[usize::from(ipv == IpVersion::V6)],
+            ..shared.cluster.clone()
+        };
+        let (routes, vx) = (self.routes.clone(), self.vxlan.clone());
+        b = self.manager(b, "cluster-routes", ClusterRoutesManager::wants, move |n| {
+            Box::new(ClusterRoutesManager::new(
+                n,
+                ipv,
+                cluster.clone(),
+                routes.clone(),
+                vx.clone(),
+            ))
         });
         let src = self.source.clone();
         self.manager(b, "masq", MasqManager::wants, move |n| {

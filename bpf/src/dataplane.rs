@@ -1,0 +1,1065 @@
+//! The loader: one [`BpfDataplane`] owns the pinned maps, loads the generic programs into the
+//! jump maps, puts each endpoint's policy in its slot, and attaches one preamble per
+//! interface and direction.
+//!
+//! # Design
+//! * Jump maps come in one set per (attach mechanism, TC direction): the kernel refuses a
+//!   program of another expected attach type in a `prog_array` (EINVAL). Each set is a
+//!   generic programs map (`cali_progs_*`, fixed slots, debug at an offset) and a
+//!   per-endpoint map (`cali_jump_*`, one policy slot per endpoint and direction, slot 0 the
+//!   match-all log filter). Both are pinned: an unpinned `prog_array` is emptied when its
+//!   last user closes it, and every tail call would then drop.
+//! * A policy update rewrites only the endpoint's slot ([`BpfDataplane::set_policy`]); the
+//!   generic programs and the preamble are untouched.
+//! * The preamble carries the interface's [`TcGlobals`] in `.rodata`. It is re-loaded and
+//!   re-attached only when the globals it would write differ from the recorded ones or the
+//!   recorded attachment is gone. The record (mechanism, globals, program id) of each hook is
+//!   kept in memory and rebuilt from the pins at start ([`BpfDataplane::start`]).
+//! * Moving a hook to another mechanism removes the old attachment (a clsact filter left
+//!   behind would run after, or instead of, the TCX program).
+//!
+//! # Pins (under `root`, normally `/sys/fs/bpf/cali`)
+//! `cali_iface4`; `<mech>/cali_progs_<dir>2`, `<mech>/cali_jump_<dir>2`;
+//! `<mech>/hooks/if<ifindex>_<dir>/{prog,globals[,link]}` per attached hook.
+//!
+//! # Thread safety
+//! Not shared: one driver owns it and calls it from its blocking apply step (every call
+//! blocks on syscalls through the seam).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use libbpf_rs::libbpf_sys;
+use libbpf_rs::{
+    AsRawLibbpf, Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, Program,
+    ProgramAttachType, ProgramInput, TcHookBuilder, TC_EGRESS, TC_INGRESS,
+};
+
+use crate::attach::Mechanism;
+use crate::layout::*;
+use crate::maps::{
+    ensure_bpffs, jump_map, progs_map, remove_old_versions, IfaceMap, JumpMap, SlotAllocator,
+    IFACE_MAP,
+};
+use crate::ops::{op, BpfError, BpfOps};
+
+/// The compiled objects, built by `build.rs` from `progs/`.
+pub mod objects {
+    /// The preamble (`tc_preamble.c`).
+    pub const TC_PREAMBLE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/tc_preamble.o"));
+    /// main, accepted, drop: fast path.
+    pub const TC_MAIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/tc_main.o"));
+    /// main, accepted, drop: debug path.
+    pub const TC_MAIN_DEBUG: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/tc_main_debug.o"));
+    /// Default allow / deny policies and the match-all log filter.
+    pub const POLICY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/policy.o"));
+    /// The same, logging (debug build).
+    pub const POLICY_DEBUG: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/policy_debug.o"));
+}
+
+/// clsact filter handle of felix's preamble (how a filter is recognised as ours).
+pub const TC_HANDLE: u32 = 0xca11;
+/// clsact filter priority of felix's preamble.
+pub const TC_PRIORITY: u32 = 1;
+/// Per-endpoint map slot of the match-all log filter.
+pub const LOG_FILTER_ALL_SLOT: u32 = 0;
+
+/// A default policy program (part 1's policy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyKind {
+    /// Continue at `cb[0]` (allow).
+    Allow,
+    /// Continue at `cb[1]` (deny).
+    Deny,
+}
+
+/// What an endpoint is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointKind {
+    /// A workload interface.
+    Workload,
+    /// A host endpoint.
+    Host,
+}
+
+/// Where a loader keeps its pins.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Where a bpffs must be mounted (mounted if not): `/sys/fs/bpf`.
+    pub bpffs: PathBuf,
+    /// felix's pin directory: `/sys/fs/bpf/cali`.
+    pub root: PathBuf,
+    /// `BPFLogLevel == debug`: load the debug path and the match-all log filter.
+    pub debug: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            bpffs: PathBuf::from("/sys/fs/bpf"),
+            root: PathBuf::from("/sys/fs/bpf/cali"),
+            debug: false,
+        }
+    }
+}
+
+/// One hook to program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachPoint {
+    /// Interface index.
+    pub ifindex: u32,
+    /// Interface name (for logs and `cali_iface`).
+    pub name: String,
+    /// TC direction.
+    pub hook: Hook,
+    /// Attach mechanism (see [`crate::attach::select_mechanism`]).
+    pub mechanism: Mechanism,
+    /// Workload or host endpoint.
+    pub kind: EndpointKind,
+    /// The endpoint's policy for this direction.
+    pub policy: PolicyKind,
+}
+
+/// What [`BpfDataplane::apply`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachOutcome {
+    /// Same globals, attachment present: nothing re-loaded.
+    Unchanged,
+    /// A preamble was loaded and attached.
+    Attached,
+}
+
+/// What a hook was attached with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HookRecord {
+    /// The mechanism.
+    pub mechanism: Mechanism,
+    /// The preamble's globals.
+    pub globals: TcGlobals,
+    /// The attached preamble's program id.
+    pub prog_id: u32,
+}
+
+/// One set of jump maps (per mechanism and direction) and its slot allocator.
+#[derive(Debug)]
+struct JumpSet {
+    progs: JumpMap,
+    jump: JumpMap,
+    slots: SlotAllocator,
+    generic_loaded: bool,
+}
+
+/// The BPF loader and attacher (see the module doc).
+#[derive(Debug)]
+pub struct BpfDataplane {
+    ops: BpfOps,
+    opts: Options,
+    iface: IfaceMap,
+    sets: BTreeMap<(Mechanism, Hook), JumpSet>,
+    hooks: BTreeMap<(u32, Hook), HookRecord>,
+}
+
+/// A loaded, unattached preamble (for `BPF_PROG_TEST_RUN`).
+#[derive(Debug)]
+pub struct Preamble {
+    obj: Object,
+}
+
+/// The `__sk_buff` fields a test run sets and reads back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SkbCtx {
+    /// `skb->mark`.
+    pub mark: u32,
+    /// `skb->ifindex` (0: loopback of the caller's namespace).
+    pub ifindex: u32,
+    /// `skb->cb`.
+    pub cb: [u32; 5],
+}
+
+/// The result of a test run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TestRun {
+    /// The chain's verdict (`TC_ACT_*`).
+    pub verdict: i32,
+    /// The context after the run.
+    pub ctx: SkbCtx,
+}
+
+/// `TC_ACT_OK`.
+pub const TC_ACT_OK: i32 = 0;
+/// `TC_ACT_SHOT`.
+pub const TC_ACT_SHOT: i32 = 2;
+/// `TC_ACT_REDIRECT`.
+pub const TC_ACT_REDIRECT: i32 = 7;
+
+/// Size of `struct __sk_buff` (kernel 6.x) and the offsets of the fields a test run uses.
+const SKB_SIZE: usize = 192;
+const SKB_MARK: usize = 8;
+const SKB_IFINDEX: usize = 40;
+const SKB_CB: usize = 48;
+
+impl SkbCtx {
+    fn to_bytes(self) -> Vec<u8> {
+        let mut b = vec![0u8; SKB_SIZE];
+        let put =
+            |b: &mut [u8], off: usize, v: u32| b[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+        put(&mut b, SKB_MARK, self.mark);
+        put(&mut b, SKB_IFINDEX, self.ifindex);
+        for (i, v) in self.cb.iter().enumerate() {
+            put(&mut b, SKB_CB + 4 * i, *v);
+        }
+        b
+    }
+
+    fn from_bytes(b: &[u8]) -> Self {
+        let get = |off: usize| {
+            b.get(off..off + 4)
+                .and_then(|s| s.try_into().ok())
+                .map(u32::from_ne_bytes)
+                .unwrap_or(0)
+        };
+        let cb_off = SKB_CB;
+        Self {
+            mark: get(SKB_MARK),
+            ifindex: get(SKB_IFINDEX),
+            cb: [0, 1, 2, 3, 4].map(|i| get(cb_off + 4 * i)),
+        }
+    }
+}
+
+impl Preamble {
+    /// Runs the whole chain on `packet` (an Ethernet frame) with `BPF_PROG_TEST_RUN`, in the
+    /// calling thread's network namespace.
+    pub fn test_run(
+        &mut self,
+        ops: &BpfOps,
+        packet: &[u8],
+        ctx: SkbCtx,
+    ) -> Result<TestRun, BpfError> {
+        let prog = self
+            .obj
+            .progs_mut()
+            .find(|p| p.name() == "cali_tc_preamble")
+            .ok_or_else(|| missing("cali_tc_preamble"))?;
+        let mut ctx_in = ctx.to_bytes();
+        let mut ctx_out = vec![0u8; SKB_SIZE];
+        let mut data_out = vec![0u8; packet.len() + 256];
+        let ret = ops.lib(op::TEST_RUN, "cali_tc_preamble", || {
+            let input = ProgramInput {
+                data_in: Some(packet),
+                context_in: Some(&mut ctx_in),
+                context_out: Some(&mut ctx_out),
+                data_out: Some(&mut data_out),
+                ..Default::default()
+            };
+            prog.test_run(input).map(|o| o.return_value)
+        })?;
+        Ok(TestRun {
+            verdict: ret as i32,
+            ctx: SkbCtx::from_bytes(&ctx_out),
+        })
+    }
+
+    /// The preamble program.
+    pub fn program(&self) -> Result<Program<'_>, BpfError> {
+        find_prog(&self.obj, "cali_tc_preamble")
+    }
+}
+
+fn missing(name: &str) -> BpfError {
+    BpfError::Unexpected {
+        op: op::PROG_LOAD,
+        what: name.to_string(),
+        reason: "program missing from its object".into(),
+    }
+}
+
+fn find_prog<'o>(obj: &'o Object, name: &str) -> Result<Program<'o>, BpfError> {
+    obj.progs()
+        .find(|p| p.name() == name)
+        .ok_or_else(|| missing(name))
+}
+
+fn expected_attach(mech: Mechanism, hook: Hook) -> Option<ProgramAttachType> {
+    match (mech, hook) {
+        (Mechanism::Tc, _) => None,
+        (Mechanism::Tcx, Hook::Ingress) => Some(ProgramAttachType::TcxIngress),
+        (Mechanism::Tcx, Hook::Egress) => Some(ProgramAttachType::TcxEgress),
+        (Mechanism::Netkit, Hook::Ingress) => Some(ProgramAttachType::NetkitPeer),
+        (Mechanism::Netkit, Hook::Egress) => Some(ProgramAttachType::NetkitPrimary),
+    }
+}
+
+/// Opens `bytes` as object `name`, binds its maps named in `maps` to those fds, sets its
+/// `.rodata` to `rodata`, gives every program `attach` as expected attach type and loads it.
+fn load_object(
+    ops: &BpfOps,
+    bytes: &[u8],
+    name: &str,
+    (mech, hook): (Mechanism, Hook),
+    maps: &[(&str, BorrowedFd<'_>)],
+    rodata: Option<&[u8]>,
+) -> Result<Object, BpfError> {
+    ops.lib(op::PROG_LOAD, name, || {
+        let mut builder = ObjectBuilder::default();
+        builder.name(name)?;
+        let mut open = builder.open_memory(bytes)?;
+        for mut m in open.maps_mut() {
+            let mname = m.name().to_string_lossy().into_owned();
+            if let Some((_, fd)) = maps.iter().find(|(n, _)| *n == mname) {
+                m.reuse_fd(*fd)?;
+            } else if mname.ends_with(".rodata") {
+                if let Some(r) = rodata {
+                    m.set_initial_value(r)?;
+                }
+            }
+        }
+        for mut p in open.progs_mut() {
+            if let Some(t) = expected_attach(mech, hook) {
+                p.set_attach_type(t);
+            }
+        }
+        open.load()
+    })
+}
+
+fn hook_dir(root: &Path, mech: Mechanism, ifindex: u32, hook: Hook) -> PathBuf {
+    root.join(mech.dir_name())
+        .join("hooks")
+        .join(format!("if{ifindex}_{}", hook.suffix()))
+}
+
+fn parse_hook_dir(name: &str) -> Option<(u32, Hook)> {
+    let rest = name.strip_prefix("if")?;
+    let (idx, sfx) = rest.split_once('_')?;
+    Some((idx.parse().ok()?, Hook::from_suffix(sfx)?))
+}
+
+fn remove_file_if_exists(ops: &BpfOps, path: &Path) -> Result<(), BpfError> {
+    if path.exists() {
+        ops.run(op::UNPIN, path.display(), || std::fs::remove_file(path))?;
+    }
+    Ok(())
+}
+
+impl BpfDataplane {
+    /// Start of day: mounts the bpffs if needed, removes old map versions, opens (or creates)
+    /// `cali_iface` and rebuilds the hook records and slot allocators from the pins.
+    pub fn start(ops: BpfOps, opts: Options) -> Result<Self, BpfError> {
+        route_libbpf_logs();
+        ensure_bpffs(&ops, &opts.bpffs)?;
+        ops.run(op::MOUNT, opts.root.display(), || {
+            std::fs::create_dir_all(&opts.root)
+        })?;
+        remove_old_versions(&ops, &opts.root, &[IFACE_MAP])?;
+        let iface = IfaceMap::open_or_create(&ops, &opts.root)?;
+        let mut dp = Self {
+            ops,
+            opts,
+            iface,
+            sets: BTreeMap::new(),
+            hooks: BTreeMap::new(),
+        };
+        for mech in [Mechanism::Tc, Mechanism::Tcx] {
+            let dir = dp.opts.root.join(mech.dir_name());
+            let specs: Vec<_> = Hook::ALL
+                .iter()
+                .flat_map(|h| [progs_map(*h), jump_map(*h)])
+                .collect();
+            remove_old_versions(&dp.ops, &dir, &specs)?;
+            dp.rebuild_records(mech)?;
+        }
+        Ok(dp)
+    }
+
+    fn rebuild_records(&mut self, mech: Mechanism) -> Result<(), BpfError> {
+        let dir = self.opts.root.join(mech.dir_name()).join("hooks");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Ok(());
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some((ifindex, hook)) = parse_hook_dir(&name) else {
+                continue;
+            };
+            let path = entry.path();
+            let globals_pin = path.join("globals");
+            let prog_pin = path.join("prog");
+            if !globals_pin.exists() || !prog_pin.exists() {
+                continue;
+            }
+            let globals_map = self.ops.lib(op::PROG_OPEN, globals_pin.display(), || {
+                MapHandle::from_pinned_path(&globals_pin)
+            })?;
+            let bytes = self.ops.lib(op::MAP_LOOKUP, globals_pin.display(), || {
+                globals_map.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            })?;
+            let Some(globals) = bytes.as_deref().and_then(TcGlobals::from_bytes) else {
+                continue;
+            };
+            let prog_id = self.ops.lib(op::PROG_OPEN, prog_pin.display(), || {
+                let fd = Program::fd_from_pinned_path(&prog_pin)?;
+                Program::id_from_fd(fd.as_fd())
+            })?;
+            let set = self.set(mech, hook)?;
+            for slot in [globals.policy_slot, globals.log_filter_slot] {
+                set.slots.mark_used(slot);
+            }
+            self.hooks.insert(
+                (ifindex, hook),
+                HookRecord {
+                    mechanism: mech,
+                    globals,
+                    prog_id,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// The seam this loader runs its operations through.
+    pub fn ops(&self) -> &BpfOps {
+        &self.ops
+    }
+
+    /// The options this loader was started with.
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// The `cali_iface` map.
+    pub fn iface_map(&self) -> &IfaceMap {
+        &self.iface
+    }
+
+    /// The record of a hook, if it is attached (as far as this loader knows).
+    pub fn record(&self, ifindex: u32, hook: Hook) -> Option<&HookRecord> {
+        self.hooks.get(&(ifindex, hook))
+    }
+
+    /// Every hook record.
+    pub fn records(&self) -> impl Iterator<Item = ((u32, Hook), &HookRecord)> {
+        self.hooks.iter().map(|(k, v)| (*k, v))
+    }
+
+    fn set(&mut self, mech: Mechanism, hook: Hook) -> Result<&mut JumpSet, BpfError> {
+        if !self.sets.contains_key(&(mech, hook)) {
+            let dir = self.opts.root.join(mech.dir_name());
+            self.ops
+                .run(op::MOUNT, dir.display(), || std::fs::create_dir_all(&dir))?;
+            let progs = JumpMap::open_or_create(&self.ops, progs_map(hook), &dir)?;
+            let jump = JumpMap::open_or_create(&self.ops, jump_map(hook), &dir)?;
+            let mut slots = SlotAllocator::new(JUMP_SLOTS);
+            slots.mark_used(LOG_FILTER_ALL_SLOT);
+            self.sets.insert(
+                (mech, hook),
+                JumpSet {
+                    progs,
+                    jump,
+                    slots,
+                    generic_loaded: false,
+                },
+            );
+        }
+        self.sets
+            .get_mut(&(mech, hook))
+            .ok_or_else(|| BpfError::Unexpected {
+                op: op::MAP_OPEN,
+                what: format!("{mech:?}/{hook:?} jump maps"),
+                reason: "missing after insert".into(),
+            })
+    }
+
+    /// Loads the generic programs (main, accepted, drop; the debug path too when debug is on,
+    /// with the match-all log filter) into the generic map of `(mech, hook)`, once per run.
+    pub fn ensure_generic(&mut self, mech: Mechanism, hook: Hook) -> Result<(), BpfError> {
+        let debug = self.opts.debug;
+        let ops = self.ops.clone();
+        if self.set(mech, hook)?.generic_loaded {
+            return Ok(());
+        }
+        let iface_fd = self.iface.map().fd();
+        let set = self
+            .sets
+            .get(&(mech, hook))
+            .ok_or_else(|| missing("jump maps"))?;
+        let attach = (mech, hook);
+        let maps = [
+            ("cali_progs", set.progs.map().fd()),
+            ("cali_jump", set.jump.map().fd()),
+            ("cali_iface", iface_fd),
+        ];
+        let mut variants = vec![(objects::TC_MAIN, 0)];
+        if debug {
+            variants.push((objects::TC_MAIN_DEBUG, PROG_DEBUG_OFFSET));
+        }
+        for (bytes, offset) in variants {
+            let obj = load_object(&ops, bytes, "cali_main", attach, &maps, None)?;
+            for (name, slot) in [
+                ("cali_tc_main", PROG_INDEX_MAIN),
+                ("cali_tc_accepted", PROG_INDEX_ALLOWED),
+                ("cali_tc_drop", PROG_INDEX_DROP),
+            ] {
+                let prog = find_prog(&obj, name)?;
+                set.progs.set(&ops, slot + offset, prog.as_fd())?;
+            }
+        }
+        if debug {
+            let obj = load_object(&ops, objects::POLICY_DEBUG, "cali_pol", attach, &maps, None)?;
+            let prog = find_prog(&obj, "cali_log_all")?;
+            set.jump.set(&ops, LOG_FILTER_ALL_SLOT, prog.as_fd())?;
+        }
+        if let Some(set) = self.sets.get_mut(&(mech, hook)) {
+            set.generic_loaded = true;
+        }
+        Ok(())
+    }
+
+    /// Puts the `kind` policy program into `slot` of `(mech, hook)`'s per-endpoint map. Only
+    /// that slot changes; no generic program and no preamble is touched.
+    pub fn set_policy(
+        &mut self,
+        mech: Mechanism,
+        hook: Hook,
+        slot: u32,
+        kind: PolicyKind,
+    ) -> Result<(), BpfError> {
+        let ops = self.ops.clone();
+        let bytes = if self.opts.debug {
+            objects::POLICY_DEBUG
+        } else {
+            objects::POLICY
+        };
+        let set = self.set(mech, hook)?;
+        let maps = [
+            ("cali_progs", set.progs.map().fd()),
+            ("cali_jump", set.jump.map().fd()),
+        ];
+        let obj = load_object(&ops, bytes, "cali_pol", (mech, hook), &maps, None)?;
+        let name = match kind {
+            PolicyKind::Allow => "cali_pol_allow",
+            PolicyKind::Deny => "cali_pol_deny",
+        };
+        let prog = find_prog(&obj, name)?;
+        set.jump.set(&ops, slot, prog.as_fd())
+    }
+
+    /// Allocates a per-endpoint slot in `(mech, hook)`'s map.
+    pub fn alloc_slot(&mut self, mech: Mechanism, hook: Hook) -> Result<u32, BpfError> {
+        let set = self.set(mech, hook)?;
+        set.slots.alloc().ok_or_else(|| BpfError::Unexpected {
+            op: op::MAP_UPDATE,
+            what: set.jump.map().path().display().to_string(),
+            reason: "no free per-endpoint slot".into(),
+        })
+    }
+
+    /// Writes the `cali_iface` entry of an endpoint: its kind, READY flags and the policy
+    /// slots of its attached hooks. Call it with `ready` once both hooks are attached, so a
+    /// forward to the interface is never approved before its programs run (the attach gap).
+    pub fn set_iface(
+        &self,
+        ifindex: u32,
+        name: &str,
+        kind: EndpointKind,
+        ready: bool,
+    ) -> Result<(), BpfError> {
+        let mut flags = match kind {
+            EndpointKind::Workload => IFACE_STATE_WEP,
+            EndpointKind::Host => IFACE_STATE_HEP,
+        };
+        if ready {
+            flags |= IFACE_STATE_V4_READY | IFACE_STATE_V6_READY;
+        }
+        let mut state = IfaceState::new(flags, name);
+        for hook in Hook::ALL {
+            let slot = self.record(ifindex, hook).map(|r| r.globals.policy_slot);
+            state.set_policy(hook, slot.filter(|s| *s != SLOT_NONE));
+        }
+        self.iface.set(&self.ops, ifindex, &state)
+    }
+
+    /// The per-endpoint slots of `(mech, hook)` in use (slot 0: the match-all log filter).
+    pub fn slots_in_use(&mut self, mech: Mechanism, hook: Hook) -> Result<Vec<u32>, BpfError> {
+        Ok(self.set(mech, hook)?.slots.used().collect())
+    }
+
+    /// Loads a preamble for `(mech, hook)` with `globals`, not attached.
+    pub fn load_preamble(
+        &mut self,
+        mech: Mechanism,
+        hook: Hook,
+        globals: &TcGlobals,
+    ) -> Result<Preamble, BpfError> {
+        let ops = self.ops.clone();
+        let set = self.set(mech, hook)?;
+        let maps = [
+            ("cali_progs", set.progs.map().fd()),
+            ("cali_jump", set.jump.map().fd()),
+        ];
+        let obj = load_object(
+            &ops,
+            objects::TC_PREAMBLE,
+            "cali_pre",
+            (mech, hook),
+            &maps,
+            Some(&globals.to_bytes()),
+        )?;
+        Ok(Preamble { obj })
+    }
+
+    /// The globals `ap` would be attached with, given its policy slot.
+    pub fn globals_for(&self, ap: &AttachPoint, policy_slot: u32) -> TcGlobals {
+        let mut flags = match ap.kind {
+            EndpointKind::Workload => GLOBALS_F_WEP,
+            EndpointKind::Host => GLOBALS_F_HEP,
+        };
+        if ap.hook == Hook::Ingress {
+            flags |= GLOBALS_F_INGRESS;
+        }
+        let mut g = TcGlobals::new(flags, policy_slot);
+        if self.opts.debug {
+            g.log_filter_slot = LOG_FILTER_ALL_SLOT;
+        }
+        g
+    }
+
+    /// Programs one hook: generic programs, the endpoint's policy in its slot, and the
+    /// preamble (re-loaded and re-attached only if its globals differ or it is not attached).
+    pub fn apply(&mut self, ap: &AttachPoint) -> Result<AttachOutcome, BpfError> {
+        self.ensure_generic(ap.mechanism, ap.hook)?;
+        let old = self.hooks.get(&(ap.ifindex, ap.hook)).copied();
+        let kept = old.and_then(|r| {
+            (r.mechanism == ap.mechanism && r.globals.policy_slot != SLOT_NONE)
+                .then_some(r.globals.policy_slot)
+        });
+        let slot = match kept {
+            Some(slot) => slot,
+            None => self.alloc_slot(ap.mechanism, ap.hook)?,
+        };
+        let result = self.apply_with_slot(ap, old, slot);
+        if result.is_err() && kept.is_none() {
+            // A slot allocated for an attempt that failed goes back to the pool.
+            if let Some(set) = self.sets.get_mut(&(ap.mechanism, ap.hook)) {
+                set.slots.free(slot);
+            }
+        }
+        result
+    }
+
+    fn apply_with_slot(
+        &mut self,
+        ap: &AttachPoint,
+        old: Option<HookRecord>,
+        slot: u32,
+    ) -> Result<AttachOutcome, BpfError> {
+        let key = (ap.ifindex, ap.hook);
+        self.set_policy(ap.mechanism, ap.hook, slot, ap.policy)?;
+        let globals = self.globals_for(ap, slot);
+        if let Some(r) = old {
+            if r.mechanism == ap.mechanism
+                && r.globals == globals
+                && self.is_attached(ap.ifindex, ap.hook, &r)?
+            {
+                return Ok(AttachOutcome::Unchanged);
+            }
+        }
+        let mut pre = self.load_preamble(ap.mechanism, ap.hook, &globals)?;
+        let prog = pre.program()?;
+        let dir = hook_dir(&self.opts.root, ap.mechanism, ap.ifindex, ap.hook);
+        self.ops
+            .run(op::MOUNT, dir.display(), || std::fs::create_dir_all(&dir))?;
+        match ap.mechanism {
+            Mechanism::Tc => self.tc_attach(&prog, ap.ifindex, ap.hook)?,
+            Mechanism::Tcx => self.tcx_attach(&prog, ap.ifindex, &dir.join("link"))?,
+            Mechanism::Netkit => {
+                return Err(BpfError::Unexpected {
+                    op: op::TCX_ATTACH,
+                    what: ap.name.clone(),
+                    reason: "netkit attachment is not implemented (no netkit on this kernel)"
+                        .into(),
+                })
+            }
+        }
+        // Pins after the attachment: the record rebuilt after a restart describes what runs.
+        let prog_pin = dir.join("prog");
+        let globals_pin = dir.join("globals");
+        remove_file_if_exists(&self.ops, &prog_pin)?;
+        remove_file_if_exists(&self.ops, &globals_pin)?;
+        let mut prog_mut = pre
+            .obj
+            .progs_mut()
+            .find(|p| p.name() == "cali_tc_preamble")
+            .ok_or_else(|| BpfError::Unexpected {
+                op: op::PROG_PIN,
+                what: ap.name.clone(),
+                reason: "preamble missing".into(),
+            })?;
+        self.ops
+            .lib(op::PROG_PIN, prog_pin.display(), || prog_mut.pin(&prog_pin))?;
+        let prog_id = self.ops.lib(op::PROG_OPEN, prog_pin.display(), || {
+            Program::id_from_fd(prog.as_fd())
+        })?;
+        let mut rodata = pre
+            .obj
+            .maps_mut()
+            .find(|m| m.name().to_string_lossy().ends_with(".rodata"))
+            .ok_or_else(|| BpfError::Unexpected {
+                op: op::PROG_PIN,
+                what: ap.name.clone(),
+                reason: "preamble has no .rodata".into(),
+            })?;
+        self.ops.lib(op::PROG_PIN, globals_pin.display(), || {
+            rodata.pin(&globals_pin)
+        })?;
+        self.hooks.insert(
+            key,
+            HookRecord {
+                mechanism: ap.mechanism,
+                globals,
+                prog_id,
+            },
+        );
+        // Only now that the new attachment runs does the old one go: for a moment both run
+        // (TCX before clsact), with the same policy, rather than neither.
+        if let Some(r) = old.filter(|r| r.mechanism != ap.mechanism) {
+            self.detach_mechanism(r.mechanism, ap.ifindex, ap.hook)?;
+            let ops = self.ops.clone();
+            if let Some(set) = self.sets.get_mut(&(r.mechanism, ap.hook)) {
+                set.jump.clear(&ops, r.globals.policy_slot)?;
+                set.slots.free(r.globals.policy_slot);
+            }
+        }
+        // Whatever this loader does not remember: another mechanism's attachment goes too.
+        for other in [Mechanism::Tc, Mechanism::Tcx] {
+            if other != ap.mechanism {
+                self.detach_mechanism(other, ap.ifindex, ap.hook)?;
+            }
+        }
+        Ok(AttachOutcome::Attached)
+    }
+
+    /// Whether the recorded attachment is in place (the recorded program on the hook).
+    pub fn is_attached(
+        &self,
+        ifindex: u32,
+        hook: Hook,
+        rec: &HookRecord,
+    ) -> Result<bool, BpfError> {
+        match rec.mechanism {
+            Mechanism::Tc => Ok(self.tc_query(ifindex, hook)? == Some(rec.prog_id)),
+            Mechanism::Tcx => {
+                let pin = hook_dir(&self.opts.root, Mechanism::Tcx, ifindex, hook).join("link");
+                if !pin.exists() {
+                    return Ok(false);
+                }
+                let info = self.ops.lib(op::LINK_OPEN, pin.display(), || {
+                    Link::open(&pin).and_then(|l| l.info())
+                })?;
+                let on_dev = matches!(&info.info,
+                    libbpf_rs::query::LinkTypeInfo::Tcx(t) if t.ifindex == ifindex);
+                Ok(on_dev && info.prog_id == rec.prog_id)
+            }
+            Mechanism::Netkit => Ok(false),
+        }
+    }
+
+    fn tc_query(&self, ifindex: u32, hook: Hook) -> Result<Option<u32>, BpfError> {
+        let fd = self.iface.map().fd();
+        let mut h = tc_hook(fd, ifindex, hook);
+        match self
+            .ops
+            .lib(op::TC_QUERY, format!("ifindex {ifindex} {hook:?}"), || {
+                h.query()
+            }) {
+            Ok(id) => Ok(Some(id)),
+            // No filter, no clsact qdisc, or no device: nothing of ours is attached.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOENT) | Some(libc::EINVAL) | Some(libc::ENODEV)
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn tc_attach(&self, prog: &Program<'_>, ifindex: u32, hook: Hook) -> Result<(), BpfError> {
+        let what = format!("ifindex {ifindex} {hook:?}");
+        let mut h = tc_hook(prog.as_fd(), ifindex, hook);
+        match self.ops.lib(op::TC_QDISC, &what, || h.create()) {
+            Err(e) if e.raw_os_error() != Some(libc::EEXIST) => return Err(e),
+            _ => {}
+        }
+        self.ops
+            .lib(op::TC_ATTACH, &what, || h.attach())
+            .map(|_| ())
+    }
+
+    fn tcx_attach(&self, prog: &Program<'_>, ifindex: u32, pin: &Path) -> Result<(), BpfError> {
+        // A live link of ours on this device: swap its program atomically.
+        if pin.exists() {
+            let opened = self.ops.lib(op::LINK_OPEN, pin.display(), || {
+                let l = Link::open(pin)?;
+                let info = l.info()?;
+                Ok((l, info))
+            });
+            if let Ok((mut link, info)) = opened {
+                let live = matches!(&info.info,
+                    libbpf_rs::query::LinkTypeInfo::Tcx(t) if t.ifindex == ifindex);
+                if live {
+                    return self
+                        .ops
+                        .lib(op::LINK_UPDATE, pin.display(), || link.update_prog(prog));
+                }
+            }
+            remove_file_if_exists(&self.ops, pin)?;
+        }
+        let mut link = self
+            .ops
+            .run(op::TCX_ATTACH, format!("ifindex {ifindex}"), || {
+                let opts = libbpf_sys::bpf_tcx_opts {
+                    sz: size_of::<libbpf_sys::bpf_tcx_opts>() as _,
+                    ..Default::default()
+                };
+                let ifindex = i32::try_from(ifindex)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                // SAFETY: `prog` is a loaded program of a live object (the pointer is valid for
+                // the call) and `opts` is a correctly sized options struct living across it.
+                let ptr = unsafe {
+                    libbpf_sys::bpf_program__attach_tcx(
+                        prog.as_libbpf_object().as_ptr(),
+                        ifindex,
+                        &opts,
+                    )
+                };
+                match NonNull::new(ptr) {
+                    // SAFETY: a non-null pointer returned by libbpf is a valid link we now own.
+                    Some(p) => Ok(unsafe { Link::from_ptr(p) }),
+                    None => Err(io::Error::last_os_error()),
+                }
+            })?;
+        self.ops
+            .lib(op::LINK_PIN, pin.display(), || link.pin(pin))?;
+        // Dropping `link` closes our fd (libbpf's "detach" of an fd-based link is a close);
+        // the pin keeps the link attached. `Link::disconnect` would leak the fd instead, and
+        // a leaked fd keeps the link attached after its pin is removed.
+        drop(link);
+        Ok(())
+    }
+
+    /// Removes `mech`'s attachment of felix from a hook, if any, and that hook's pins.
+    fn detach_mechanism(&self, mech: Mechanism, ifindex: u32, hook: Hook) -> Result<(), BpfError> {
+        let dir = hook_dir(&self.opts.root, mech, ifindex, hook);
+        match mech {
+            Mechanism::Tc => {
+                if self.tc_query(ifindex, hook)?.is_some() {
+                    let fd = self.iface.map().fd();
+                    let mut h = tc_hook(fd, ifindex, hook);
+                    match self
+                        .ops
+                        .lib(op::TC_DETACH, format!("ifindex {ifindex} {hook:?}"), || {
+                            h.detach()
+                        }) {
+                        Err(e) if e.raw_os_error() != Some(libc::ENOENT) => return Err(e),
+                        _ => {}
+                    }
+                }
+            }
+            Mechanism::Tcx => {
+                let pin = dir.join("link");
+                if pin.exists() {
+                    if let Ok(link) = self
+                        .ops
+                        .lib(op::LINK_OPEN, pin.display(), || Link::open(&pin))
+                    {
+                        // A defunct link (device gone) has nothing to detach.
+                        match self
+                            .ops
+                            .lib(op::LINK_DETACH, pin.display(), || link.detach())
+                        {
+                            Err(e) if e.raw_os_error() != Some(libc::ENOLINK) => return Err(e),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            Mechanism::Netkit => {}
+        }
+        if dir.exists() {
+            self.ops
+                .run(op::UNPIN, dir.display(), || std::fs::remove_dir_all(&dir))?;
+        }
+        Ok(())
+    }
+
+    /// Detaches felix from a hook (either mechanism), empties its policy slot and forgets it.
+    pub fn remove(&mut self, ifindex: u32, hook: Hook) -> Result<(), BpfError> {
+        for mech in [Mechanism::Tc, Mechanism::Tcx] {
+            self.detach_mechanism(mech, ifindex, hook)?;
+        }
+        if let Some(r) = self.hooks.remove(&(ifindex, hook)) {
+            let ops = self.ops.clone();
+            let set = self.set(r.mechanism, hook)?;
+            if r.globals.policy_slot != SLOT_NONE {
+                set.jump.clear(&ops, r.globals.policy_slot)?;
+                set.slots.free(r.globals.policy_slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// The program id in `slot` of `(mech, hook)`'s generic (`generic = true`) or
+    /// per-endpoint map.
+    pub fn slot_prog_id(
+        &mut self,
+        mech: Mechanism,
+        hook: Hook,
+        generic: bool,
+        slot: u32,
+    ) -> Result<Option<u32>, BpfError> {
+        let ops = self.ops.clone();
+        let set = self.set(mech, hook)?;
+        let map = if generic { &set.progs } else { &set.jump };
+        map.prog_id(&ops, slot)
+    }
+}
+
+/// Sends libbpf's own messages to `tracing` at debug level: the failures they explain
+/// reach the caller as [`BpfError`]s, and some are expected (a query of a device without a
+/// clsact qdisc).
+fn route_libbpf_logs() {
+    fn forward(level: libbpf_rs::PrintLevel, msg: String) {
+        tracing::debug!(target: "libbpf", ?level, "{}", msg.trim_end());
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, forward)));
+    });
+}
+
+fn tc_hook(fd: BorrowedFd<'_>, ifindex: u32, hook: Hook) -> libbpf_rs::TcHook {
+    let mut b = TcHookBuilder::new(fd);
+    b.ifindex(ifindex as i32)
+        .replace(true)
+        .handle(TC_HANDLE)
+        .priority(TC_PRIORITY);
+    b.hook(match hook {
+        Hook::Ingress => TC_INGRESS,
+        Hook::Egress => TC_EGRESS,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hook_dirs_round_trip() {
+        let d = hook_dir(Path::new("/r"), Mechanism::Tcx, 42, Hook::Egress);
+        assert_eq!(d, Path::new("/r/tcx/hooks/if42_egr"));
+        let name = d.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        assert_eq!(parse_hook_dir(name), Some((42, Hook::Egress)));
+        assert_eq!(parse_hook_dir("if42"), None);
+        assert_eq!(parse_hook_dir("ifx_ing"), None);
+    }
+
+    #[test]
+    fn a_jump_map_refuses_a_program_of_another_expected_attach_type() {
+        felix_netns::require!(netns["ip"]);
+        struct Cleanup(PathBuf);
+        impl Drop for Cleanup {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let root = PathBuf::from(format!("/sys/fs/bpf/felix-unit-{}", std::process::id()));
+        let _cleanup = Cleanup(root.clone());
+        let opts = Options {
+            root: root.clone(),
+            ..Options::default()
+        };
+        let mut dp = BpfDataplane::start(BpfOps::default(), opts).expect("start");
+        let ops = dp.ops().clone();
+        let mut refused = Vec::new();
+        for (loaded_for, map_of) in [
+            (
+                (Mechanism::Tcx, Hook::Ingress),
+                (Mechanism::Tc, Hook::Ingress),
+            ),
+            (
+                (Mechanism::Tcx, Hook::Ingress),
+                (Mechanism::Tcx, Hook::Egress),
+            ),
+            (
+                (Mechanism::Tc, Hook::Egress),
+                (Mechanism::Tcx, Hook::Egress),
+            ),
+        ] {
+            // The kernel fixes a prog_array's owner (program type and expected attach type)
+            // with the first program that uses it; an empty, unowned map takes anything.
+            dp.ensure_generic(map_of.0, map_of.1).expect("owner");
+            dp.set(loaded_for.0, loaded_for.1).expect("maps");
+            let own = &dp.sets[&loaded_for];
+            let (p, j) = (own.progs.map().fd(), own.jump.map().fd());
+            let obj = load_object(
+                &ops,
+                objects::POLICY,
+                "cali_pol",
+                loaded_for,
+                &[("cali_progs", p), ("cali_jump", j)],
+                None,
+            )
+            .expect("load");
+            let prog = find_prog(&obj, "cali_pol_allow").expect("prog");
+            let err = dp.sets[&map_of]
+                .jump
+                .set(&ops, 5, prog.as_fd())
+                .expect_err("kernel refuses mixing attach types");
+            refused.push(err.raw_os_error());
+            // Its own set takes it.
+            dp.sets[&loaded_for]
+                .jump
+                .set(&ops, 5, prog.as_fd())
+                .expect("same type");
+        }
+        assert_eq!(refused, vec![Some(libc::EINVAL); 3]);
+    }
+
+    #[test]
+    fn every_map_an_object_would_create_is_named_cali() {
+        for (bytes, name) in [
+            (objects::TC_PREAMBLE, "cali_pre"),
+            (objects::TC_MAIN, "cali_main"),
+            (objects::TC_MAIN_DEBUG, "cali_main"),
+            (objects::POLICY, "cali_pol"),
+            (objects::POLICY_DEBUG, "cali_pol"),
+        ] {
+            let mut builder = ObjectBuilder::default();
+            builder.name(name).expect("name");
+            let open = builder.open_memory(bytes).expect("objects parse");
+            for m in open.maps() {
+                let n = m.name().to_string_lossy().into_owned();
+                assert!(n.starts_with("cali_"), "{name}: map {n}");
+            }
+            assert!(open
+                .progs()
+                .all(|p| p.name().to_string_lossy().starts_with("cali_")));
+        }
+    }
+
+    #[test]
+    fn skb_ctx_round_trips_through_the_sk_buff_layout() {
+        let c = SkbCtx {
+            mark: 5,
+            ifindex: 3,
+            cb: [1, 2, 3, 4, 5],
+        };
+        assert_eq!(SkbCtx::from_bytes(&c.to_bytes()), c);
+    }
+}

@@ -1,0 +1,27 @@
+//! felix-rs's eBPF dataplane foundation (issue 21, part 1): the TC programs (`progs/*.c`,
+//! compiled by `build.rs`), their loader and attacher, and typed handles of the pinned maps.
+//!
+//! * [`layout`]: jump-map slots, the `skb->cb` convention, the preamble's globals, the
+//!   `cali_iface` value (the contract with the C side).
+//! * [`ops`]: the one seam all BPF syscalls go through ([`BpfOps`]), and [`BpfError`].
+//! * [`maps`]: map specs (versioned `cali_*` names), pinned map handles, the slot allocator,
+//!   bpffs mount and old-version removal.
+//! * [`attach`]: `BPFAttachType`, kernel probes, mechanism selection.
+//! * [`dataplane`]: [`BpfDataplane`], which loads and attaches (see its module doc for the
+//!   design and the pin layout).
+//!
+//! All `unsafe` of felix's BPF support is in this crate.
+
+pub mod attach;
+pub mod dataplane;
+pub mod layout;
+pub mod maps;
+pub mod ops;
+
+pub use attach::{BpfAttachType, DeviceKind, FeatureProbe, KernelProbe, KernelSupport, Mechanism};
+pub use dataplane::{
+    AttachOutcome, AttachPoint, BpfDataplane, EndpointKind, HookRecord, Options, PolicyKind,
+    Preamble, SkbCtx, TestRun,
+};
+pub use layout::{Hook, IfaceState, TcGlobals};
+pub use ops::{BpfError, BpfOps};

@@ -1,0 +1,507 @@
+//! Kernel tests of attaching: two workloads on veths in throwaway namespaces, their
+//! host-side devices in a third ("host") namespace where the loader runs; real pings, TCX
+//! and clsact, mechanism moves, restarts, old map versions and injected faults.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use felix_actors::seam::{Fault, FaultAction};
+use felix_bpf::attach::query_tcx;
+use felix_bpf::layout::*;
+use felix_bpf::maps::{PinnedMap, IFACE_MAP};
+use felix_bpf::ops::op;
+use felix_bpf::{
+    AttachOutcome, AttachPoint, BpfDataplane, BpfOps, EndpointKind, FeatureProbe as _, Hook,
+    KernelProbe, Mechanism, PolicyKind,
+};
+use felix_netns::Netns;
+
+/// Host namespace with `caliA`/`caliB`, workloads `a` (10.65.0.1) and `b` (10.65.0.2).
+struct Topo {
+    host: Arc<Netns>,
+    a: Arc<Netns>,
+    b: Arc<Netns>,
+    cali_a: u32,
+    cali_b: u32,
+}
+
+fn topo() -> Topo {
+    let host = Netns::unique("fbpf-h").expect("netns");
+    let a = Netns::unique("fbpf-a").expect("netns");
+    let b = Netns::unique("fbpf-b").expect("netns");
+    host.sysctl("net.ipv4.ip_forward", "1").expect("forwarding");
+    for (dev, wl, ip) in [("caliA", &a, "10.65.0.1"), ("caliB", &b, "10.65.0.2")] {
+        host.ip(&[
+            "link",
+            "add",
+            dev,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            wl.name(),
+        ])
+        .expect("veth");
+        host.ip(&["link", "set", dev, "up"]).expect("up");
+        host.ip(&["route", "add", &format!("{ip}/32"), "dev", dev])
+            .expect("route");
+        let mac = host
+            .exec("cat", &[&format!("/sys/class/net/{dev}/address")])
+            .expect("mac");
+        for args in [
+            &["addr", "add", &format!("{ip}/32"), "dev", "eth0"][..],
+            &["link", "set", "eth0", "up"],
+            &[
+                "route",
+                "add",
+                "169.254.1.1",
+                "dev",
+                "eth0",
+                "scope",
+                "link",
+            ],
+            &[
+                "route",
+                "add",
+                "default",
+                "via",
+                "169.254.1.1",
+                "dev",
+                "eth0",
+            ],
+            &[
+                "neigh",
+                "add",
+                "169.254.1.1",
+                "lladdr",
+                mac.trim(),
+                "dev",
+                "eth0",
+                "nud",
+                "permanent",
+            ],
+        ] {
+            wl.ip(args).expect("workload setup");
+        }
+    }
+    let (cali_a, cali_b) = (ifindex(&host, "caliA"), ifindex(&host, "caliB"));
+    Topo {
+        host: Arc::new(host),
+        a: Arc::new(a),
+        b: Arc::new(b),
+        cali_a,
+        cali_b,
+    }
+}
+
+fn ping(from: &Netns, to: &str) -> bool {
+    from.exec_output("ping", &["-c", "1", "-W", "1", to])
+        .expect("ping runs")
+        .status
+        .success()
+}
+
+fn point(
+    ifindex: u32,
+    name: &str,
+    hook: Hook,
+    mechanism: Mechanism,
+    policy: PolicyKind,
+) -> AttachPoint {
+    AttachPoint {
+        ifindex,
+        name: name.into(),
+        hook,
+        mechanism,
+        kind: EndpointKind::Workload,
+        policy,
+    }
+}
+
+/// Attaches both hooks of both workloads with `mech` and marks them ready.
+fn attach_all(dp: &mut BpfDataplane, t: &Topo, mech: Mechanism) -> Vec<AttachOutcome> {
+    let mut out = Vec::new();
+    for (ifindex, name) in [(t.cali_a, "caliA"), (t.cali_b, "caliB")] {
+        for hook in Hook::ALL {
+            out.push(
+                dp.apply(&point(ifindex, name, hook, mech, PolicyKind::Allow))
+                    .expect("apply"),
+            );
+        }
+        let ops = dp.ops().clone();
+        dp.iface_map()
+            .set(
+                &ops,
+                ifindex,
+                &IfaceState::new(IFACE_STATE_WEP | IFACE_STATE_V4_READY, name),
+            )
+            .expect("ifstate");
+    }
+    out
+}
+
+/// Runs `f` in the host namespace of `t`.
+fn in_host<T: Send + 'static>(t: &Topo, f: impl FnOnce() -> T + Send + 'static) -> T {
+    t.host
+        .spawn_in(f)
+        .join()
+        .expect("test thread panicked")
+        .expect("entered netns")
+}
+
+fn tc_filters(host: &Netns, dev: &str, dir: &str) -> String {
+    host.exec("tc", &["filter", "show", "dev", dev, dir])
+        .unwrap_or_default()
+}
+
+fn ping_passes_with_allow_and_fails_with_deny(mech: Mechanism) {
+    let t = topo();
+    let (a, b) = (t.a.clone(), t.b.clone());
+    let (cali_b, host) = (t.cali_b, t.host.clone());
+    let root = PinRoot::new();
+    let opts = root.options(false);
+    let t = Arc::new(t);
+    let t2 = t.clone();
+    in_host(&t, move || {
+        let mut dp = BpfDataplane::start(BpfOps::default(), opts).expect("start");
+        let outcomes = attach_all(&mut dp, &t2, mech);
+        assert!(outcomes.iter().all(|o| *o == AttachOutcome::Attached));
+        match mech {
+            Mechanism::Tcx => {
+                for hook in Hook::ALL {
+                    let ids = query_tcx(dp.ops(), cali_b, hook).expect("query");
+                    assert_eq!(ids, vec![dp.record(cali_b, hook).expect("record").prog_id]);
+                }
+                assert!(!tc_filters(&host, "caliB", "ingress").contains("cali"));
+            }
+            _ => {
+                assert!(tc_filters(&host, "caliB", "ingress").contains("cali_tc_preambl"));
+                assert!(query_tcx(dp.ops(), cali_b, Hook::Ingress)
+                    .expect("query")
+                    .is_empty());
+            }
+        }
+        assert!(ping(&a, "10.65.0.2"), "allow: a reaches b");
+        assert!(ping(&b, "10.65.0.1"), "allow: b reaches a");
+        // Deny into b: only b's slot changes, the preamble stays.
+        let deny = point(cali_b, "caliB", Hook::Egress, mech, PolicyKind::Deny);
+        assert_eq!(dp.apply(&deny).expect("deny"), AttachOutcome::Unchanged);
+        assert!(!ping(&a, "10.65.0.2"), "deny: a no longer reaches b");
+        let allow = point(cali_b, "caliB", Hook::Egress, mech, PolicyKind::Allow);
+        assert_eq!(dp.apply(&allow).expect("allow"), AttachOutcome::Unchanged);
+        assert!(ping(&a, "10.65.0.2"), "allow again");
+        // Other globals (a host endpoint's flags): the preamble is re-loaded and swapped.
+        let old = *dp.record(cali_b, Hook::Egress).expect("record");
+        let hep = AttachPoint {
+            kind: EndpointKind::Host,
+            ..allow
+        };
+        assert_eq!(dp.apply(&hep).expect("hep"), AttachOutcome::Attached);
+        let new = *dp.record(cali_b, Hook::Egress).expect("record");
+        assert_ne!(new.prog_id, old.prog_id);
+        assert_eq!(new.globals.flags, GLOBALS_F_HEP);
+        assert_eq!(
+            new.globals.policy_slot, old.globals.policy_slot,
+            "slot kept"
+        );
+        if mech == Mechanism::Tcx {
+            assert_eq!(
+                query_tcx(dp.ops(), cali_b, Hook::Egress).expect("query"),
+                vec![new.prog_id]
+            );
+        }
+        assert!(
+            ping(&a, "10.65.0.2"),
+            "traffic flows through the swapped preamble"
+        );
+    });
+    drop(root);
+}
+
+#[test]
+fn ping_passes_with_allow_and_fails_with_deny_over_tcx() {
+    felix_netns::require!(netns ["ip", "ping", "tc"]);
+    ping_passes_with_allow_and_fails_with_deny(Mechanism::Tcx);
+}
+
+#[test]
+fn ping_passes_with_allow_and_fails_with_deny_over_clsact() {
+    felix_netns::require!(netns ["ip", "ping", "tc"]);
+    ping_passes_with_allow_and_fails_with_deny(Mechanism::Tc);
+}
+
+#[test]
+fn ping_passes_on_the_debug_path_and_deny_still_drops() {
+    felix_netns::require!(netns ["ip", "ping"]);
+    let t = Arc::new(topo());
+    let root = PinRoot::new();
+    let opts = root.options(true);
+    let t2 = t.clone();
+    in_host(&t, move || {
+        let t = t2;
+        let mut dp = BpfDataplane::start(BpfOps::default(), opts).expect("start");
+        attach_all(&mut dp, &t, Mechanism::Tcx);
+        let rec = *dp.record(t.cali_a, Hook::Ingress).expect("record");
+        assert_eq!(
+            rec.globals.log_filter_slot,
+            felix_bpf::dataplane::LOG_FILTER_ALL_SLOT
+        );
+        for slot in [PROG_INDEX_MAIN, PROG_INDEX_ALLOWED, PROG_INDEX_DROP] {
+            let debug = dp.slot_prog_id(Mechanism::Tcx, Hook::Ingress, true, debug_slot(slot));
+            assert!(
+                debug.expect("lookup").is_some(),
+                "debug program at {}",
+                debug_slot(slot)
+            );
+        }
+        assert!(ping(&t.a, "10.65.0.2"), "debug path forwards");
+        let deny = point(
+            t.cali_b,
+            "caliB",
+            Hook::Egress,
+            Mechanism::Tcx,
+            PolicyKind::Deny,
+        );
+        assert_eq!(dp.apply(&deny).expect("deny"), AttachOutcome::Unchanged);
+        assert!(!ping(&t.a, "10.65.0.2"), "debug path drops on deny");
+    });
+}
+
+#[test]
+fn moving_a_device_between_tcx_and_clsact_removes_the_old_attachment() {
+    felix_netns::require!(netns ["ip", "ping", "tc"]);
+    let t = Arc::new(topo());
+    let root = PinRoot::new();
+    let opts = root.options(false);
+    let opts_root = opts.root.clone();
+    let t2 = t.clone();
+    in_host(&t, move || {
+        let t = t2;
+        let mut dp = BpfDataplane::start(BpfOps::default(), opts).expect("start");
+        attach_all(&mut dp, &t, Mechanism::Tcx);
+        assert!(ping(&t.a, "10.65.0.2"));
+        attach_all(&mut dp, &t, Mechanism::Tc);
+        for (idx, dev) in [(t.cali_a, "caliA"), (t.cali_b, "caliB")] {
+            for hook in Hook::ALL {
+                assert!(
+                    query_tcx(dp.ops(), idx, hook).expect("query").is_empty(),
+                    "TCX link removed"
+                );
+                assert_eq!(
+                    dp.record(idx, hook).expect("record").mechanism,
+                    Mechanism::Tc
+                );
+            }
+            assert!(tc_filters(&t.host, dev, "ingress").contains("cali_tc_preambl"));
+        }
+        assert!(ping(&t.a, "10.65.0.2"), "clsact carries traffic");
+        attach_all(&mut dp, &t, Mechanism::Tcx);
+        for (idx, dev) in [(t.cali_a, "caliA"), (t.cali_b, "caliB")] {
+            for dir in ["ingress", "egress"] {
+                assert!(
+                    !tc_filters(&t.host, dev, dir).contains("cali"),
+                    "clsact filter removed"
+                );
+            }
+            assert_eq!(
+                query_tcx(dp.ops(), idx, Hook::Egress).expect("query").len(),
+                1
+            );
+        }
+        assert!(ping(&t.a, "10.65.0.2"), "TCX carries traffic");
+        // Removing a hook detaches it, drops its pins and frees its slot.
+        let slot = dp
+            .record(t.cali_a, Hook::Ingress)
+            .expect("record")
+            .globals
+            .policy_slot;
+        dp.remove(t.cali_a, Hook::Ingress).expect("remove");
+        assert!(query_tcx(dp.ops(), t.cali_a, Hook::Ingress)
+            .expect("query")
+            .is_empty());
+        assert!(dp.record(t.cali_a, Hook::Ingress).is_none());
+        let dir = format!("tcx/hooks/if{}_ing", t.cali_a);
+        assert!(!opts_root.join(dir).exists(), "hook pins removed");
+        let used = dp
+            .slots_in_use(Mechanism::Tcx, Hook::Ingress)
+            .expect("slots");
+        assert!(!used.contains(&slot));
+        assert_eq!(
+            dp.slot_prog_id(Mechanism::Tcx, Hook::Ingress, false, slot)
+                .expect("lookup"),
+            None
+        );
+    });
+}
+
+#[test]
+fn restart_rebuilds_hook_records_from_pins_and_reattaches_only_what_is_missing() {
+    felix_netns::require!(netns ["ip", "ping", "tc"]);
+    let t = Arc::new(topo());
+    let root = PinRoot::new();
+    let opts = root.options(false);
+    let t2 = t.clone();
+    in_host(&t, move || {
+        let t = t2;
+        for mech in [Mechanism::Tcx, Mechanism::Tc] {
+            let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("start");
+            attach_all(&mut dp, &t, mech);
+            assert!(
+                ping(&t.a, "10.65.0.2"),
+                "{mech:?}: traffic flows before the restart"
+            );
+            let before: Vec<_> = dp.records().map(|(k, r)| (k, *r)).collect();
+            assert_eq!(before.len(), 4);
+            drop(dp);
+            // A new process: nothing in memory.
+            let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("restart");
+            let after: Vec<_> = dp.records().map(|(k, r)| (k, *r)).collect();
+            assert_eq!(after, before, "records rebuilt from the pins");
+            assert!(
+                ping(&t.a, "10.65.0.2"),
+                "{mech:?}: traffic flows after the restart"
+            );
+            let outcomes = attach_all(&mut dp, &t, mech);
+            assert!(
+                outcomes.iter().all(|o| *o == AttachOutcome::Unchanged),
+                "{outcomes:?}"
+            );
+            // A new endpoint after the restart gets a slot no surviving endpoint uses.
+            let used: Vec<u32> = after.iter().map(|(_, r)| r.globals.policy_slot).collect();
+            let fresh = dp.alloc_slot(mech, Hook::Egress).expect("slot");
+            assert!(!used.contains(&fresh), "{fresh} in {used:?}");
+            // The attachment disappears behind felix's back: re-attached.
+            match mech {
+                Mechanism::Tc => {
+                    t.host
+                        .exec("tc", &["filter", "del", "dev", "caliA", "ingress"])
+                        .expect("tc del");
+                }
+                _ => {
+                    let pin = opts
+                        .root
+                        .join("tcx/hooks")
+                        .join(format!("if{}_ing", t.cali_a))
+                        .join("link");
+                    std::fs::remove_file(pin).expect("unpin link");
+                }
+            }
+            let again = dp
+                .apply(&point(
+                    t.cali_a,
+                    "caliA",
+                    Hook::Ingress,
+                    mech,
+                    PolicyKind::Allow,
+                ))
+                .expect("apply");
+            assert_eq!(again, AttachOutcome::Attached);
+            if mech == Mechanism::Tcx {
+                let ids = query_tcx(dp.ops(), t.cali_a, Hook::Ingress).expect("query");
+                assert_eq!(
+                    ids.len(),
+                    1,
+                    "an unpinned link is gone, one new link: {ids:?}"
+                );
+            }
+            assert!(ping(&t.a, "10.65.0.2"));
+        }
+    });
+}
+
+#[test]
+fn old_map_versions_are_removed_at_start_of_day() {
+    felix_netns::require!(netns["ip"]);
+    let root = PinRoot::new();
+    let ops = BpfOps::default();
+    felix_bpf::maps::ensure_bpffs(&ops, std::path::Path::new("/sys/fs/bpf")).expect("bpffs");
+    std::fs::create_dir_all(root.0.join("tc")).expect("mkdir");
+    let old_iface = felix_bpf::maps::MapSpec {
+        version: 3,
+        ..IFACE_MAP
+    };
+    PinnedMap::open_or_create(&ops, old_iface, &root.0).expect("old iface map");
+    let old_progs = felix_bpf::maps::MapSpec {
+        version: 1,
+        ..felix_bpf::maps::progs_map(Hook::Ingress)
+    };
+    PinnedMap::open_or_create(&ops, old_progs, &root.0.join("tc")).expect("old progs map");
+    assert!(root.0.join("cali_iface3").exists() && root.0.join("tc/cali_progs_ing").exists());
+    let _dp = BpfDataplane::start(ops, root.options(false)).expect("start");
+    assert!(
+        !root.0.join("cali_iface3").exists(),
+        "old cali_iface removed"
+    );
+    assert!(
+        !root.0.join("tc/cali_progs_ing").exists(),
+        "old jump map removed"
+    );
+    assert!(
+        root.0.join("cali_iface4").exists(),
+        "current cali_iface pinned"
+    );
+}
+
+#[test]
+fn an_injected_fault_fails_the_named_bpf_operation_and_the_retry_succeeds() {
+    felix_netns::require!(netns ["ip", "tc"]);
+    let t = Arc::new(topo());
+    let root = PinRoot::new();
+    let opts = root.options(false);
+    let t2 = t.clone();
+    in_host(&t, move || {
+        let t = t2;
+        let ops = BpfOps::default();
+        let mut dp = BpfDataplane::start(ops.clone(), opts).expect("start");
+        let arm = |op: &str| {
+            ops.seam()
+                .shared()
+                .faults()
+                .arm(Fault {
+                    target: ops.seam().actor().into(),
+                    op: op.into(),
+                    action: FaultAction::Error,
+                    count: 1,
+                    delay_ms: 0,
+                })
+                .expect("arm");
+        };
+        let ap = point(
+            t.cali_a,
+            "caliA",
+            Hook::Ingress,
+            Mechanism::Tcx,
+            PolicyKind::Allow,
+        );
+        for name in [op::PROG_LOAD, op::MAP_UPDATE, op::TCX_ATTACH, op::LINK_PIN] {
+            arm(name);
+            let err = dp.apply(&ap).expect_err("injected fault fails apply");
+            assert!(err.is_injected(), "{name}: {err}");
+            assert!(err.to_string().contains(name), "{err}");
+        }
+        assert_eq!(dp.apply(&ap).expect("retry"), AttachOutcome::Attached);
+        // Slot 0 is the log filter's; the failed attempts leaked none.
+        let rec = *dp.record(t.cali_a, Hook::Ingress).expect("record");
+        let used = dp
+            .slots_in_use(Mechanism::Tcx, Hook::Ingress)
+            .expect("slots");
+        assert_eq!(used, vec![0, rec.globals.policy_slot]);
+        assert_eq!(
+            query_tcx(dp.ops(), t.cali_a, Hook::Ingress)
+                .expect("query")
+                .len(),
+            1
+        );
+    });
+}
+
+#[test]
+fn kernel_probe_finds_tcx_on_this_kernel() {
+    felix_netns::require!(netns["ip"]);
+    let support = KernelProbe::default().probe();
+    assert!(support.tcx, "kernel 6.6+ has TCX");
+}
