@@ -61,7 +61,7 @@ pub const PORTS: [u16; 2] = [8080, 9090];
 pub const POOL_V4: &str = "10.65.0.0/16";
 
 /// The IPv6 pool's CIDR (blocks are /122).
-pub const POOL_V6: &str = "fd00:65::/48";
+pub const POOL_V6: &str = "fd00:65::/32";
 
 /// The VXLAN device felix creates for IPv4.
 pub const VXLAN_V4: &str = "vxlan.calico";
