@@ -448,7 +448,9 @@ fn vxlan_always(c: &mut Cluster) -> Result<()> {
             .with_context(|| format!("node{on}: no {VXLAN_V6}"))?;
         let info = &link["linkinfo"]["info_data"];
         ensure!(
-            info["id"] == 4096 && info["local"].as_str() == Some(&node.addr6.to_string()),
+            info["id"] == 4096
+                && info["port"] == 4789
+                && info["local6"].as_str() == Some(&node.addr6.to_string()),
             "node{on}: {VXLAN_V6} parameters: {info}"
         );
     }
