@@ -225,11 +225,11 @@ param_table! {
     RouteSource { v3_field: Some("routeSource"), kind: K::OneOf(&["WorkloadIPs", "CalicoIPAM"]), default: "CalicoIPAM", group: G::Routing,
         doc: "Where remote routes come from: IPAM blocks (`CalicoIPAM`) or individual workload addresses (`WorkloadIPs`)." }
     RouteTableRange { v3_field: Some("routeTableRange"), kind: K::RouteTableRange, group: G::Routing, deprecated: true,
-        doc: "Deprecated single range of routing tables Felix may use; `RouteTableRanges` wins when both are set." }
+        doc: "Deprecated single range of routing tables Felix may use; `RouteTableRanges` wins when both are set. Here: accepted, but nothing on this node allocates a table (WireGuard and egress gateways are absent), so every route felix programs is in the main table." }
     RouteTableRanges { v3_field: Some("routeTableRanges"), kind: K::RouteTableRanges, group: G::Routing,
-        doc: "Routing tables Felix may allocate (empty means 1-250); tables 253-255 are skipped." }
+        doc: "Routing tables Felix may allocate (empty means 1-250); tables 253-255 are skipped. Here: accepted, but nothing on this node allocates a table (WireGuard and egress gateways are absent), so every route felix programs is in the main table." }
     RouteSyncDisabled { v3_field: Some("routeSyncDisabled"), kind: K::Bool, group: G::Routing,
-        doc: "Do not program routes at all (another agent owns them)." }
+        doc: "Do not program routes at all (another agent owns them): no route driver runs; the VXLAN device and its ARP/FDB entries are still programmed." }
     RemoveExternalRoutes { v3_field: Some("removeExternalRoutes"), kind: K::Bool, default: "true", group: G::Routing,
         doc: "Remove routes to workload interfaces that Felix did not create." }
     DeviceRouteSourceAddress { v3_field: Some("deviceRouteSourceAddress"), kind: K::Ipv4, group: G::Routing,
@@ -255,19 +255,19 @@ param_table! {
     VXLANMTUV6 { v3_field: Some("vxlanMTUV6"), kind: INT, default: "0", group: G::Encapsulation,
         doc: "MTU of the IPv6 VXLAN device; 0 means detect." }
     IPv4VXLANTunnelAddr { kind: K::Ipv4, group: G::Encapsulation,
-        doc: "This node's IPv4 VXLAN tunnel address (per-host value from the Node resource)." }
+        doc: "This node's IPv4 VXLAN tunnel address (per-host value from the Node resource). The device takes the address of this node's VTEP as the calculation graph derives it from the Node resource (`spec.ipv4VXLANTunnelAddr`), so a value set here has no effect of its own." }
     IPv6VXLANTunnelAddr { kind: K::Ipv6, group: G::Encapsulation,
-        doc: "This node's IPv6 VXLAN tunnel address (per-host value from the Node resource)." }
+        doc: "This node's IPv6 VXLAN tunnel address (per-host value from the Node resource). As `IPv4VXLANTunnelAddr`: the Node resource's `spec.ipv6VXLANTunnelAddr` decides." }
     VXLANTunnelMACAddr { kind: K::Str(S::Any), group: G::Encapsulation,
-        doc: "MAC address of the IPv4 VXLAN device (per-host value); empty means generate." }
+        doc: "MAC address of the IPv4 VXLAN device (per-host value); empty means generate. The device takes the MAC of this node's VTEP (the Node resource's `spec.vxlanTunnelMACAddr`, else upstream's derivation from the node name)." }
     VXLANTunnelMACAddrV6 { kind: K::Str(S::Any), group: G::Encapsulation,
-        doc: "MAC address of the IPv6 VXLAN device (per-host value); empty means generate." }
+        doc: "MAC address of the IPv6 VXLAN device (per-host value); empty means generate. As `VXLANTunnelMACAddr`, from `spec.vxlanTunnelMACAddrV6`." }
     IpInIpEnabled { v3_field: Some("ipipEnabled"), kind: K::OptBool, group: G::Encapsulation,
-        doc: "Force the IP-in-IP device on or off; unset means decide from the IP pools." }
+        doc: "Force the IP-in-IP device on or off; unset means decide from the IP pools. Here: detection only; without the kernel's IPIP module an IPIP pool is reported as unsupported (error log once per pool) and its blocks get no routes." }
     IpInIpMtu { v3_field: Some("ipipMTU"), kind: INT, default: "0", group: G::Encapsulation,
-        doc: "MTU of the IP-in-IP device; 0 means detect." }
+        doc: "MTU of the IP-in-IP device; 0 means detect. Here: no effect (no IPIP device is created; see `IpInIpEnabled`)." }
     IpInIpTunnelAddr { kind: K::Ipv4, group: G::Encapsulation,
-        doc: "This node's IP-in-IP tunnel address (per-host value from the Node resource)." }
+        doc: "This node's IP-in-IP tunnel address (per-host value from the Node resource). Here: no effect (no IPIP device is created)." }
 
     // ---- NAT ----
     NATOutgoingAddress { v3_field: Some("natOutgoingAddress"), kind: K::Ipv4, group: G::Nat,

@@ -59,6 +59,9 @@ pub struct RouteOwnership {
     pub owned_ifaces: Vec<String>,
     /// Tables felix owns outright (`RouteTableRanges`, the main table excluded).
     pub owned_tables: Vec<IndexRange>,
+    /// `DeviceRouteSourceAddress` / `DeviceRouteSourceAddressIPv6`: the source address of
+    /// routes to local workloads (`None`: the kernel chooses).
+    pub device_route_src: Option<IpAddr>,
 }
 
 impl RouteOwnership {
@@ -296,8 +299,12 @@ impl RouteTable {
     }
 
     /// The kernel route for a target down `ifindex`.
-    fn route_for(&self, w: &Wanted<'_>, ifindex: Option<u32>) -> Route {
+    fn route_for(&self, class: RouteClass, w: &Wanted<'_>, ifindex: Option<u32>) -> Route {
         let t = w.target;
+        let src = match (t.src, class) {
+            (None, RouteClass::LocalWorkload) => self.own.device_route_src,
+            (src, _) => src,
+        };
         Route {
             table: t.table.unwrap_or(TABLE_MAIN),
             dst: t.dst.trunc(),
@@ -309,7 +316,7 @@ impl RouteTable {
             },
             gateway: t.gateway,
             onlink: t.onlink,
-            src: t.src,
+            src,
             protocol: self.own.protocol_of(t),
             scope_link: t.kind == RouteKind::Unicast && t.gateway.is_none(),
         }
@@ -347,7 +354,7 @@ impl RouteTable {
         }
         let mut writes = Vec::new();
         let mut waiting = 0;
-        for (k, (_, w)) in &wanted {
+        for (k, (class, w)) in &wanted {
             let ifindex = match w.iface {
                 Some(name) => match self.links.get(name) {
                     Some(l) if l.admin_up && (l.oper_up || !self.own.is_workload_iface(name)) => {
@@ -376,7 +383,7 @@ impl RouteTable {
                     _ => None,
                 },
             };
-            let route = self.route_for(w, ifindex);
+            let route = self.route_for(*class, w, ifindex);
             if actual.get(k) != Some(&route) {
                 writes.push(route);
             }
@@ -468,6 +475,7 @@ mod tests {
             device_route_protocol: 3,
             owned_ifaces: vec!["vxlan.calico".into()],
             owned_tables: vec![IndexRange { min: 1, max: 250 }],
+            device_route_src: None,
         }
     }
 

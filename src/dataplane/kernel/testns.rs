@@ -42,6 +42,13 @@ impl TestNetns {
         Commands::standalone(Arc::new(SystemCommands::in_netns(&self.name)), actor)
     }
 
+    /// A command running inside this namespace (not started).
+    pub fn command_in(&self, program: &str, args: &[&str]) -> std::process::Command {
+        let mut c = self.ns.command(program);
+        c.args(args);
+        c
+    }
+
     /// Runs a command inside the namespace, returning stdout; panics on failure.
     pub fn sh(&self, program: &str, args: &[&str]) -> String {
         self.ns

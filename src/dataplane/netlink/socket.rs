@@ -475,6 +475,13 @@ fn neigh_addr(a: &NeighbourAddress) -> Option<IpAddr> {
     match a {
         NeighbourAddress::Inet(v) => Some(IpAddr::V4(*v)),
         NeighbourAddress::Inet6(v) => Some(IpAddr::V6(*v)),
+        // FDB entries (family AF_BRIDGE) carry their remote address undecoded.
+        NeighbourAddress::Other(b) if b.len() == 4 => Some(IpAddr::from([b[0], b[1], b[2], b[3]])),
+        NeighbourAddress::Other(b) if b.len() == 16 => {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(b);
+            Some(IpAddr::from(a))
+        }
         _ => None,
     }
 }

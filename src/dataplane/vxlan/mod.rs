@@ -443,6 +443,9 @@ pub fn owned_devices() -> BTreeSet<&'static str> {
 }
 
 #[cfg(test)]
+mod kernel_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::dataplane::desired::Vtep;

@@ -51,6 +51,8 @@ pub(super) struct Shared {
     /// The cluster-route settings both families share (MTU filled in per family).
     pub cluster: ClusterRouteSettings,
     pub vxlan_mtu: [Option<u32>; 2],
+    /// `DeviceRouteSourceAddress` and `...IPv6`.
+    pub device_route_src: [Option<std::net::IpAddr>; 2],
 }
 
 impl Shared {
@@ -73,6 +75,10 @@ impl Shared {
                 ipip_supported: kernel_has_ipip(),
             },
             vxlan_mtu: [positive(cfg.vxlan_mtu()), positive(cfg.vxlan_mtu_v6())],
+            device_route_src: [
+                cfg.device_route_source_address().map(std::net::IpAddr::from),
+                cfg.device_route_source_address_ipv6().map(std::net::IpAddr::from),
+            ],
             runner,
             ifaces: ifaces.clone(),
             backend: BackendChoice::new(configured_backend(cfg)),
@@ -93,6 +99,7 @@ impl Shared {
                 // allocates one (WireGuard and egress gateways are absent), so no table is
                 // owned outright and felix's routes live in the main table.
                 owned_tables: Vec::new(),
+                device_route_src: None,
             },
             prefixes: cfg.interface_prefix().to_vec(),
         }
@@ -195,8 +202,12 @@ impl Family {
                 "RouteSyncDisabled: felix programs no routes"
             );
         } else {
+            let own = RouteOwnership {
+                device_route_src: shared.device_route_src[usize::from(ipv == IpVersion::V6)],
+                ..shared.own.clone()
+            };
             let (own, st, clock, refresh) = (
-                shared.own.clone(),
+                own,
                 shared.ifaces.clone(),
                 shared.clock.clone(),
                 shared.route_refresh,
