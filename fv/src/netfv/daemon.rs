@@ -98,6 +98,35 @@ impl Daemon {
         backend: Backend,
         env: &[(&str, &str)],
     ) -> Result<Daemon> {
+        let datastore = format!("file:{}", ds_dir.display());
+        Daemon::spawn(node, Some(NODE), &datastore, scratch, backend, env)
+    }
+
+    /// Starts `felix run` in `netns` as node `name` (set through
+    /// `FELIX_FELIXHOSTNAME`, as a node's environment does) on the
+    /// datastore `datastore` (`file:DIR` or `etcdv3:URL`), with the admin
+    /// socket and the logs in `scratch`, which must be this node's own.
+    pub fn start_node(
+        netns: &Netns,
+        name: &str,
+        datastore: &str,
+        scratch: &Path,
+        backend: Backend,
+        env: &[(&str, &str)],
+    ) -> Result<Daemon> {
+        let mut all = vec![("FELIX_FELIXHOSTNAME", name)];
+        all.extend_from_slice(env);
+        Daemon::spawn(netns, None, datastore, scratch, backend, &all)
+    }
+
+    fn spawn(
+        node: &Netns,
+        node_arg: Option<&str>,
+        datastore: &str,
+        scratch: &Path,
+        backend: Backend,
+        env: &[(&str, &str)],
+    ) -> Result<Daemon> {
         let felix = felix_binary()?;
         let mut n = 0;
         while scratch.join(format!("felix-{n}.log")).exists() {
@@ -108,8 +137,11 @@ impl Daemon {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", node.name()])
             .arg(&felix)
-            .args(["run", "--node", NODE, "--datastore"])
-            .arg(format!("file:{}", ds_dir.display()))
+            .arg("run");
+        if let Some(n) = node_arg {
+            cmd.args(["--node", n]);
+        }
+        cmd.args(["--datastore", datastore])
             .arg("--admin-socket")
             .arg(&socket)
             .env("FELIX_NFTABLESMODE", backend.nftables_mode())
@@ -127,6 +159,11 @@ impl Daemon {
             socket,
             log,
         })
+    }
+
+    /// The path of this start's log file.
+    pub fn log_path(&self) -> &Path {
+        &self.log
     }
 
     /// The daemon's log so far.

@@ -59,6 +59,101 @@ impl Datastore {
     }
 }
 
+/// Readiness and the `default` FelixConfiguration, whose spec gets the
+/// `felix_config` lines verbatim (`key: value`); no pools, no nodes.
+pub fn cluster_base_yaml(felix_config: &[(&str, &str)]) -> String {
+    let mut s = String::from(
+        "apiVersion: projectcalico.org/v3\nkind: ClusterInformation\nmetadata:\n  name: default\n\
+         spec:\n  datastoreReady: true\n---\n\
+         apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata:\n  name: default\nspec:\n\
+         \x20 logSeverityScreen: Info\n",
+    );
+    for (k, v) in felix_config {
+        let _ = writeln!(s, "  {k}: {v}");
+    }
+    s
+}
+
+/// A Calico `Node` resource as calico-node writes it: its BGP addresses
+/// (address with the subnet's prefix length, e.g. `10.0.1.1/24`) and its
+/// VXLAN tunnel addresses and MACs.
+#[derive(Clone, Debug, Default)]
+pub struct NodeRes {
+    /// The node's name.
+    pub name: String,
+    /// `spec.bgp.ipv4Address` (`ADDR/LEN`).
+    pub ipv4: Option<String>,
+    /// `spec.bgp.ipv6Address` (`ADDR/LEN`).
+    pub ipv6: Option<String>,
+    /// `spec.ipv4VXLANTunnelAddr`.
+    pub vxlan4: Option<Ipv4Addr>,
+    /// `spec.ipv6VXLANTunnelAddr`.
+    pub vxlan6: Option<Ipv6Addr>,
+    /// `spec.vxlanTunnelMACAddr`.
+    pub mac4: Option<String>,
+    /// `spec.vxlanTunnelMACAddrV6`.
+    pub mac6: Option<String>,
+}
+
+impl NodeRes {
+    /// The resource's YAML.
+    pub fn yaml(&self) -> String {
+        let mut s = format!(
+            "apiVersion: projectcalico.org/v3\nkind: Node\nmetadata:\n  name: {}\nspec:\n  bgp:\n",
+            self.name
+        );
+        if let Some(a) = &self.ipv4 {
+            let _ = writeln!(s, "    ipv4Address: {a}");
+        }
+        if let Some(a) = &self.ipv6 {
+            let _ = writeln!(s, "    ipv6Address: \"{a}\"");
+        }
+        if let Some(a) = self.vxlan4 {
+            let _ = writeln!(s, "  ipv4VXLANTunnelAddr: {a}");
+        }
+        if let Some(a) = self.vxlan6 {
+            let _ = writeln!(s, "  ipv6VXLANTunnelAddr: \"{a}\"");
+        }
+        if let Some(m) = &self.mac4 {
+            let _ = writeln!(s, "  vxlanTunnelMACAddr: \"{m}\"");
+        }
+        if let Some(m) = &self.mac6 {
+            let _ = writeln!(s, "  vxlanTunnelMACAddrV6: \"{m}\"");
+        }
+        s
+    }
+}
+
+/// An `IPPool` named `name` over `cidr` with `vxlanMode` `vxlan_mode`
+/// (`Always`, `CrossSubnet`, `Never`), `ipipMode: Never`, and the given
+/// `blockSize` and `natOutgoing`.
+pub fn ippool_yaml(name: &str, cidr: &str, block_size: u8, vxlan_mode: &str, nat: bool) -> String {
+    format!(
+        "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata:\n  name: {name}\nspec:\n  \
+         cidr: \"{cidr}\"\n  blockSize: {block_size}\n  vxlanMode: {vxlan_mode}\n  ipipMode: Never\n  \
+         natOutgoing: {nat}\n"
+    )
+}
+
+/// An `IPAMBlock` over `cidr` with affinity `host:<node>` (none when `node`
+/// is `None`); named as Calico names blocks (`10-65-1-0-26`).
+pub fn ipam_block_yaml(cidr: &str, node: Option<&str>) -> String {
+    let name = block_name(cidr);
+    let mut s = format!(
+        "apiVersion: projectcalico.org/v3\nkind: IPAMBlock\nmetadata:\n  name: {name}\nspec:\n  \
+         cidr: \"{cidr}\"\n"
+    );
+    if let Some(n) = node {
+        let _ = writeln!(s, "  affinity: \"host:{n}\"");
+    }
+    s
+}
+
+/// Calico's block name for `cidr`: `.`, `:` and `/` become `-`.
+pub fn block_name(cidr: &str) -> String {
+    cidr.replace(['.', ':', '/'], "-")
+}
+
 /// The cluster-wide resources: readiness, Felix configuration, IPv4 and
 /// IPv6 pools and the node. `felix_config` lines are added to the
 /// FelixConfiguration spec verbatim (`key: value`).
@@ -91,7 +186,7 @@ pub fn namespace_yaml(name: &str, labels: &[(&str, &str)]) -> String {
     )
 }
 
-/// A workload endpoint on [`NODE`].
+/// A workload endpoint (on [`NODE`] unless [`Wep::on`] says otherwise).
 #[derive(Clone, Debug)]
 pub struct Wep {
     /// Pod name; [`Fv::plug`](super::Fv::plug) also uses it as the
@@ -111,6 +206,8 @@ pub struct Wep {
     pub profiles: Vec<String>,
     /// Named ports: (name, TCP port).
     pub ports: Vec<(String, u16)>,
+    /// The node the endpoint is on ([`NODE`] unless replaced).
+    pub node: String,
 }
 
 impl Wep {
@@ -125,7 +222,14 @@ impl Wep {
             ip6,
             profiles: vec![format!("kns.{namespace}")],
             ports: Vec::new(),
+            node: NODE.into(),
         }
+    }
+
+    /// Puts the endpoint on node `node`.
+    pub fn on(mut self, node: &str) -> Wep {
+        self.node = node.into();
+        self
     }
 
     /// Adds a label.
@@ -155,11 +259,12 @@ impl Wep {
             .collect();
         let mut s = format!(
             "apiVersion: projectcalico.org/v3\nkind: WorkloadEndpoint\nmetadata:\n  \
-             name: {NODE}-k8s-{pod}-eth0\n  namespace: {ns}\n  labels: {labels}\nspec:\n  \
-             node: {NODE}\n  orchestrator: k8s\n  pod: {pod}\n  endpoint: eth0\n  \
+             name: {node}-k8s-{pod}-eth0\n  namespace: {ns}\n  labels: {labels}\nspec:\n  \
+             node: {node}\n  orchestrator: k8s\n  pod: {pod}\n  endpoint: eth0\n  \
              interfaceName: {iface}\n  mac: ee:ee:ee:ee:ee:ee\n  \
              ipNetworks: [{ip4}/32, \"{ip6}/128\"]\n  profiles: [{profiles}]\n",
             pod = self.pod,
+            node = self.node,
             ns = self.namespace,
             labels = flow_map(&labels),
             iface = self.iface,

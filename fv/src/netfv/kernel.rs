@@ -1,13 +1,15 @@
 //! Read-back of the node namespace's kernel state for assertions: our
 //! iptables chains (in both iptables flavours), our nftables tables, IP
-//! sets, routes, and per-rule packet counters.
+//! sets, routes, per-rule packet counters, and (as JSON from `ip -j` /
+//! `bridge -j`) routes, links, neighbour and FDB entries.
 //!
 //! Everything here only reads; the FV never repairs state behind the
 //! daemon's back.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use serde_json::Value;
 
 use super::daemon::Backend;
 use felix_netns::Netns;
@@ -174,4 +176,72 @@ pub fn rule_counters(node: &Netns, backend: Backend) -> Result<BTreeMap<String, 
         }
     }
     Ok(out)
+}
+
+fn json(ns: &Netns, program: &str, args: &[&str]) -> Result<Vec<Value>> {
+    let out = ns.exec(program, args)?;
+    if out.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let v: Value = serde_json::from_str(&out)
+        .with_context(|| format!("{program} {args:?} printed {out:?}"))?;
+    Ok(v.as_array().cloned().unwrap_or_default())
+}
+
+/// Whether link `dev` exists in the namespace.
+pub fn has_link(ns: &Netns, dev: &str) -> bool {
+    ns.ip(&["link", "show", "dev", dev]).is_ok()
+}
+
+/// Main-table routes of `family` (`-4` / `-6`): `ip -j route show`.
+pub fn routes(ns: &Netns, family: &str) -> Result<Vec<Value>> {
+    json(ns, "ip", &["-j", family, "route", "show", "table", "main"])
+}
+
+/// The main-table route to exactly `dst` (`10.65.2.0/26`), if any.
+pub fn route_to(ns: &Netns, dst: &str) -> Result<Option<Value>> {
+    let family = if dst.contains(':') { "-6" } else { "-4" };
+    Ok(routes(ns, family)?
+        .into_iter()
+        .find(|r| r["dst"].as_str() == Some(dst)))
+}
+
+/// Neighbour entries on `dev` (empty when the device is absent).
+pub fn neighbours(ns: &Netns, dev: &str) -> Result<Vec<Value>> {
+    if !has_link(ns, dev) {
+        return Ok(Vec::new());
+    }
+    let mut v = json(ns, "ip", &["-j", "-4", "neigh", "show", "dev", dev])?;
+    v.extend(json(ns, "ip", &["-j", "-6", "neigh", "show", "dev", dev])?);
+    Ok(v)
+}
+
+/// FDB entries on `dev` (empty when the device is absent).
+pub fn fdb(ns: &Netns, dev: &str) -> Result<Vec<Value>> {
+    if !has_link(ns, dev) {
+        return Ok(Vec::new());
+    }
+    json(ns, "bridge", &["-j", "fdb", "show", "dev", dev])
+}
+
+/// `ip -j -d link show dev` (details: VXLAN id, port, local address).
+pub fn link_details(ns: &Netns, dev: &str) -> Result<Option<Value>> {
+    if !has_link(ns, dev) {
+        return Ok(None);
+    }
+    Ok(json(ns, "ip", &["-j", "-d", "link", "show", "dev", dev])?
+        .into_iter()
+        .next())
+}
+
+/// A one-line description of a route (`dst type via gw dev d flags`).
+pub fn describe_route(r: &Value) -> String {
+    format!(
+        "{} {} via {} dev {} flags {}",
+        r["dst"].as_str().unwrap_or("?"),
+        r["type"].as_str().unwrap_or("unicast"),
+        r["gateway"].as_str().unwrap_or("-"),
+        r["dev"].as_str().unwrap_or("-"),
+        r["flags"]
+    )
 }

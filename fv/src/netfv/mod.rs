@@ -5,6 +5,8 @@
 //! * namespaces (drop-guarded), commands inside them, `setns`: the
 //!   workspace's one namespace crate, [`felix_netns`];
 //! * [`sandbox`]: node + workloads, connectivity checks;
+//! * [`cluster`]: three nodes on two subnets behind a router, each running
+//!   `felix run` on one shared datastore;
 //! * [`traffic`]: in-process echo servers and probes;
 //! * [`datastore`]: the file datastore directory and resource YAML;
 //! * [`daemon`]: `felix run` / `felix admin`, convergence waits, faults;
@@ -15,6 +17,7 @@
 //! `felix_netns::require!`, which skips locally and fails under CI) and a
 //! built `felix` binary ([`daemon::felix_binary`]).
 
+pub mod cluster;
 pub mod daemon;
 pub mod datastore;
 pub mod kernel;

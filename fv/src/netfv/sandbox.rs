@@ -173,95 +173,20 @@ impl Sandbox {
         if self.workloads.contains_key(name) {
             bail!("workload {name} already exists");
         }
-        let ns = Netns::create(&format!("{}-{name}", self.prefix))?;
-        let n = &self.node;
-        n.ip(&[
-            "link",
-            "add",
-            iface,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            ns.name(),
-        ])?;
-        n.ip(&["link", "set", iface, "address", "ee:ee:ee:ee:ee:ee"])?;
-        if host_wiring {
-            n.sysctl(&format!("net.ipv4.conf.{iface}.proxy_arp"), "1")?;
-            n.sysctl(&format!("net.ipv4.neigh.{iface}.proxy_delay"), "0")?;
-            n.sysctl(&format!("net.ipv4.conf.{iface}.forwarding"), "1")?;
-            n.sysctl(&format!("net.ipv6.conf.{iface}.forwarding"), "1")?;
-        }
-        n.ip(&["link", "set", iface, "up"])?;
-        if host_wiring {
-            n.ip(&["route", "add", &format!("{ip4}/32"), "dev", iface])?;
-            n.ip(&["-6", "route", "add", &format!("{ip6}/128"), "dev", iface])?;
-        }
-
-        ns.sysctl("net.ipv6.conf.all.accept_dad", "0")?;
-        ns.ip(&["link", "set", "eth0", "up"])?;
-        ns.ip(&["addr", "add", &format!("{ip4}/32"), "dev", "eth0"])?;
-        ns.ip(&[
-            "-6",
-            "addr",
-            "add",
-            &format!("{ip6}/128"),
-            "dev",
-            "eth0",
-            "nodad",
-        ])?;
-        ns.ip(&[
-            "route",
-            "add",
-            "169.254.1.1",
-            "dev",
-            "eth0",
-            "scope",
-            "link",
-        ])?;
-        ns.ip(&[
-            "route",
-            "add",
-            "default",
-            "via",
-            "169.254.1.1",
-            "dev",
-            "eth0",
-        ])?;
-        let ll = self.host_link_local(iface)?;
-        ns.ip(&["-6", "route", "add", "default", "via", &ll, "dev", "eth0"])?;
-
-        let server = Server::start(ns.name(), name, ports)?;
-        self.workloads.insert(
-            name.to_string(),
-            Workload {
-                name: name.to_string(),
-                iface: iface.to_string(),
+        let w = plug_workload(
+            &self.node,
+            &format!("{}-{name}", self.prefix),
+            WorkloadSpec {
+                name,
+                iface,
                 ip4,
                 ip6,
-                _server: server,
-                ns,
+                ports,
             },
-        );
+            host_wiring,
+        )?;
+        self.workloads.insert(name.to_string(), w);
         Ok(())
-    }
-
-    /// The IPv6 link-local address of the host side of `iface`.
-    fn host_link_local(&self, iface: &str) -> Result<String> {
-        poll(Duration::from_secs(10), || {
-            let out = self
-                .node
-                .ip(&["-6", "-o", "addr", "show", "dev", iface, "scope", "link"])
-                .ok()?;
-            out.split_whitespace()
-                .skip_while(|w| *w != "inet6")
-                .nth(1)
-                .and_then(|a| a.split('/').next())
-                .map(str::to_string)
-        })
-        .with_context(|| format!("no IPv6 link-local address on {iface}"))
     }
 
     /// The workload called `name`.
@@ -274,57 +199,13 @@ impl Sandbox {
     /// Runs every check once (concurrently); returns the ones that did not
     /// hold, described.
     pub fn mismatches(&self, checks: &[Check]) -> Result<Vec<String>> {
-        let mut probes = Vec::new();
-        for c in checks {
-            let from = self.workload(&c.from)?;
-            let to = self.workload(&c.to)?;
-            let ip = if c.v6 {
-                IpAddr::V6(to.ip6)
-            } else {
-                IpAddr::V4(to.ip4)
-            };
-            probes.push((from.ns.name().to_string(), ip, c.port));
-        }
-        let results = probe_all(&probes);
-        let mut bad = Vec::new();
-        for (c, r) in checks.iter().zip(results) {
-            let got = r?;
-            let ok = match &got {
-                Some(id) => c.allowed && *id == c.to,
-                None => !c.allowed,
-            };
-            if !ok {
-                bad.push(format!(
-                    "{} -> {} tcp/{} {}: expected {}, got {}",
-                    c.from,
-                    c.to,
-                    c.port,
-                    if c.v6 { "v6" } else { "v4" },
-                    if c.allowed { "allowed" } else { "denied" },
-                    match got {
-                        Some(id) => format!("answer from {id}"),
-                        None => "no connection".into(),
-                    }
-                ));
-            }
-        }
-        Ok(bad)
+        mismatches_with(|n| self.workload(n), checks)
     }
 
     /// Repeats the checks until all hold, or fails at the deadline listing
     /// what still differs.
     pub fn expect_traffic(&self, what: &str, checks: &[Check], deadline: Duration) -> Result<()> {
-        let start = felix_actors::clock::real_now();
-        loop {
-            let bad = self.mismatches(checks)?;
-            if bad.is_empty() {
-                return Ok(());
-            }
-            if start.elapsed() > deadline {
-                bail!("{what}: traffic not as expected:\n  {}", bad.join("\n  "));
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        expect_until(what, deadline, || self.mismatches(checks))
     }
 
     /// Runs the checks once and requires all of them to hold now.
@@ -334,6 +215,187 @@ impl Sandbox {
             bail!("{what}: traffic not as expected:\n  {}", bad.join("\n  "));
         }
         Ok(())
+    }
+}
+
+/// What [`plug_workload`] plugs in.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkloadSpec<'a> {
+    /// The workload's name (also its echo servers' identity).
+    pub name: &'a str,
+    /// Host-side interface name (`cali...`).
+    pub iface: &'a str,
+    /// IPv4 address (/32 on the workload's `eth0`).
+    pub ip4: Ipv4Addr,
+    /// IPv6 address (/128 on the workload's `eth0`).
+    pub ip6: Ipv6Addr,
+    /// TCP ports its echo servers listen on.
+    pub ports: &'a [u16],
+}
+
+/// Creates namespace `ns_name` and plugs it into `node` as Calico's CNI
+/// plugin does (see the module docs); with `host_wiring`, also the host
+/// side's routes and sysctls (proxy ARP, forwarding). Starts the echo
+/// servers. The namespace is deleted when the [`Workload`] drops.
+pub fn plug_workload(
+    node: &Netns,
+    ns_name: &str,
+    spec: WorkloadSpec<'_>,
+    host_wiring: bool,
+) -> Result<Workload> {
+    let WorkloadSpec {
+        name,
+        iface,
+        ip4,
+        ip6,
+        ports,
+    } = spec;
+    let ns = Netns::create(ns_name)?;
+    let n = node;
+    n.ip(&[
+        "link",
+        "add",
+        iface,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        ns.name(),
+    ])?;
+    n.ip(&["link", "set", iface, "address", "ee:ee:ee:ee:ee:ee"])?;
+    if host_wiring {
+        n.sysctl(&format!("net.ipv4.conf.{iface}.proxy_arp"), "1")?;
+        n.sysctl(&format!("net.ipv4.neigh.{iface}.proxy_delay"), "0")?;
+        n.sysctl(&format!("net.ipv4.conf.{iface}.forwarding"), "1")?;
+        n.sysctl(&format!("net.ipv6.conf.{iface}.forwarding"), "1")?;
+    }
+    n.ip(&["link", "set", iface, "up"])?;
+    if host_wiring {
+        n.ip(&["route", "add", &format!("{ip4}/32"), "dev", iface])?;
+        n.ip(&["-6", "route", "add", &format!("{ip6}/128"), "dev", iface])?;
+    }
+
+    ns.sysctl("net.ipv6.conf.all.accept_dad", "0")?;
+    ns.ip(&["link", "set", "eth0", "up"])?;
+    ns.ip(&["addr", "add", &format!("{ip4}/32"), "dev", "eth0"])?;
+    ns.ip(&[
+        "-6",
+        "addr",
+        "add",
+        &format!("{ip6}/128"),
+        "dev",
+        "eth0",
+        "nodad",
+    ])?;
+    ns.ip(&[
+        "route",
+        "add",
+        "169.254.1.1",
+        "dev",
+        "eth0",
+        "scope",
+        "link",
+    ])?;
+    ns.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        "169.254.1.1",
+        "dev",
+        "eth0",
+    ])?;
+    let ll = host_link_local(node, iface)?;
+    ns.ip(&["-6", "route", "add", "default", "via", &ll, "dev", "eth0"])?;
+
+    let server = Server::start(ns.name(), name, ports)?;
+    Ok(Workload {
+        name: name.to_string(),
+        iface: iface.to_string(),
+        ip4,
+        ip6,
+        _server: server,
+        ns,
+    })
+}
+
+/// The IPv6 link-local address of the host side of `iface` in `node`.
+fn host_link_local(node: &Netns, iface: &str) -> Result<String> {
+    poll(Duration::from_secs(10), || {
+        let out = node
+            .ip(&["-6", "-o", "addr", "show", "dev", iface, "scope", "link"])
+            .ok()?;
+        out.split_whitespace()
+            .skip_while(|w| *w != "inet6")
+            .nth(1)
+            .and_then(|a| a.split('/').next())
+            .map(str::to_string)
+    })
+    .with_context(|| format!("no IPv6 link-local address on {iface}"))
+}
+
+/// Runs every check once (concurrently), looking workloads up with
+/// `workload`; returns the ones that did not hold, described.
+pub fn mismatches_with<'a>(
+    workload: impl Fn(&str) -> Result<&'a Workload>,
+    checks: &[Check],
+) -> Result<Vec<String>> {
+    let mut probes = Vec::new();
+    for c in checks {
+        let from = workload(&c.from)?;
+        let to = workload(&c.to)?;
+        let ip = if c.v6 {
+            IpAddr::V6(to.ip6)
+        } else {
+            IpAddr::V4(to.ip4)
+        };
+        probes.push((from.ns.name().to_string(), ip, c.port));
+    }
+    let results = probe_all(&probes);
+    let mut bad = Vec::new();
+    for (c, r) in checks.iter().zip(results) {
+        let got = r?;
+        let ok = match &got {
+            Some(id) => c.allowed && *id == c.to,
+            None => !c.allowed,
+        };
+        if !ok {
+            bad.push(format!(
+                "{} -> {} tcp/{} {}: expected {}, got {}",
+                c.from,
+                c.to,
+                c.port,
+                if c.v6 { "v6" } else { "v4" },
+                if c.allowed { "allowed" } else { "denied" },
+                match got {
+                    Some(id) => format!("answer from {id}"),
+                    None => "no connection".into(),
+                }
+            ));
+        }
+    }
+    Ok(bad)
+}
+
+/// Repeats `mismatches` until it finds none, or fails at the deadline
+/// listing what still differs.
+pub fn expect_until(
+    what: &str,
+    deadline: Duration,
+    mut mismatches: impl FnMut() -> Result<Vec<String>>,
+) -> Result<()> {
+    let start = felix_actors::clock::real_now();
+    loop {
+        let bad = mismatches()?;
+        if bad.is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() > deadline {
+            bail!("{what}: traffic not as expected:\n  {}", bad.join("\n  "));
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 

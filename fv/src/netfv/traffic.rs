@@ -22,7 +22,10 @@ use felix_netns::enter_netns;
 pub const PROBE_TIMEOUT: Duration = Duration::from_millis(1200);
 
 /// Echo servers listening on `[::]:port` (dual stack) in one namespace; each
-/// connection gets `<identity>\n` back after the client's first line.
+/// connection gets `<identity>\n` back after the client's first line, or
+/// `<identity> <peer address>\n` when that line is `peer` (the source
+/// address the server saw), or, when it is `hold`, every further line
+/// echoed back until the client closes (a long-lived connection).
 pub struct Server {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
@@ -64,16 +67,40 @@ impl Server {
 fn serve(l: TcpListener, identity: &str, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
         match l.accept() {
-            Ok((s, _)) => {
+            Ok((s, peer)) => {
                 let id = identity.to_string();
                 std::thread::spawn(move || {
                     let _ = s.set_nonblocking(false);
                     let _ = s.set_read_timeout(Some(PROBE_TIMEOUT));
                     let mut r = BufReader::new(&s);
                     let mut line = String::new();
-                    if r.read_line(&mut line).is_ok() {
-                        let mut w = &s;
-                        let _ = w.write_all(format!("{id}\n").as_bytes());
+                    if r.read_line(&mut line).is_err() {
+                        return;
+                    }
+                    let mut w = &s;
+                    match line.trim() {
+                        "peer" => {
+                            let ip = peer.ip().to_canonical();
+                            let _ = w.write_all(format!("{id} {ip}\n").as_bytes());
+                        }
+                        "hold" => {
+                            let _ = s.set_read_timeout(None);
+                            let _ = w.write_all(format!("{id}\n").as_bytes());
+                            loop {
+                                line.clear();
+                                match r.read_line(&mut line) {
+                                    Ok(n) if n > 0 => {
+                                        if w.write_all(line.as_bytes()).is_err() {
+                                            break;
+                                        }
+                                    }
+                                    _ => break,
+                                }
+                            }
+                        }
+                        _ => {
+                            let _ = w.write_all(format!("{id}\n").as_bytes());
+                        }
                     }
                 });
             }
@@ -110,6 +137,90 @@ pub fn probe(netns: &str, ip: IpAddr, port: u16) -> Result<Option<String>> {
     match BufReader::new(&s).read_line(&mut line) {
         Ok(n) if n > 0 => Ok(Some(line.trim().to_string())),
         _ => Ok(None),
+    }
+}
+
+/// Like [`probe`], but asks the server for the source address it saw:
+/// `Ok(Some((identity, peer)))` when it answered.
+pub fn probe_peer(netns: &str, ip: IpAddr, port: u16) -> Result<Option<(String, IpAddr)>> {
+    enter_netns(netns)?;
+    let addr = SocketAddr::new(ip, port);
+    let Ok(s) = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT) else {
+        return Ok(None);
+    };
+    s.set_read_timeout(Some(PROBE_TIMEOUT))?;
+    s.set_write_timeout(Some(PROBE_TIMEOUT))?;
+    let mut w = &s;
+    if w.write_all(b"peer\n").is_err() {
+        return Ok(None);
+    }
+    let mut line = String::new();
+    match BufReader::new(&s).read_line(&mut line) {
+        Ok(n) if n > 0 => {
+            let (id, peer) = line
+                .trim()
+                .split_once(' ')
+                .ok_or_else(|| anyhow!("server answered {line:?} without a peer address"))?;
+            let peer: IpAddr = peer
+                .parse()
+                .map_err(|e| anyhow!("server reported peer {peer:?}: {e}"))?;
+            Ok(Some((id.to_string(), peer)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// A long-lived TCP connection from a namespace to an echo server, in
+/// `hold` mode: each [`Conn::roundtrip`] sends a line and needs it back.
+pub struct Conn {
+    stream: TcpStream,
+    reader: BufReader<TcpStream>,
+    /// The identity of the server that accepted the connection.
+    pub server: String,
+}
+
+impl Conn {
+    /// Connects from namespace `netns` to `ip:port` (on a thread that
+    /// enters the namespace; the socket stays in it) and starts `hold` mode.
+    pub fn open(netns: &str, ip: IpAddr, port: u16) -> Result<Conn> {
+        let ns = netns.to_string();
+        let stream = std::thread::spawn(move || -> Result<TcpStream> {
+            enter_netns(&ns)?;
+            Ok(TcpStream::connect_timeout(
+                &SocketAddr::new(ip, port),
+                PROBE_TIMEOUT,
+            )?)
+        })
+        .join()
+        .map_err(|_| anyhow!("connect thread panicked"))??;
+        stream.set_read_timeout(Some(PROBE_TIMEOUT))?;
+        stream.set_write_timeout(Some(PROBE_TIMEOUT))?;
+        let mut reader = BufReader::new(stream.try_clone()?);
+        (&stream).write_all(b"hold\n")?;
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Err(anyhow!("{ip}:{port} closed the connection at once"));
+        }
+        Ok(Conn {
+            stream,
+            reader,
+            server: line.trim().to_string(),
+        })
+    }
+
+    /// Sends `msg` (one line) and requires the same line back within the
+    /// probe timeout.
+    pub fn roundtrip(&mut self, msg: &str) -> Result<()> {
+        (&self.stream).write_all(format!("{msg}\n").as_bytes())?;
+        let mut line = String::new();
+        let n = self.reader.read_line(&mut line)?;
+        if n == 0 {
+            return Err(anyhow!("connection closed by the server"));
+        }
+        if line.trim() != msg {
+            return Err(anyhow!("sent {msg:?}, got {:?} back", line.trim()));
+        }
+        Ok(())
     }
 }
 
