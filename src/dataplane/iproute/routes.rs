@@ -298,6 +298,24 @@ impl RouteTable {
         wanted
     }
 
+    /// True if the link cache can place `w` (its interface is known and usable, or its next
+    /// hop is on a connected subnet); device-less kinds always can.
+    fn resolvable(&self, w: &Wanted<'_>) -> bool {
+        if w.target.kind != RouteKind::Unicast {
+            return true;
+        }
+        match (w.iface, w.target.gateway) {
+            (Some(name), _) => self
+                .links
+                .get(name)
+                .is_some_and(|l| l.admin_up && (l.oper_up || !self.own.is_workload_iface(name))),
+            (None, Some(gw)) if !w.target.onlink => {
+                self.connected.iter().any(|(_, net)| net.contains(&gw))
+            }
+            _ => true,
+        }
+    }
+
     /// The kernel route for a target down `ifindex`.
     fn route_for(&self, class: RouteClass, w: &Wanted<'_>, ifindex: Option<u32>) -> Route {
         let t = w.target;
@@ -334,17 +352,19 @@ impl RouteTable {
             }
         };
         let wanted = Self::wanted(desired);
-        // Interfaces: only needed when something is to be written.
+        // The link cache is refreshed only when a route to be written names an interface
+        // (or a next hop) it cannot resolve: a new workload interface, say. Interface changes
+        // of our interfaces force a full read-back anyway (`interfaces_changed`).
         let needs_links = wanted.iter().any(|(k, (_, w))| {
             let via_gateway = w.iface.is_none() && w.target.gateway.is_some();
-            (w.iface.is_some() || via_gateway)
-                && actual.get(k).is_none_or(|r| {
-                    !via_gateway
-                        && r.ifindex
-                            .and_then(|i| self.names.get(&i))
-                            .map(String::as_str)
-                            != w.iface
-                })
+            let to_write = actual.get(k).is_none_or(|r| {
+                !via_gateway
+                    && r.ifindex
+                        .and_then(|i| self.names.get(&i))
+                        .map(String::as_str)
+                        != w.iface
+            });
+            to_write && !self.resolvable(w)
         });
         if needs_links && stats.listings == 0 {
             if let Err(e) = self.refresh_links() {

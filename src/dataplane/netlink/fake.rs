@@ -174,6 +174,9 @@ impl Netlink for FakeHandle {
     fn link_by_name(&mut self, name: &str) -> Result<Option<Link>, NetlinkError> {
         Ok(self.list_links()?.into_iter().find(|l| l.name == name))
     }
+    fn link_by_index(&mut self, index: u32) -> Result<Option<Link>, NetlinkError> {
+        Ok(self.list_links()?.into_iter().find(|l| l.index == index))
+    }
     fn add_vxlan(&mut self, spec: &VxlanSpec) -> Result<(), NetlinkError> {
         let mut s = self.0.state.lock();
         FakeNetlink::check(&mut s, "link-add")?;

@@ -281,6 +281,8 @@ pub trait Netlink: Send + fmt::Debug {
     fn list_links(&mut self) -> Result<Vec<Link>, NetlinkError>;
     /// The link called `name`, if any.
     fn link_by_name(&mut self, name: &str) -> Result<Option<Link>, NetlinkError>;
+    /// The link with index `index`, if any.
+    fn link_by_index(&mut self, index: u32) -> Result<Option<Link>, NetlinkError>;
     /// Creates a VXLAN device (down).
     fn add_vxlan(&mut self, spec: &VxlanSpec) -> Result<(), NetlinkError>;
     /// Sets a link's MTU, MAC and admin state.
@@ -448,6 +450,10 @@ impl Seamed {
     /// See [`Netlink::link_by_name`].
     pub fn link_by_name(&mut self, name: &str) -> Result<Option<Link>, NetlinkError> {
         self.run("link-get", |nl| nl.link_by_name(name))
+    }
+    /// See [`Netlink::link_by_index`].
+    pub fn link_by_index(&mut self, index: u32) -> Result<Option<Link>, NetlinkError> {
+        self.run("link-get", |nl| nl.link_by_index(index))
     }
     /// See [`Netlink::add_vxlan`].
     pub fn add_vxlan(&mut self, spec: &VxlanSpec) -> Result<(), NetlinkError> {

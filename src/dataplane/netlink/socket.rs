@@ -273,6 +273,39 @@ impl RtnlSocket {
         results
     }
 
+    /// A request with one answer (a get): the message, or `None` when the kernel answers
+    /// that the object does not exist (`ENODEV`/`ENOENT`).
+    fn get_one(
+        &mut self,
+        op: &'static str,
+        req: RouteNetlinkMessage,
+    ) -> Result<Option<RouteNetlinkMessage>, NetlinkError> {
+        let seq = self.next_seq();
+        let mut bytes = Vec::new();
+        Self::encode(req, NLM_F_REQUEST, seq, &mut bytes);
+        self.send_all(op, &bytes)?;
+        loop {
+            for r in self.recv_batch(op)? {
+                if r.seq != seq {
+                    continue;
+                }
+                match r.payload {
+                    Payload::Message(m) => return Ok(Some(*m)),
+                    Payload::Errno(19) | Payload::Errno(2) => return Ok(None),
+                    Payload::Errno(errno) => {
+                        return Err(NetlinkError::Refused {
+                            op,
+                            what: "get".into(),
+                            errno,
+                        })
+                    }
+                    Payload::Done | Payload::Ack => return Ok(None),
+                    Payload::Ignored => {}
+                }
+            }
+        }
+    }
+
     fn one(
         &mut self,
         op: &'static str,
@@ -599,9 +632,19 @@ impl Netlink for RtnlSocket {
     }
 
     fn link_by_name(&mut self, name: &str) -> Result<Option<Link>, NetlinkError> {
-        // A dump and a filter: a get by name answers ENODEV for a missing link, and the
-        // link list of a node is small next to its routes.
-        Ok(self.list_links()?.into_iter().find(|l| l.name == name))
+        let mut req = LinkMessage::default();
+        req.attributes.push(LinkAttribute::IfName(name.to_string()));
+        match self.get_one("link-get", RouteNetlinkMessage::GetLink(req))? {
+            Some(RouteNetlinkMessage::NewLink(l)) => Ok(decode_link(&l)),
+            _ => Ok(None),
+        }
+    }
+
+    fn link_by_index(&mut self, index: u32) -> Result<Option<Link>, NetlinkError> {
+        match self.get_one("link-get", RouteNetlinkMessage::GetLink(link_req(index)))? {
+            Some(RouteNetlinkMessage::NewLink(l)) => Ok(decode_link(&l)),
+            _ => Ok(None),
+        }
     }
 
     fn add_vxlan(&mut self, spec: &VxlanSpec) -> Result<(), NetlinkError> {

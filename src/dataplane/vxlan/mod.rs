@@ -105,8 +105,7 @@ impl VxlanDriver {
         want: Option<&VxlanDevice>,
         stats: &mut VxlanStats,
     ) -> Result<Option<u32>, NetlinkError> {
-        let links = self.nl.list_links()?;
-        let existing = links.iter().find(|l| l.name == self.name()).cloned();
+        let existing = self.nl.link_by_name(self.name())?;
         let Some(want) = want else {
             if let Some(l) = existing {
                 match self.nl.delete_link(l.index) {
@@ -121,7 +120,7 @@ impl VxlanDriver {
             }
             return Ok(None);
         };
-        let Some(parent) = self.parent_of(&links, want)? else {
+        let Some(parent) = self.parent_of(want)? else {
             tracing::warn!(
                 device = self.name(),
                 local = %want.local,
@@ -179,17 +178,12 @@ impl VxlanDriver {
     }
 
     /// The interface holding the node's address.
-    fn parent_of(
-        &mut self,
-        links: &[Link],
-        want: &VxlanDevice,
-    ) -> Result<Option<Link>, NetlinkError> {
+    fn parent_of(&mut self, want: &VxlanDevice) -> Result<Option<Link>, NetlinkError> {
         let addrs = self.nl.list_addrs(self.ipv)?;
-        Ok(addrs
-            .iter()
-            .find(|(_, a)| a.addr() == want.local)
-            .and_then(|(i, _)| links.iter().find(|l| l.index == *i))
-            .cloned())
+        match addrs.iter().find(|(_, a)| a.addr() == want.local) {
+            Some((index, _)) => self.nl.link_by_index(*index),
+            None => Ok(None),
+        }
     }
 
     fn ensure_address(&mut self, index: u32, tunnel: Option<IpAddr>) -> Result<(), NetlinkError> {
@@ -387,6 +381,11 @@ impl VxlanDriver {
         };
         let mut rec = match self.record.take() {
             Some(r) if r.index == index && !stats.created => r,
+            // A device just created has no entries yet.
+            _ if stats.created => Record {
+                index,
+                ..Record::default()
+            },
             _ => match self.read_back(index) {
                 Ok(r) => r,
                 Err(e) => {
