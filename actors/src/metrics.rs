@@ -192,6 +192,18 @@ impl Metrics {
             .map_or((0, 0), |s| (s.count, s.errors))
     }
 
+    /// Totals over the seam operations `ops` of every actor whose name starts with
+    /// `actor_prefix`: `(count, errors, seconds)`.
+    pub fn seam_totals(&self, actor_prefix: &str, ops: &[&str]) -> (u64, u64, f64) {
+        let g = self.inner.lock();
+        g.seam
+            .iter()
+            .filter(|((a, o), _)| a.starts_with(actor_prefix) && ops.contains(&o.as_str()))
+            .fold((0, 0, 0.0), |(c, e, t), (_, s)| {
+                (c + s.count, e + s.errors, t + s.seconds)
+            })
+    }
+
     /// Returns the period summary and starts a new period.
     pub fn take_summary(&self) -> ApplySummary {
         std::mem::take(&mut self.inner.lock().period)

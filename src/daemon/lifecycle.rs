@@ -160,6 +160,11 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
     {
         let m = calc_metrics.clone();
         shared.metrics.add_collector(Arc::new(move || m.render()));
+        shared
+            .metrics
+            .add_collector(crate::dataplane::metrics::route_table_collector(
+                shared.metrics.clone(),
+            ));
     }
     let latch = shared.health.startup_latch("felix-config-loaded");
     let calc_reporter = shared.health.reporter(
