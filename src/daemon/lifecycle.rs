@@ -116,8 +116,17 @@ impl HealthServer {
 
 /// Runs the daemon until a signal, a needed restart, or a fatal failure.
 pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
-    let local = LocalConfig::load(opts.config_file.as_deref())
+    let mut local = LocalConfig::load(opts.config_file.as_deref())
         .map_err(|e| DaemonError::Input(e.to_string()))?;
+    // The resolved node name (`--node`, else `FELIX_FELIXHOSTNAME`, else the hostname) is
+    // this node's `FelixHostname` for everything that reads the configuration (the
+    // dataplane's cluster routes find this node's own VTEP by it).
+    local
+        .env
+        .retain(|k, _| !k.eq_ignore_ascii_case("FelixHostname"));
+    local
+        .env
+        .insert("FelixHostname".to_string(), opts.node.clone());
     let (local_cfg, local_errs) = local.build();
     let log = logging::init(local_cfg.log_severity_screen());
     log_local_errors(&local_errs);
