@@ -454,7 +454,96 @@ fn vxlan_always(c: &mut Cluster) -> Result<()> {
             "node{on}: {VXLAN_V6} parameters: {info}"
         );
     }
-    Ok(())
+    restarted_managers_and_drivers_leave_routing_state_unchanged(c)
+}
+
+/// Node 1's routing state: routes of both families, the VXLAN devices with their
+/// neighbour and FDB entries (interface indices included, so a recreated device shows).
+fn routing_state(c: &Cluster) -> Result<String> {
+    let ns = &c.node(1)?.ns;
+    let mut out = Vec::new();
+    for fam in ["-4", "-6"] {
+        out.push(serde_json::to_string(&kernel::routes(ns, fam)?)?);
+    }
+    for dev in [VXLAN_V4, VXLAN_V6] {
+        let link =
+            kernel::link_details(ns, dev)?.map(|l| (l["ifindex"].clone(), l["address"].clone()));
+        out.push(format!("{link:?}"));
+        out.push(serde_json::to_string(&kernel::neighbours(ns, dev)?)?);
+        out.push(serde_json::to_string(&kernel::fdb(ns, dev)?)?);
+    }
+    Ok(out.join("\n"))
+}
+
+/// The cluster-route managers and the routing drivers of node 1 are restarted by injected
+/// panics while a fourth node and a second local block come and go (the managers replay
+/// routes, VTEPs and pools; a restarted driver reads the kernel back): afterwards the
+/// kernel's routing state is exactly what it was, and traffic still flows.
+fn restarted_managers_and_drivers_leave_routing_state_unchanged(c: &mut Cluster) -> Result<()> {
+    let before = routing_state(c)?;
+    let actors: Vec<String> = ["v4", "v6"]
+        .iter()
+        .flat_map(|f| {
+            [
+                format!("manager/cluster-routes-{f}"),
+                format!("driver/routes-{f}"),
+                format!("driver/vxlan-{f}"),
+            ]
+        })
+        .collect();
+    {
+        let d = c.node_mut(1)?.d()?;
+        for a in &actors {
+            let op = if a.starts_with("manager/") {
+                "on_update"
+            } else {
+                "*"
+            };
+            d.add_fault(a, op, "panic", 1)?;
+        }
+    }
+    c.write(
+        "node4.yaml",
+        "apiVersion: projectcalico.org/v3\nkind: Node\nmetadata:\n  name: node4\nspec:\n  bgp:\n    ipv4Address: 10.0.2.44/24\n    ipv6Address: \"fd00:2::44/64\"\n  ipv4VXLANTunnelAddr: 10.65.4.1\n  ipv6VXLANTunnelAddr: \"fd00:65:4::1\"\n",
+    )?;
+    c.write(
+        "extra-blocks.yaml",
+        &[
+            ipam_block_yaml("10.65.1.64/26", Some("node1")),
+            ipam_block_yaml("fd00:65:1::40/122", Some("node1")),
+            ipam_block_yaml("10.65.4.0/26", Some("node4")),
+            ipam_block_yaml("fd00:65:4::/122", Some("node4")),
+        ]
+        .join("---\n"),
+    )?;
+    {
+        let d = c.node_mut(1)?.d()?;
+        for a in &actors {
+            poll(SETTLE, || (d.restarts(a) == Some(1)).then_some(()))
+                .with_context(|| format!("{a} was not restarted"))?;
+        }
+        d.clear_faults()?;
+    }
+    expect_kernel("node4's route on node1 after the restarts", || {
+        let peer = "10.65.4.1".to_string();
+        route_check(c, 1, "10.65.4.0/26", Some((&peer, VXLAN_V4, true)))
+    })?;
+    c.remove("node4.yaml")?;
+    c.remove("extra-blocks.yaml")?;
+    poll(SETTLE, || {
+        routing_state(c).ok().filter(|s| *s == before)
+    })
+    .map_err(|_| {
+        let after = routing_state(c).unwrap_or_default();
+        anyhow::anyhow!(
+            "routing state differs after the restarts and removals:\nbefore:\n{before}\nafter:\n{after}"
+        )
+    })?;
+    c.expect_traffic(
+        "all pairs v4 after restarts",
+        &c.all_pairs(8080, false),
+        SETTLE,
+    )
 }
 
 #[test]
