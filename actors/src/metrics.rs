@@ -99,6 +99,7 @@ struct Inner {
     period: ApplySummary,
     collectors: Vec<Collector>,
     rejected: BTreeMap<String, Vec<RejectedChain>>,
+    unsupported: BTreeMap<String, Vec<String>>,
 }
 
 /// Shared metric registry. Cloning shares it.
@@ -133,6 +134,7 @@ impl Metrics {
                 period: ApplySummary::default(),
                 collectors: Vec::new(),
                 rejected: BTreeMap::new(),
+                unsupported: BTreeMap::new(),
             })),
         }
     }
@@ -207,6 +209,25 @@ impl Metrics {
     /// Returns the period summary and starts a new period.
     pub fn take_summary(&self) -> ApplySummary {
         std::mem::take(&mut self.inner.lock().period)
+    }
+
+    /// Records what `actor` cannot program on this node (replaces its previous report).
+    pub fn set_unsupported(&self, actor: &str, items: Vec<String>) {
+        let mut g = self.inner.lock();
+        if items.is_empty() && !g.unsupported.contains_key(actor) {
+            return;
+        }
+        g.unsupported.insert(actor.to_string(), items);
+    }
+
+    /// What `actor` last reported it cannot program.
+    pub fn unsupported(&self, actor: &str) -> Vec<String> {
+        self.inner
+            .lock()
+            .unsupported
+            .get(actor)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Records the chains `actor` programs as drop-everything because the kernel

@@ -80,6 +80,10 @@ pub struct ActorStatus {
     /// until their content changes (`rejectedChains`; omitted when empty).
     #[serde(rename = "rejectedChains", skip_serializing_if = "Vec::is_empty")]
     pub rejected_chains: Vec<RejectedChain>,
+    /// Drivers only: what the driver cannot program on this node, e.g. an IP pool whose
+    /// encapsulation the kernel lacks (`unsupported`; omitted when empty).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unsupported: Vec<String>,
 }
 
 /// The last finished apply.

@@ -694,7 +694,35 @@ fn no_encap_cluster_routes(c: &mut Cluster) -> Result<()> {
         })
         .collect();
     c.expect_paths("same-subnet pairs direct", &same, 8080, false, SETTLE)?;
-    c.expect_paths("same-subnet pairs direct v6", &same, 8080, true, SETTLE)
+    c.expect_paths("same-subnet pairs direct v6", &same, 8080, true, SETTLE)?;
+    ipip_pool_is_reported_unsupported(c)
+}
+
+/// This kernel has no IPIP module: an IPIP pool is reported in `/status` (on the VXLAN
+/// driver, the node's tunnel driver) and programs nothing, the rest keeps working.
+fn ipip_pool_is_reported_unsupported(c: &mut Cluster) -> Result<()> {
+    c.write(
+        "ipip-pool.yaml",
+        "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata:\n  name: ipip\nspec:\n  cidr: 10.98.0.0/16\n  ipipMode: Always\n",
+    )?;
+    let d = c.node_mut(1)?.d()?;
+    poll(SETTLE, || {
+        let st = d.status()?;
+        st["actors"].as_array()?.iter().find(|a| {
+            a["name"] == "driver/vxlan-v4"
+                && a["unsupported"].as_array().is_some_and(|u| {
+                    u.iter()
+                        .any(|m| m.as_str().is_some_and(|m| m.contains("10.98.0.0/16")))
+                })
+        })?;
+        Some(())
+    })
+    .context("the IPIP pool is not reported as unsupported in /status")?;
+    c.remove("ipip-pool.yaml")?;
+    let a2 = c.node(2)?.addr4.to_string();
+    expect_kernel("node1 -> node2's block still routed", || {
+        route_check(c, 1, &block4(2), Some((&a2, "eth0", false)))
+    })
 }
 
 #[test]

@@ -286,6 +286,16 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
             Ok(Stop::Signal(s))
         }
         Outcome::Restart(r) => {
+            // A SIGTERM/SIGINT that arrived while stopping for the restart wins: the
+            // operator asked felix to stop, so it must not re-execute itself.
+            let signalled = std::iter::from_fn(|| ctl_rx.try_recv().ok()).find_map(|c| match c {
+                Control::Signal(s) => Some(s),
+                _ => None,
+            });
+            if let Some(s) = signalled {
+                tracing::info!(signal = s, reason = %r, "signal received while restarting; stopping instead");
+                return Ok(Stop::Signal(s));
+            }
             tracing::warn!(reason = %r, "restarting");
             Ok(Stop::Restart(r))
         }
