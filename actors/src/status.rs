@@ -195,6 +195,7 @@ mod tests {
                     chain: "cali-pi-gnp/x".into(),
                     kernel_error: "Set cali40x doesn't exist.".into(),
                 }],
+                unsupported: vec!["IP pool p (10.0.0.0/16): no IPIP".into()],
             }],
         };
         let v = serde_json::to_value(&s).unwrap();
@@ -203,6 +204,10 @@ mod tests {
         assert_eq!(v["actors"][0]["role"], "driver");
         assert_eq!(v["actors"][0]["state"], "running");
         assert_eq!(v["actors"][0]["restarts"], 1);
+        assert_eq!(
+            v["actors"][0]["unsupported"][0],
+            "IP pool p (10.0.0.0/16): no IPIP"
+        );
         assert_eq!(v["actors"][0]["lastError"]["kind"], "refused");
         assert_eq!(v["actors"][0]["lastError"]["op"], "nft-apply");
         assert_eq!(

@@ -488,6 +488,7 @@ mod tests {
                     )
                 })
                 .collect(),
+            unsupported: Vec::new(),
         }
     }
 
