@@ -175,10 +175,19 @@ fn allow_deny_unknown(attach_type: Option<&str>) -> Result<()> {
     start(&mut fv, &fs, true, &env)?;
     let mut checks = standard_checks();
     checks.extend(deny_checks());
-    fv.sandbox
-        .expect_traffic("profile allow / default deny / unknown interface", &checks, SETTLE)?;
+    fv.sandbox.expect_traffic(
+        "profile allow / default deny / unknown interface",
+        &checks,
+        SETTLE,
+    )?;
     let tc = attach_type == Some("TC");
-    for iface in ["califront0", "caliback0", "calidb0", "caliprom0", "caliclosed0"] {
+    for iface in [
+        "califront0",
+        "caliback0",
+        "calidb0",
+        "caliprom0",
+        "caliclosed0",
+    ] {
         let idx = ifindex(&fv, iface)?;
         for (hook, dir) in [("ing", "ingress"), ("egr", "egress")] {
             let filter = has_clsact_filter(&fv, iface, dir)?;
@@ -208,7 +217,9 @@ fn ping_flood(ns: String, dst: String, stop: Arc<AtomicBool>) -> Result<(u64, u6
         // `ip netns exec` rather than a checked run: ping exits 1 when a reply is missing,
         // and its summary is what counts.
         let out = std::process::Command::new("ip")
-            .args(["netns", "exec", &ns, "ping", "-q", "-n", "-i", "0.005", "-c", "200"])
+            .args([
+                "netns", "exec", &ns, "ping", "-q", "-n", "-i", "0.005", "-c", "200",
+            ])
             .args(["-W", "2", &dst])
             .output()
             .context("running ping")?;
@@ -267,7 +278,11 @@ fn restarts_without_loss() -> Result<()> {
     r?;
     eprintln!("ping flood across SIGTERM and SIGKILL restarts: {sent} sent, {got} received");
     ensure!(sent > 500, "too few pings sent: {sent}");
-    ensure!(sent == got, "ping flood lost {} of {sent} packets", sent - got);
+    ensure!(
+        sent == got,
+        "ping flood lost {} of {sent} packets",
+        sent - got
+    );
     conn.roundtrip("last")?;
     fv.sandbox
         .expect_traffic("after the restarts", &standard_checks(), SETTLE)?;
@@ -275,7 +290,11 @@ fn restarts_without_loss() -> Result<()> {
 }
 
 fn no_bpf_left(fv: &Fv, fs: &Bpffs) -> Result<()> {
-    ensure!(!fs.root().exists(), "pins left under {}", fs.root().display());
+    ensure!(
+        !fs.root().exists(),
+        "pins left under {}",
+        fs.root().display()
+    );
     for iface in ["califront0", "caliback0", "calidb0", "caliprom0"] {
         for dir in ["ingress", "egress"] {
             ensure!(
@@ -293,7 +312,11 @@ fn policy_chains(fv: &Fv) -> Vec<String> {
     iptables_calico_state(&fv.sandbox.node)
         .into_values()
         .flat_map(|(chains, _)| chains)
-        .filter(|c| ["cali-pi-", "cali-po-", "cali-pri-", "cali-pro-"].iter().any(|p| c.starts_with(p)))
+        .filter(|c| {
+            ["cali-pi-", "cali-po-", "cali-pri-", "cali-pro-"]
+                .iter()
+                .any(|p| c.starts_with(p))
+        })
         .collect()
 }
 
@@ -316,20 +339,28 @@ fn switch_and_back(attach_type: &str) -> Result<()> {
     start(&mut fv, &fs, false, &[])?;
     let mut ipt = checks.clone();
     ipt.push(Check::v4("db", "backend", 8080, false));
-    fv.sandbox.expect_traffic("iptables after BPF", &ipt, SETTLE)?;
+    fv.sandbox
+        .expect_traffic("iptables after BPF", &ipt, SETTLE)?;
     poll(SETTLE, || no_bpf_left(&fv, &fs).ok()).map_err(|e| {
         anyhow!(
             "BPF state left in iptables mode ({e}): {:?}",
             no_bpf_left(&fv, &fs).err()
         )
     })?;
-    ensure!(!policy_chains(&fv).is_empty(), "no policy chains in iptables mode");
+    ensure!(
+        !policy_chains(&fv).is_empty(),
+        "no policy chains in iptables mode"
+    );
     fv.stop()?;
 
     start(&mut fv, &fs, true, &env)?;
-    fv.sandbox.expect_traffic("BPF after iptables", &checks, SETTLE)?;
+    fv.sandbox
+        .expect_traffic("BPF after iptables", &checks, SETTLE)?;
     poll(SETTLE, || policy_chains(&fv).is_empty().then_some(())).map_err(|e| {
-        anyhow!("iptables policy chains left in BPF mode ({e}): {:?}", policy_chains(&fv))
+        anyhow!(
+            "iptables policy chains left in BPF mode ({e}): {:?}",
+            policy_chains(&fv)
+        )
     })?;
     let sets = fv.sandbox.node.exec("ipset", &["list", "-n"])?;
     let calc_sets: Vec<&str> = sets
@@ -339,14 +370,24 @@ fn switch_and_back(attach_type: &str) -> Result<()> {
             l.starts_with("cali") && !l.ends_with("ipam-pools") && !l.ends_with("network-ip-pools")
         })
         .collect();
-    ensure!(calc_sets.is_empty(), "policy IP sets left in BPF mode: {calc_sets:?}");
+    ensure!(
+        calc_sets.is_empty(),
+        "policy IP sets left in BPF mode: {calc_sets:?}"
+    );
     // The rules BPF mode keeps are in place.
     let chains: Vec<String> = iptables_calico_state(&fv.sandbox.node)
         .into_values()
         .flat_map(|(c, _)| c)
         .collect();
-    for c in ["cali-FORWARD", "cali-from-wl-dispatch", "cali-to-wl-dispatch"] {
-        ensure!(chains.iter().any(|x| x == c), "{c} missing in BPF mode: {chains:?}");
+    for c in [
+        "cali-FORWARD",
+        "cali-from-wl-dispatch",
+        "cali-to-wl-dispatch",
+    ] {
+        ensure!(
+            chains.iter().any(|x| x == c),
+            "{c} missing in BPF mode: {chains:?}"
+        );
     }
     fv.stop()
 }
@@ -357,7 +398,15 @@ fn run(what: &str, f: impl FnOnce() -> Result<()>) {
     }
 }
 
-const BPF_TOOLS: [&str; 7] = ["iptables-save", "ipset", "nft", "sysctl", "tc", "ping", "mount"];
+const BPF_TOOLS: [&str; 7] = [
+    "iptables-save",
+    "ipset",
+    "nft",
+    "sysctl",
+    "tc",
+    "ping",
+    "mount",
+];
 
 #[test]
 fn bpf_tcx_profile_allow_default_deny_unknown_interface() {

@@ -116,7 +116,15 @@ impl Daemon {
         bpffs: &Path,
     ) -> Result<Daemon> {
         let datastore = format!("file:{}", ds_dir.display());
-        Daemon::spawn(node, Some(NODE), &datastore, scratch, backend, env, Some(bpffs))
+        Daemon::spawn(
+            node,
+            Some(NODE),
+            &datastore,
+            scratch,
+            backend,
+            env,
+            Some(bpffs),
+        )
     }
 
     /// Starts `felix run` in `netns` as node `name` (set through

@@ -145,14 +145,8 @@ impl BpfDriver {
         dp.iface_map().delete(dp.ops(), ifindex)
     }
 
-    fn program(
-        dp: &mut BpfDataplane,
-        name: &str,
-        a: &Applied,
-    ) -> Result<(), BpfError> {
-        let both = Hook::ALL
-            .iter()
-            .all(|h| dp.record(a.ifindex, *h).is_some());
+    fn program(dp: &mut BpfDataplane, name: &str, a: &Applied) -> Result<(), BpfError> {
+        let both = Hook::ALL.iter().all(|h| dp.record(a.ifindex, *h).is_some());
         if !both {
             // Not ready until both hooks run (the attach gap).
             dp.set_iface(a.ifindex, name, a.want.kind, false)?;
@@ -243,7 +237,10 @@ impl BpfDriver {
                 }
             }
             for ifindex in stale {
-                tracing::info!(ifindex, "removing BPF programs of an interface felix no longer programs");
+                tracing::info!(
+                    ifindex,
+                    "removing BPF programs of an interface felix no longer programs"
+                );
                 if let Err(e) = Self::remove_iface(dp, ifindex) {
                     first_err.get_or_insert(e);
                 }

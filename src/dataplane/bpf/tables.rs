@@ -23,8 +23,7 @@ use felix_actors::{ApplyCtx, ApplyError, Manager};
 use crate::dataplane::generictables::{Action, Chain, MatchCriteria, Rule};
 use crate::dataplane::managers::{Payload, TableInputs};
 use crate::dataplane::rules::{
-    endpoint_chain_name, Renderer, TableName, WORKLOAD_FROM_ENDPOINT_PFX,
-    WORKLOAD_TO_ENDPOINT_PFX,
+    endpoint_chain_name, Renderer, TableName, WORKLOAD_FROM_ENDPOINT_PFX, WORKLOAD_TO_ENDPOINT_PFX,
 };
 
 /// See the module docs.
@@ -99,7 +98,11 @@ impl Manager<Payload> for BpfTablesManager {
         match msg {
             Payload::WorkloadEndpointUpdate(u) => {
                 let Some(id) = &u.id else { return };
-                let iface = u.endpoint.as_ref().map(|e| e.name.clone()).unwrap_or_default();
+                let iface = u
+                    .endpoint
+                    .as_ref()
+                    .map(|e| e.name.clone())
+                    .unwrap_or_default();
                 let key = (
                     id.orchestrator_id.clone(),
                     id.workload_id.clone(),
@@ -173,7 +176,8 @@ mod tests {
     fn every_chain_the_kept_ruleset_references_exists_and_unknown_interfaces_drop() {
         for ipv in [IpVersion::V4, IpVersion::V6] {
             let r = renderer(ipv);
-            let mut m = BpfTablesManager::new("manager/bpf-tables", r.clone(), TableInputs::new_iptables());
+            let mut m =
+                BpfTablesManager::new("manager/bpf-tables", r.clone(), TableInputs::new_iptables());
             m.on_update(&wep("a", "cali1234"));
             m.on_update(&wep("b", "cali5678"));
             let mine = m.chains();

@@ -17,15 +17,12 @@
 
 use std::path::PathBuf;
 
-use felix_actors::{
-    ActorSeam, DesiredInput, DriverSpec, ManagerSpec, Phase, SupervisorBuilder,
-};
+use felix_actors::{ActorSeam, DesiredInput, DriverSpec, ManagerSpec, Phase, SupervisorBuilder};
 use felix_bpf::{BpfAttachType, Options};
 use felix_config::Config;
 
 use crate::dataplane::bpf::{
-    BpfCleanupDriver, BpfDesired, BpfDriver, BpfDriverOptions, BpfEndpointManager,
-    BpfTablesManager,
+    BpfCleanupDriver, BpfDesired, BpfDriver, BpfDriverOptions, BpfEndpointManager, BpfTablesManager,
 };
 use crate::dataplane::managers::{
     ClusterRouteSettings, ClusterRoutesManager, EndpointManager, EndpointOutputs, MasqManager,
