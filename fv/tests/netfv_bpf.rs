@@ -193,7 +193,7 @@ fn allow_deny_unknown(attach_type: Option<&str>) -> Result<()> {
             let filter = has_clsact_filter(&fv, iface, dir)?;
             let link = tcx_link_pin(&fs, idx, hook).exists();
             ensure!(
-                filter == tc && link == !tc,
+                filter == tc && link != tc,
                 "{iface} {dir}: clsact filter {filter}, TCX link pin {link} (attach type {attach_type:?})"
             );
         }
