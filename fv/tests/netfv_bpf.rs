@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, ensure, Context, Result};
 use felix_bpf::{BpfOps, Hook};
-use felix_fv::netfv::kernel::iptables_calico_state;
+use felix_fv::netfv::kernel::{iptables_calico_state, nft_calico_tables};
 use felix_fv::netfv::topology::{ip4, ip6, wep, PORTS};
 use felix_fv::netfv::traffic::Conn;
 use felix_fv::netfv::wait::poll;
@@ -61,22 +61,33 @@ impl Drop for Bpffs {
     }
 }
 
-/// Starts `felix run` (BPF mode when `bpf`, else iptables mode) on `fs` and waits for it to
-/// converge and report the mode.
-fn start(fv: &mut Fv, fs: &Bpffs, bpf: bool, env: &[(&str, &str)]) -> Result<()> {
+/// The dataplane mode a daemon is started in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Bpf,
+    Iptables,
+    Nftables,
+}
+
+/// Starts `felix run` in `mode` on `fs` and waits for it to converge and report the mode.
+fn start(fv: &mut Fv, fs: &Bpffs, mode: Mode, env: &[(&str, &str)]) -> Result<()> {
     ensure!(fv.daemon.is_none(), "daemon already running");
-    let mut all = vec![("FELIX_BPFENABLED", if bpf { "true" } else { "false" })];
+    let (bpf, backend, want) = match mode {
+        Mode::Bpf => ("true", Backend::Iptables, "bpf"),
+        Mode::Iptables => ("false", Backend::Iptables, "iptables"),
+        Mode::Nftables => ("false", Backend::Nftables, "nftables"),
+    };
+    let mut all = vec![("FELIX_BPFENABLED", bpf)];
     all.extend_from_slice(env);
     let mut d = Daemon::start_with_bpffs(
         &fv.sandbox.node,
         &fv.ds.path(),
         fv.ds.scratch(),
-        Backend::Iptables,
+        backend,
         &all,
         &fs.0,
     )?;
     d.wait_converged(0)?;
-    let want = if bpf { "bpf" } else { "iptables" };
     let st = d.status().unwrap_or_default();
     ensure!(
         st["dataplane"] == want,
@@ -172,7 +183,7 @@ fn allow_deny_unknown(attach_type: Option<&str>) -> Result<()> {
     let env: Vec<(&str, &str)> = attach_type
         .map(|t| vec![("FELIX_BPFATTACHTYPE", t)])
         .unwrap_or_default();
-    start(&mut fv, &fs, true, &env)?;
+    start(&mut fv, &fs, Mode::Bpf, &env)?;
     let mut checks = standard_checks();
     checks.extend(deny_checks());
     fv.sandbox.expect_traffic(
@@ -206,6 +217,107 @@ fn allow_deny_unknown(attach_type: Option<&str>) -> Result<()> {
     // The unknown interface carries nothing of felix's.
     ensure!(!has_clsact_filter(&fv, "calistrange0", "ingress")?);
     ensure!(tcx_programs(&fv, "calistrange0")?.is_empty());
+
+    // An endpoint removed while felix runs: its hooks go.
+    let before = fv.d()?.applies();
+    fv.ds.remove("wep-db")?;
+    fv.d()?.wait_converged(before)?;
+    ensure_unattached(&fv, &fs, "calidb0")?;
+    // An endpoint removed while felix is down: swept by the restarted run (no memory).
+    fv.stop()?;
+    fv.ds.remove("wep-closed")?;
+    start(&mut fv, &fs, Mode::Bpf, &env)?;
+    ensure_unattached(&fv, &fs, "caliclosed0")?;
+    // Both are unknown `cali*` interfaces now: nothing passes.
+    let mut checks = standard_checks()
+        .into_iter()
+        .filter(|c| c.from != "db" && c.to != "db")
+        .collect::<Vec<_>>();
+    checks.extend([
+        Check::v4("frontend", "db", 8080, false),
+        Check::v4("db", "frontend", 8080, false),
+        Check::v4("frontend", "closed", 8080, false),
+        Check::v6("closed", "frontend", 8080, false),
+    ]);
+    fv.sandbox
+        .expect_traffic("removed endpoints pass nothing", &checks, SETTLE)?;
+    fv.stop()
+}
+
+/// `iface` carries no attachment or pin of felix's.
+fn ensure_unattached(fv: &Fv, fs: &Bpffs, iface: &str) -> Result<()> {
+    let idx = ifindex(fv, iface)?;
+    for (hook, dir) in [("ing", "ingress"), ("egr", "egress")] {
+        ensure!(
+            !has_clsact_filter(fv, iface, dir)?,
+            "{iface} {dir}: clsact filter left"
+        );
+        for mech in ["tc", "tcx"] {
+            let d = fs
+                .root()
+                .join(mech)
+                .join("hooks")
+                .join(format!("if{idx}_{hook}"));
+            ensure!(!d.exists(), "{} left", d.display());
+        }
+    }
+    let tcx = tcx_programs(fv, iface)?;
+    ensure!(tcx.is_empty(), "{iface}: TCX programs left {tcx:?}");
+    Ok(())
+}
+
+/// A workload whose attachment fails (an injected `tcx_attach` fault) passes nothing, in
+/// either direction, and the others keep working; once the fault is gone it is programmed.
+fn failed_attach_is_fail_closed() -> Result<()> {
+    let fs = Bpffs::new("fault")?;
+    let mut fv = Fv::standard(Backend::Iptables, &[])?;
+    start(&mut fv, &fs, Mode::Bpf, &[("FELIX_BPFATTACHTYPE", "TCX")])?;
+    fv.sandbox
+        .expect_traffic("before the fault", &standard_checks(), SETTLE)?;
+    fv.d()?
+        .add_fault("driver/bpf", "tcx_attach", "error", 100_000)?;
+    fv.plug(wep("newbie", "shop", "calinew0", 16))?;
+    poll(SETTLE, || {
+        let st = fv.daemon.as_ref()?.status()?;
+        let a = st["actors"]
+            .as_array()?
+            .iter()
+            .find(|a| a["name"] == "driver/bpf")?
+            .clone();
+        (a["last_error"]["op"] == "tcx_attach").then_some(())
+    })
+    .map_err(|e| {
+        let st = fv
+            .daemon
+            .as_ref()
+            .and_then(|d| d.status())
+            .unwrap_or_default();
+        let log = fv
+            .daemon
+            .as_ref()
+            .map(|d| d.log_tail(30))
+            .unwrap_or_default();
+        anyhow!("driver/bpf never reported the injected tcx_attach failure: {e}\n{st:#}\n{log}")
+    })?;
+    let mut closed = standard_checks();
+    closed.extend([
+        Check::v4("frontend", "newbie", 8080, false),
+        Check::v4("newbie", "frontend", 8080, false),
+        Check::v6("newbie", "backend", 8080, false),
+        Check::v6("backend", "newbie", 9090, false),
+    ]);
+    fv.sandbox
+        .expect_traffic_now("attach failing: the new workload passes nothing", &closed)?;
+    let before = fv.d()?.applies();
+    fv.d()?.clear_faults()?;
+    fv.d()?.wait_converged(before)?;
+    let mut open = standard_checks();
+    open.extend([
+        Check::v4("frontend", "newbie", 8080, true),
+        Check::v4("newbie", "frontend", 8080, true),
+        Check::v6("backend", "newbie", 9090, true),
+    ]);
+    fv.sandbox.expect_traffic("fault cleared", &open, SETTLE)?;
     fv.stop()
 }
 
@@ -244,7 +356,7 @@ fn parse_ping(text: &str) -> Option<(u64, u64)> {
 fn restarts_without_loss() -> Result<()> {
     let fs = Bpffs::new("restart")?;
     let mut fv = Fv::standard(Backend::Iptables, &[])?;
-    start(&mut fv, &fs, true, &[])?;
+    start(&mut fv, &fs, Mode::Bpf, &[])?;
     fv.sandbox
         .expect_traffic("before the restarts", &standard_checks(), SETTLE)?;
     let fe_ns = fv.sandbox.workload("frontend")?.ns.name().to_string();
@@ -258,14 +370,14 @@ fn restarts_without_loss() -> Result<()> {
     let mut restarts = || -> Result<()> {
         std::thread::sleep(Duration::from_secs(1));
         fv.stop().context("SIGTERM")?;
-        start(&mut fv, &fs, true, &[]).context("start after SIGTERM")?;
+        start(&mut fv, &fs, Mode::Bpf, &[]).context("start after SIGTERM")?;
         conn.roundtrip("after SIGTERM")?;
         std::thread::sleep(Duration::from_secs(1));
         let d = fv.daemon.take().ok_or_else(|| anyhow!("no daemon"))?;
         d.kill()?;
         std::thread::sleep(Duration::from_millis(500));
         conn.roundtrip("while stopped")?;
-        start(&mut fv, &fs, true, &[]).context("start after SIGKILL")?;
+        start(&mut fv, &fs, Mode::Bpf, &[]).context("start after SIGKILL")?;
         conn.roundtrip("after SIGKILL")?;
         std::thread::sleep(Duration::from_secs(1));
         Ok(())
@@ -320,8 +432,9 @@ fn policy_chains(fv: &Fv) -> Vec<String> {
         .collect()
 }
 
-fn switch_and_back(attach_type: &str) -> Result<()> {
-    let fs = Bpffs::new(&format!("switch-{attach_type}"))?;
+/// BPF (with `attach_type`) -> `other` -> BPF, with the inventory after each switch.
+fn switch_and_back(attach_type: &str, other: Mode) -> Result<()> {
+    let fs = Bpffs::new(&format!("switch-{attach_type}-{other:?}"))?;
     let mut fv = Fv::standard(Backend::Iptables, &[])?;
     fv.ds.write("pol-backend", BACKEND_INGRESS)?;
     let env = [("FELIX_BPFATTACHTYPE", attach_type)];
@@ -330,32 +443,44 @@ fn switch_and_back(attach_type: &str) -> Result<()> {
         Check::v4("backend", "db", 8080, true),
         Check::v6("prom", "db", 9090, true),
     ];
-    start(&mut fv, &fs, true, &env)?;
+    start(&mut fv, &fs, Mode::Bpf, &env)?;
     fv.sandbox.expect_traffic("BPF mode", &checks, SETTLE)?;
     ensure!(fs.root().exists(), "no pins in BPF mode");
     ensure!(policy_chains(&fv).is_empty(), "policy chains in BPF mode");
     fv.stop()?;
 
-    start(&mut fv, &fs, false, &[])?;
+    start(&mut fv, &fs, other, &[])?;
     let mut ipt = checks.clone();
     ipt.push(Check::v4("db", "backend", 8080, false));
     fv.sandbox
-        .expect_traffic("iptables after BPF", &ipt, SETTLE)?;
+        .expect_traffic("*tables mode after BPF", &ipt, SETTLE)?;
     poll(SETTLE, || no_bpf_left(&fv, &fs).ok()).map_err(|e| {
         anyhow!(
-            "BPF state left in iptables mode ({e}): {:?}",
+            "BPF state left in {other:?} mode ({e}): {:?}",
             no_bpf_left(&fv, &fs).err()
         )
     })?;
-    ensure!(
-        !policy_chains(&fv).is_empty(),
-        "no policy chains in iptables mode"
-    );
+    match other {
+        Mode::Nftables => ensure!(
+            nft_calico_tables(&fv.sandbox.node)?.len() == 2,
+            "no calico tables in nftables mode"
+        ),
+        Mode::Iptables | Mode::Bpf => ensure!(
+            !policy_chains(&fv).is_empty(),
+            "no policy chains in iptables mode"
+        ),
+    }
     fv.stop()?;
 
-    start(&mut fv, &fs, true, &env)?;
+    start(&mut fv, &fs, Mode::Bpf, &env)?;
     fv.sandbox
-        .expect_traffic("BPF after iptables", &checks, SETTLE)?;
+        .expect_traffic("BPF after *tables mode", &checks, SETTLE)?;
+    poll(SETTLE, || {
+        nft_calico_tables(&fv.sandbox.node)
+            .ok()
+            .filter(|t| t.is_empty())
+    })
+    .map_err(|e| anyhow!("nftables tables left in BPF mode ({e})"))?;
     poll(SETTLE, || policy_chains(&fv).is_empty().then_some(())).map_err(|e| {
         anyhow!(
             "iptables policy chains left in BPF mode ({e}): {:?}",
@@ -429,13 +554,25 @@ fn bpf_restart_sigterm_and_sigkill_without_loss() {
 #[test]
 fn bpf_mode_switch_to_iptables_and_back() {
     felix_netns::require!(netns BPF_TOOLS);
-    run("bpf switch tcx", || switch_and_back("TCX"));
+    run("bpf switch tcx", || switch_and_back("TCX", Mode::Iptables));
 }
 
 #[test]
 fn bpf_mode_switch_to_iptables_and_back_clsact() {
     felix_netns::require!(netns BPF_TOOLS);
-    run("bpf switch tc", || switch_and_back("TC"));
+    run("bpf switch tc", || switch_and_back("TC", Mode::Iptables));
+}
+
+#[test]
+fn bpf_mode_switch_to_nftables_and_back() {
+    felix_netns::require!(netns BPF_TOOLS);
+    run("bpf switch nft", || switch_and_back("TCX", Mode::Nftables));
+}
+
+#[test]
+fn bpf_failed_attach_is_fail_closed() {
+    felix_netns::require!(netns BPF_TOOLS);
+    run("bpf fault", failed_attach_is_fail_closed);
 }
 
 #[test]

@@ -1,16 +1,20 @@
 //! `driver/bpf`: reconciles [`BpfDesired`] through `felix_bpf::BpfDataplane`, one driver for
-//! both IP families (the `cali_iface` map and the jump maps are shared).
+//! both IP families (the `cali_iface` map and the jump maps are shared), and publishes the
+//! interfaces it has programmed ([`BpfReady`]).
 //!
-//! Registered in the `IpSets` phase: maps, jump maps and attachments are in place before the
-//! `*tables` phase writes the rules that let a programmed workload interface's traffic
-//! through the host stack, and a failed BPF apply holds those rules back (fail closed).
+//! Registered in the `Routes` phase, which does not hold the `*tables` phase: the accept
+//! chains of `manager/bpf-tables-vN` follow [`BpfReady`] instead (an interface gets its accept
+//! chain only in the pass after its programs run), so a failed attach of one interface leaves
+//! that interface dropped by the dispatch chains, retried, reported (typed, with op and errno)
+//! in `/status`, and the rest of the node programmed. Inside the driver, maps and jump maps
+//! come before the attachments that use them (`BpfDataplane::apply`).
 //!
 //! Per interface (resolved to its ifindex through sysfs at apply time):
 //! 1. if not both hooks are attached yet, the `cali_iface` entry is written NOT READY (a
 //!    forward to the interface is refused while its programs are missing: the attach gap);
 //! 2. both hooks are programmed (`BpfDataplane::apply`: generic programs, the endpoint's
 //!    policy slot, the preamble, re-attached only when its globals differ);
-//! 3. the entry is written READY.
+//! 3. the entry is written READY, and the interface joins [`BpfReady`].
 //!
 //! An interface is re-programmed only when its desired state, mechanism or ifindex changed,
 //! or on a resync. The loader starts lazily in the first apply (the runtime applies only
@@ -18,12 +22,19 @@
 //! `cali_iface` entry of an interface not desired is removed (mark-and-sweep). Afterwards an
 //! interface leaving the desired state is removed at once. Interfaces that do not exist yet
 //! wait for the interface monitor (or, without one, keep the driver dirty).
+//!
+//! Restart: at construction the driver seeds [`BpfReady`] read-only from the pinned
+//! `cali_iface` (READY workload entries whose name still has that ifindex), so the first
+//! programming pass of a restarted daemon keeps the accept chains of the interfaces whose
+//! programs kept running while it was down.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use felix_actors::{ActorSeam, Driver, DriverError, FailureKind};
 use felix_bpf::attach::select_mechanism;
+use felix_bpf::layout::{IFACE_STATE_V4_READY, IFACE_STATE_WEP};
+use felix_bpf::maps::{IfaceMap, IFACE_MAP};
 use felix_bpf::ops::op;
 use felix_bpf::{
     AttachPoint, BpfDataplane, BpfError, BpfOps, DeviceKind, EndpointKind, FeatureProbe, Hook,
@@ -31,6 +42,7 @@ use felix_bpf::{
 };
 
 use super::desired::{BpfDesired, IfaceDesired};
+use super::ready::BpfReady;
 use crate::dataplane::ifacemon::IfaceSubscription;
 
 /// How `driver/bpf` is set up.
@@ -70,23 +82,28 @@ pub struct BpfDriver {
     resync: bool,
     failed: bool,
     ifaces: Option<IfaceSubscription>,
+    ready: BpfReady,
+    /// [`BpfReady`] changed in the last apply: one more pass so the tables follow.
+    kick: bool,
 }
 
-/// A BPF error as a driver error: the failed operation's name, its kind, and the cause
-/// (with its errno).
+/// A BPF error as a driver error: the failed operation's name (one of
+/// `felix_bpf::ops::op`, the same name an armed fault uses), its kind, and the cause (with its
+/// errno).
 pub fn driver_error(e: BpfError) -> DriverError {
     let (op, kind) = match &e {
         BpfError::Os { op, .. } => (*op, FailureKind::Refused),
         BpfError::Unexpected { op, .. } => (*op, FailureKind::Unreadable),
         BpfError::Injected(i) => return DriverError::from(i.clone()),
     };
-    DriverError::op(format!("bpf-{op}"), kind, e)
+    DriverError::op(op, kind, e)
 }
 
 impl BpfDriver {
-    /// A driver whose BPF operations run through `seam`.
-    pub fn new(seam: &ActorSeam, opts: BpfDriverOptions) -> Self {
-        Self {
+    /// A driver whose BPF operations run through `seam`, publishing into `ready` (seeded from
+    /// the pins, see the module docs).
+    pub fn new(seam: &ActorSeam, opts: BpfDriverOptions, ready: BpfReady) -> Self {
+        let d = Self {
             ops: BpfOps::new(seam.clone()),
             opts,
             dp: None,
@@ -96,7 +113,37 @@ impl BpfDriver {
             resync: true,
             failed: false,
             ifaces: None,
+            ready,
+            kick: false,
+        };
+        match d.ready_in_pins() {
+            Ok(names) => {
+                d.ready.set(names);
+            }
+            Err(e) => tracing::warn!(error = %e, "reading the READY interfaces of the pins failed"),
         }
+        d
+    }
+
+    /// The READY workload interfaces of the pinned `cali_iface` whose name still resolves to
+    /// the entry's ifindex. Read-only: nothing is created or mounted.
+    fn ready_in_pins(&self) -> Result<BTreeSet<String>, BpfError> {
+        let mut out = BTreeSet::new();
+        let root = &self.opts.loader.root;
+        if !root.join(IFACE_MAP.versioned_name()).exists() {
+            return Ok(out);
+        }
+        let map = IfaceMap::open_or_create(&self.ops, root)?;
+        for ifindex in map.ifindices(&self.ops)? {
+            let Some(st) = map.get(&self.ops, ifindex)? else {
+                continue;
+            };
+            let want = IFACE_STATE_WEP | IFACE_STATE_V4_READY;
+            if st.flags & want == want && self.ifindex_of(&st.name)? == Some(ifindex) {
+                out.insert(st.name);
+            }
+        }
+        Ok(out)
     }
 
     /// Retries interfaces that did not exist when the monitor reports a change.
@@ -262,6 +309,9 @@ impl BpfDriver {
             }
         }
         self.resync = false;
+        if self.ready.set(self.applied.keys().cloned().collect()) {
+            self.kick = true;
+        }
         match first_err {
             Some(e) => Err(e),
             None => Ok(()),
@@ -273,6 +323,7 @@ impl Driver for BpfDriver {
     type Desired = BpfDesired;
 
     fn apply(&mut self, desired: &BpfDesired) -> Result<(), DriverError> {
+        self.kick = false;
         let r = self.reconcile(desired);
         self.failed = r.is_err();
         r.map_err(driver_error)
@@ -287,7 +338,7 @@ impl Driver for BpfDriver {
             Some(sub) => sub.has_pending() && !self.waiting.is_empty(),
             None => !self.waiting.is_empty(),
         };
-        self.failed || self.resync || waiting
+        self.failed || self.resync || waiting || self.kick
     }
 }
 
@@ -303,7 +354,7 @@ mod tests {
             what: "ifindex 7".into(),
             source: std::io::Error::from_raw_os_error(libc::EPERM),
         });
-        assert_eq!(e.operation(), Some("bpf-tcx_attach"));
+        assert_eq!(e.operation(), Some("tcx_attach"));
         assert_eq!(e.kind(), Some(FailureKind::Refused));
         let src = std::error::Error::source(&e).expect("cause kept");
         let bpf = src.downcast_ref::<BpfError>().expect("typed cause");
@@ -332,7 +383,7 @@ mod tests {
             },
             ..BpfDriverOptions::default()
         };
-        let mut d = BpfDriver::new(&seam, opts);
+        let mut d = BpfDriver::new(&seam, opts, BpfReady::default());
         let err = d.apply(&BpfDesired::default()).expect_err("fault");
         assert_eq!(err.kind(), Some(FailureKind::Injected));
         assert!(d.is_dirty(), "a failed apply stays pending");

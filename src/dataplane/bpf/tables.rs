@@ -4,22 +4,23 @@
 //! Upstream keeps a small iptables/nftables ruleset in BPF mode so that traffic the programs
 //! hand to the host stack from or to an interface they do not (yet) cover is dropped. Here:
 //! the workload dispatch chains of the static ruleset (`cali-from-wl-dispatch`,
-//! `cali-to-wl-dispatch`, ending in the drop of unknown interfaces) over the interfaces of
-//! the local workload endpoints, and for each of those a `cali-fw-`/`cali-tw-` chain that
-//! only marks the packet accepted (the BPF programs on the device applied the policy); plus
-//! the host-endpoint dispatch chains (empty trees: no host endpoints in part 1) the static
-//! chains jump to. No policy or profile chain exists in BPF mode.
+//! `cali-to-wl-dispatch`, ending in the drop of unknown interfaces) over the local workload
+//! interfaces that are READY ([`BpfReady`], published by `driver/bpf`), and for each of those
+//! a `cali-fw-`/`cali-tw-` chain that only marks the packet accepted (the BPF programs on the
+//! device applied the policy); plus the host-endpoint dispatch chains (empty trees: no host
+//! endpoints in part 1) the static chains jump to. No policy or profile chain exists in BPF
+//! mode.
 //!
-//! Invariant: an interface's accept chain is written in the same programming pass as the
-//! endpoint reaches `manager/bpf-endpoints`; `driver/bpf` runs in the `IpSets` phase, before
-//! the tables phase, and a failed BPF apply holds the tables phase, so the kernel never has
-//! the accept rule of an interface whose programs failed to attach in that pass (a
-//! not-yet-ready or unknown `cali*` interface falls to the dispatch chains' drop).
+//! Invariant: an interface has an accept chain only while it is both a local workload
+//! endpoint here and READY (its programs run on both hooks). A new interface gets it in the
+//! programming pass after `driver/bpf` programmed it; a removed endpoint loses it in the pass
+//! that removes it; an unknown or not-yet-ready `cali*` interface falls to the drop.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use felix_actors::{ApplyCtx, ApplyError, Manager};
 
+use super::ready::BpfReady;
 use crate::dataplane::generictables::{Action, Chain, MatchCriteria, Rule};
 use crate::dataplane::managers::{Payload, TableInputs};
 use crate::dataplane::rules::{
@@ -33,17 +34,23 @@ pub struct BpfTablesManager {
     tables: TableInputs,
     /// Interface of each local workload endpoint, by endpoint ID.
     workloads: BTreeMap<(String, String, String), String>,
+    ready: BpfReady,
+    /// The [`BpfReady`] version the chains were last written for.
+    ready_seen: Option<u64>,
     dirty: bool,
 }
 
 impl BpfTablesManager {
-    /// A manager writing as `name` into `tables`, rendering with `renderer`.
-    pub fn new(name: &str, renderer: Renderer, tables: TableInputs) -> Self {
+    /// A manager writing as `name` into `tables`, rendering with `renderer`, passing the
+    /// interfaces of `ready`.
+    pub fn new(name: &str, renderer: Renderer, tables: TableInputs, ready: BpfReady) -> Self {
         Self {
             name: name.to_string(),
             renderer,
             tables,
             workloads: BTreeMap::new(),
+            ready,
+            ready_seen: None,
             dirty: true,
         }
     }
@@ -56,12 +63,13 @@ impl BpfTablesManager {
         )
     }
 
-    /// The chains this manager owns, per table, for the current endpoints.
-    pub fn chains(&self) -> BTreeMap<TableName, Vec<Chain>> {
+    /// The chains this manager owns, per table, for the current endpoints that are in
+    /// `ready`.
+    pub fn chains(&self, ready: &BTreeSet<String>) -> BTreeMap<TableName, Vec<Chain>> {
         let names: Vec<String> = self
             .workloads
             .values()
-            .filter(|n| !n.is_empty())
+            .filter(|n| !n.is_empty() && ready.contains(*n))
             .cloned()
             .collect::<BTreeSet<_>>()
             .into_iter()
@@ -130,17 +138,19 @@ impl Manager<Payload> for BpfTablesManager {
     }
 
     fn complete_deferred_work(&mut self, ctx: &mut ApplyCtx) -> Result<(), ApplyError> {
-        if !self.dirty && !ctx.full_rewrite() {
+        let (version, ready) = self.ready.snapshot();
+        if !self.dirty && !ctx.full_rewrite() && self.ready_seen == Some(version) {
             return Ok(());
         }
         let owner = self.name.clone();
-        for (t, chains) in self.chains() {
+        for (t, chains) in self.chains(&ready) {
             self.tables.write(ctx, t, |d| {
                 d.chains
                     .replace_owned(&owner, chains.into_iter().map(|c| (c.name.clone(), c)));
             });
         }
         self.dirty = false;
+        self.ready_seen = Some(version);
         Ok(())
     }
 }
@@ -150,6 +160,7 @@ mod tests {
     use super::*;
     use crate::dataplane::rules::RenderConfig;
     use crate::dataplane::IpVersion;
+    use felix_actors::ApplyCtx;
     use felix_proto::{WorkloadEndpoint, WorkloadEndpointId, WorkloadEndpointUpdate};
 
     fn renderer(ipv: IpVersion) -> Renderer {
@@ -176,11 +187,16 @@ mod tests {
     fn every_chain_the_kept_ruleset_references_exists_and_unknown_interfaces_drop() {
         for ipv in [IpVersion::V4, IpVersion::V6] {
             let r = renderer(ipv);
-            let mut m =
-                BpfTablesManager::new("manager/bpf-tables", r.clone(), TableInputs::new_iptables());
+            let mut m = BpfTablesManager::new(
+                "manager/bpf-tables",
+                r.clone(),
+                TableInputs::new_iptables(),
+                BpfReady::default(),
+            );
             m.on_update(&wep("a", "cali1234"));
             m.on_update(&wep("b", "cali5678"));
-            let mine = m.chains();
+            let ready = ["cali1234".to_string(), "cali5678".to_string()].into();
+            let mine = m.chains(&ready);
             for t in TableName::ALL {
                 let mut all: Vec<Chain> = r.static_chains(t);
                 all.extend(mine[&t].iter().cloned());
@@ -205,5 +221,38 @@ mod tests {
             assert!(chain("cali-tw-cali5678").is_some());
             assert!(filter.iter().all(|c| !c.name.starts_with("cali-pi-")));
         }
+    }
+
+    #[test]
+    fn only_ready_interfaces_get_an_accept_chain_and_the_chains_follow_the_ready_set() {
+        let ready = BpfReady::default();
+        let tables = TableInputs::new_iptables();
+        let mut m = BpfTablesManager::new(
+            "manager/bpf-tables-v4",
+            renderer(IpVersion::V4),
+            tables.clone(),
+            ready.clone(),
+        );
+        m.on_update(&wep("a", "cali1234"));
+        m.on_update(&wep("b", "cali5678"));
+        let accepting = |tables: &TableInputs| -> Vec<String> {
+            tables.read(TableName::Filter, |d| {
+                d.chains
+                    .iter()
+                    .map(|(k, _)| k.clone())
+                    .filter(|k| k.starts_with("cali-fw-"))
+                    .collect()
+            })
+        };
+        let ctx = |n| ApplyCtx::new("manager/bpf-tables-v4", false, n);
+        m.complete_deferred_work(&mut ctx(1)).expect("pass");
+        assert!(accepting(&tables).is_empty(), "nothing READY yet");
+        ready.set(["cali5678".to_string(), "cali-other".to_string()].into());
+        m.complete_deferred_work(&mut ctx(2)).expect("pass");
+        assert_eq!(accepting(&tables), vec!["cali-fw-cali5678".to_string()]);
+        // Nothing changed: no write.
+        let mut c = ctx(3);
+        m.complete_deferred_work(&mut c).expect("pass");
+        assert_eq!(c.writes(), 0);
     }
 }

@@ -4,9 +4,9 @@
 //! | actor | registered | what |
 //! |---|---|---|
 //! | `manager/bpf-endpoints` | once | workloads, policies, profiles -> [`BpfDesired`] |
-//! | `driver/bpf` | once (`IpSets` phase: maps and attachments before the `*tables` rules) | [`BpfDesired`] -> `felix_bpf::BpfDataplane` |
+//! | `driver/bpf` | once (`Routes` phase: a failure does not hold the `*tables` phase; the accept chains follow [`BpfReady`]) | [`BpfDesired`] -> `felix_bpf::BpfDataplane`; publishes [`BpfReady`] |
 //! | `driver/bpf-cleanup` | once, iptables and nftables mode only (`Routes` phase) | removes an eBPF-mode run's programs, links, filters, qdiscs and pins |
-//! | `manager/bpf-tables-vN` | per family | the dispatch chains BPF mode keeps (see [`BpfTablesManager`]) |
+//! | `manager/bpf-tables-vN` | per family | the dispatch chains BPF mode keeps, accepting the READY interfaces (see [`BpfTablesManager`]) |
 //! | `manager/endpoints-vN` | per family | routes to local workloads and workload interface settings; its endpoint chains go to a cell no driver reads (BPF mode has no policy chains) |
 //! | `manager/cluster-routes-vN`, `manager/masq-vN` | per family | as in iptables mode |
 //!
@@ -22,7 +22,8 @@ use felix_bpf::{BpfAttachType, Options};
 use felix_config::Config;
 
 use crate::dataplane::bpf::{
-    BpfCleanupDriver, BpfDesired, BpfDriver, BpfDriverOptions, BpfEndpointManager, BpfTablesManager,
+    BpfCleanupDriver, BpfDesired, BpfDriver, BpfDriverOptions, BpfEndpointManager, BpfReady,
+    BpfTablesManager,
 };
 use crate::dataplane::managers::{
     ClusterRouteSettings, ClusterRoutesManager, EndpointManager, EndpointOutputs, MasqManager,
@@ -52,11 +53,13 @@ pub(super) fn loader_options(cfg: &Config) -> Options {
     }
 }
 
-/// Registers `manager/bpf-endpoints` and `driver/bpf` (once per node).
+/// Registers `manager/bpf-endpoints` and `driver/bpf` (once per node); the driver publishes
+/// into `ready`.
 pub(super) fn register_node(
     b: SupervisorBuilder<Payload>,
     shared: &Shared,
     cfg: &Config,
+    ready: &BpfReady,
 ) -> SupervisorBuilder<Payload> {
     let cell = DesiredInput::new(BpfDesired::default());
     let attach = attach_type(cfg);
@@ -70,13 +73,13 @@ pub(super) fn register_node(
         loader: loader_options(cfg),
         ..BpfDriverOptions::default()
     };
-    let st = shared.ifaces.clone();
+    let (st, ready) = (shared.ifaces.clone(), ready.clone());
     b.driver(DriverSpec::new(
         "driver/bpf",
-        Phase::IpSets,
+        Phase::Routes,
         cell,
         move |seam: &ActorSeam| {
-            BpfDriver::new(seam, opts.clone()).with_interface_events(st.subscribe())
+            BpfDriver::new(seam, opts.clone(), ready.clone()).with_interface_events(st.subscribe())
         },
     ))
 }
@@ -97,11 +100,12 @@ pub(super) fn register_cleanup(
     ))
 }
 
-/// BPF mode's per-family managers (see the module docs).
+/// BPF mode's per-family managers (see the module docs); the accept chains follow `ready`.
 pub(super) fn register_managers(
     mut b: SupervisorBuilder<Payload>,
     shared: &Shared,
     cfg: &Config,
+    ready: &BpfReady,
     fam: Family,
     tables: TableInputs,
     sets: SetInputs,
@@ -113,9 +117,14 @@ pub(super) fn register_managers(
             source,
         })?;
     let renderer = Renderer::new(render_cfg);
-    let t = tables.clone();
+    let (t, ready) = (tables.clone(), ready.clone());
     b = fam.manager(b, "bpf-tables", BpfTablesManager::wants, move |n| {
-        Box::new(BpfTablesManager::new(n, renderer.clone(), t.clone()))
+        Box::new(BpfTablesManager::new(
+            n,
+            renderer.clone(),
+            t.clone(),
+            ready.clone(),
+        ))
     });
     // The endpoint manager's chains land in cells no driver reads: BPF mode has no
     // endpoint or policy chains; its routes and interface settings are real.

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | [`iptables`] | `driver/ipsets-vN` (IpSets) and `driver/iptables-{filter,nat,mangle,raw}-vN` (Tables; the backend is detected once, through the first driver's seam, honouring `IptablesBackend`) |
 //! | [`nftables`] | `driver/nftables-vN` (Tables; IP sets live in the table) and `driver/ipset-cleanup-vN` (IpSets; deletes the `ipset` sets an iptables-mode run left, as upstream does) |
-//! | [`bpf`] | once per node: `manager/bpf-endpoints` and `driver/bpf` (IpSets phase); per family iptables mode's drivers with `manager/static-vN`, `manager/bpf-tables-vN` (the dispatch chains BPF mode keeps), `manager/endpoints-vN` (routes and interface settings only), `manager/cluster-routes-vN`, `manager/masq-vN`. In iptables and nftables mode: `driver/bpf-cleanup` (Routes phase), which removes an eBPF-mode run's BPF objects |
+//! | [`bpf`] | once per node: `manager/bpf-endpoints` and `driver/bpf` (Routes phase; publishes the READY interfaces the accept chains follow); per family iptables mode's drivers with `manager/static-vN`, `manager/bpf-tables-vN` (the dispatch chains BPF mode keeps), `manager/endpoints-vN` (routes and interface settings only), `manager/cluster-routes-vN`, `manager/masq-vN`. In iptables and nftables mode: `driver/bpf-cleanup` (Routes phase), which removes an eBPF-mode run's BPF objects |
 //! | [`family`] (every mode) | `driver/routes-vN`, `driver/ifaces-vN` (Routes; subscribed to the interface monitor), `driver/cleanup-vN` (Tables; sweeps the backend we are not programming), and the managers, in programming order: `manager/static-vN` (static chains first, so the fail-closed drops are in place before anything else), `manager/ipsets-vN`, `manager/policy-vN`, `manager/endpoints-vN`, `manager/masq-vN` |
 //!
 //! Every driver factory receives the driver's seam from the runtime and builds its
@@ -76,8 +76,9 @@ pub fn register_with_interfaces(
     let mode = cfg.dataplane_mode();
     // The node-wide parts: BPF mode's manager and driver (one for both families: the
     // ifstate and jump maps are shared), or, in the other modes, the sweeper of BPF leftovers.
+    let ready = crate::dataplane::bpf::BpfReady::default();
     builder = match mode {
-        DataplaneMode::Bpf => bpf::register_node(builder, &shared, cfg),
+        DataplaneMode::Bpf => bpf::register_node(builder, &shared, cfg, &ready),
         DataplaneMode::Iptables | DataplaneMode::Nftables => bpf::register_cleanup(builder, cfg),
     };
     let mut wired = Vec::new();
@@ -101,7 +102,9 @@ pub fn register_with_interfaces(
             DataplaneMode::Iptables | DataplaneMode::Nftables => {
                 fam.register_managers(builder, &shared, tables, sets)
             }
-            DataplaneMode::Bpf => bpf::register_managers(builder, &shared, cfg, fam, tables, sets)?,
+            DataplaneMode::Bpf => {
+                bpf::register_managers(builder, &shared, cfg, &ready, fam, tables, sets)?
+            }
         };
     }
     Ok(builder)
