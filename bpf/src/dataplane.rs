@@ -930,6 +930,78 @@ impl BpfDataplane {
     }
 }
 
+/// What [`teardown`] removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Teardown {
+    /// Hooks detached, as `(ifindex, hook)`.
+    pub hooks: Vec<(u32, Hook)>,
+    /// Devices whose clsact qdisc felix had attached through and which was deleted.
+    pub qdiscs: Vec<u32>,
+    /// Whether the pin root was removed (maps, jump maps, hook pins).
+    pub root_removed: bool,
+}
+
+/// Removes every BPF object felix made (leaving eBPF mode): each recorded hook's attachment
+/// (TCX link or clsact filter) and pins, felix's clsact filter (handle [`TC_HANDLE`]) on any
+/// other device of `devices`, the clsact qdisc of the devices felix attached to through
+/// clsact, and the whole pin root (which frees the maps once no program uses them). A missing
+/// pin root means there is nothing of felix's: nothing is done, no bpffs is mounted.
+pub fn teardown(ops: BpfOps, opts: Options, devices: &[u32]) -> Result<Teardown, BpfError> {
+    let mut out = Teardown::default();
+    if !opts.root.exists() {
+        return Ok(out);
+    }
+    let root = opts.root.clone();
+    let mut dp = BpfDataplane::start(ops, opts)?;
+    let recorded: Vec<((u32, Hook), Mechanism)> =
+        dp.records().map(|(k, r)| (k, r.mechanism)).collect();
+    let mut clsact: Vec<u32> = Vec::new();
+    for ((ifindex, hook), mech) in &recorded {
+        dp.remove(*ifindex, *hook)?;
+        out.hooks.push((*ifindex, *hook));
+        if *mech == Mechanism::Tc && !clsact.contains(ifindex) {
+            clsact.push(*ifindex);
+        }
+    }
+    // Filters of ours whose pins are gone.
+    for ifindex in devices {
+        for hook in Hook::ALL {
+            if dp.tc_query(*ifindex, hook)?.is_some() {
+                dp.detach_mechanism(Mechanism::Tc, *ifindex, hook)?;
+                out.hooks.push((*ifindex, hook));
+                if !clsact.contains(ifindex) {
+                    clsact.push(*ifindex);
+                }
+            }
+        }
+    }
+    for ifindex in clsact {
+        let fd = dp.iface.map().fd();
+        let mut h = TcHookBuilder::new(fd);
+        h.ifindex(ifindex as i32);
+        let mut h = h.hook(TC_INGRESS | TC_EGRESS);
+        match dp
+            .ops
+            .lib(op::TC_QDISC, format!("ifindex {ifindex} clsact"), || {
+                h.destroy()
+            }) {
+            Ok(()) => out.qdiscs.push(ifindex),
+            // The device or its qdisc is gone already.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::EINVAL)
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let ops = dp.ops.clone();
+    drop(dp);
+    ops.run(op::UNPIN, root.display(), || std::fs::remove_dir_all(&root))?;
+    out.root_removed = true;
+    Ok(out)
+}
+
 /// Sends libbpf's own messages to `tracing` at debug level: the failures they explain
 /// reach the caller as [`BpfError`]s, and some are expected (a query of a device without a
 /// clsact qdisc).

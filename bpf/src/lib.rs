@@ -20,8 +20,8 @@ pub mod ops;
 
 pub use attach::{BpfAttachType, DeviceKind, FeatureProbe, KernelProbe, KernelSupport, Mechanism};
 pub use dataplane::{
-    AttachOutcome, AttachPoint, BpfDataplane, EndpointKind, HookRecord, Options, PolicyKind,
-    Preamble, SkbCtx, TestRun,
+    teardown, AttachOutcome, AttachPoint, BpfDataplane, EndpointKind, HookRecord, Options,
+    PolicyKind, Preamble, SkbCtx, Teardown, TestRun,
 };
 pub use layout::{Hook, IfaceState, TcGlobals};
 pub use ops::{BpfError, BpfOps};

@@ -228,6 +228,18 @@ impl IfaceMap {
     pub fn delete(&self, ops: &BpfOps, ifindex: u32) -> Result<(), BpfError> {
         self.0.delete(ops, &ifindex.to_ne_bytes())
     }
+
+    /// Every ifindex with an entry (for the sweep of interfaces felix no longer programs).
+    pub fn ifindices(&self, ops: &BpfOps) -> Result<Vec<u32>, BpfError> {
+        ops.run(op::MAP_LOOKUP, self.0.path.display(), || {
+            Ok(self
+                .0
+                .handle
+                .keys()
+                .filter_map(|k| Some(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?)))
+                .collect())
+        })
+    }
 }
 
 /// A `prog_array` (generic or per-endpoint programs map), typed.

@@ -19,7 +19,7 @@ use crate::dataplane::wiring::WiringError;
 
 /// Adds the managers and drivers for `mode` to `builder`; the route and
 /// interface drivers subscribe to `ifaces` (fed by the interface monitor).  An error
-/// (for example eBPF mode, not available yet, or a mark mask too small for
+/// (for example a mark mask too small for
 /// the rule renderer) stops the daemon: running without a dataplane would
 /// leave the node silently unprotected.
 pub fn register(

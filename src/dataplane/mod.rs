@@ -12,6 +12,7 @@
 //! | [`nftables`] | `NftablesTable` (our `calico` tables, one `nft -f` per apply) and its actor `NftablesDriver`; the iptables-nft sweeper |
 //! | [`ipsets`] | `IpSets` (`ipset restore`) and its actors `IpSetsDriver`, `IpSetCleanupDriver` |
 //! | [`iproute`] | routes to local workloads and workload interface settings, through the `ip` and `sysctl` tools, and their actors `RoutesDriver`, `IfacesDriver` |
+//! | [`bpf`] | eBPF mode: `BpfEndpointManager`, `BpfTablesManager`, the `BpfDriver` over `felix_bpf`, and `BpfCleanupDriver` (BPF leftovers in the other modes) |
 //! | [`cleanup`] | `CleanupDriver`: sweeps the dataplanes we are not programming |
 //! | [`ifacemon`] | the interface monitor (rtnetlink link and address events) |
 //! | [`kernel`] | command runners behind the seam and the driver's `Commands` handle |
@@ -23,6 +24,7 @@
 //! rebuilt actor has pushed nothing, so it pushes everything and its driver reads the kernel
 //! back first.
 
+pub mod bpf;
 pub mod cleanup;
 pub mod desired;
 pub mod family;

@@ -99,7 +99,32 @@ impl Daemon {
         env: &[(&str, &str)],
     ) -> Result<Daemon> {
         let datastore = format!("file:{}", ds_dir.display());
-        Daemon::spawn(node, Some(NODE), &datastore, scratch, backend, env)
+        Daemon::spawn(node, Some(NODE), &datastore, scratch, backend, env, None)
+    }
+
+    /// [`Daemon::start`] with `bpffs` (a bpffs mounted in the test's mount namespace)
+    /// bind-mounted on `/sys/fs/bpf` of the daemon: `ip netns exec` mounts a fresh sysfs,
+    /// which hides the host's `/sys/fs/bpf`, and a bpffs the daemon mounted itself would die
+    /// with its mount namespace (and its pins with it), so pins could not outlive a restart
+    /// as they do on a node.
+    pub fn start_with_bpffs(
+        node: &Netns,
+        ds_dir: &Path,
+        scratch: &Path,
+        backend: Backend,
+        env: &[(&str, &str)],
+        bpffs: &Path,
+    ) -> Result<Daemon> {
+        let datastore = format!("file:{}", ds_dir.display());
+        Daemon::spawn(
+            node,
+            Some(NODE),
+            &datastore,
+            scratch,
+            backend,
+            env,
+            Some(bpffs),
+        )
     }
 
     /// Starts `felix run` in `netns` as node `name` (set through
@@ -116,7 +141,7 @@ impl Daemon {
     ) -> Result<Daemon> {
         let mut all = vec![("FELIX_FELIXHOSTNAME", name)];
         all.extend_from_slice(env);
-        Daemon::spawn(netns, None, datastore, scratch, backend, &all)
+        Daemon::spawn(netns, None, datastore, scratch, backend, &all, None)
     }
 
     fn spawn(
@@ -126,6 +151,7 @@ impl Daemon {
         scratch: &Path,
         backend: Backend,
         env: &[(&str, &str)],
+        bpffs: Option<&Path>,
     ) -> Result<Daemon> {
         let felix = felix_binary()?;
         let mut n = 0;
@@ -135,9 +161,13 @@ impl Daemon {
         let log = scratch.join(format!("felix-{n}.log"));
         let socket = scratch.join("admin.sock");
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", node.name()])
-            .arg(&felix)
-            .arg("run");
+        cmd.args(["netns", "exec", node.name()]);
+        if let Some(b) = bpffs {
+            // `exec` keeps the daemon the child (signals reach felix itself).
+            cmd.args(["sh", "-c", "mount --bind \"$0\" /sys/fs/bpf && exec \"$@\""])
+                .arg(b);
+        }
+        cmd.arg(&felix).arg("run");
         if let Some(n) = node_arg {
             cmd.args(["--node", n]);
         }
@@ -336,6 +366,16 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+impl Daemon {
+    /// Kills the daemon with SIGKILL (no shutdown at all) and reaps it.
+    pub fn kill(mut self) -> Result<()> {
+        let mut child = self.child.take().ok_or_else(|| anyhow!("no child"))?;
+        child.kill().context("SIGKILL")?;
+        child.wait().context("reaping the killed daemon")?;
+        Ok(())
     }
 }
 

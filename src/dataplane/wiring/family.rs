@@ -251,7 +251,7 @@ impl Family {
 
     /// Registers `manager/<what>-vN`, built by `make` (given its name) at start and at every
     /// restart.
-    fn manager(
+    pub(super) fn manager(
         &self,
         b: SupervisorBuilder<Payload>,
         what: &str,

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | [`iptables`] | `driver/ipsets-vN` (IpSets) and `driver/iptables-{filter,nat,mangle,raw}-vN` (Tables; the backend is detected once, through the first driver's seam, honouring `IptablesBackend`) |
 //! | [`nftables`] | `driver/nftables-vN` (Tables; IP sets live in the table) and `driver/ipset-cleanup-vN` (IpSets; deletes the `ipset` sets an iptables-mode run left, as upstream does) |
+//! | [`bpf`] | once per node: `manager/bpf-endpoints` and `driver/bpf` (Routes phase; publishes the READY interfaces the accept chains follow); per family iptables mode's drivers with `manager/static-vN`, `manager/bpf-tables-vN` (the dispatch chains BPF mode keeps), `manager/endpoints-vN` (routes and interface settings only), `manager/cluster-routes-vN`, `manager/masq-vN`. In iptables and nftables mode: `driver/bpf-cleanup` (Routes phase), which removes an eBPF-mode run's BPF objects |
 //! | [`family`] (every mode) | `driver/routes-vN`, `driver/ifaces-vN` (Routes; subscribed to the interface monitor), `driver/cleanup-vN` (Tables; sweeps the backend we are not programming), and the managers, in programming order: `manager/static-vN` (static chains first, so the fail-closed drops are in place before anything else), `manager/ipsets-vN`, `manager/policy-vN`, `manager/endpoints-vN`, `manager/masq-vN` |
 //!
 //! Every driver factory receives the driver's seam from the runtime and builds its
@@ -15,6 +16,7 @@
 //! Nothing here touches the kernel: detection and every sweep happen in driver applies, after
 //! in-sync.
 
+mod bpf;
 mod family;
 mod iptables;
 mod nftables;
@@ -71,16 +73,23 @@ pub fn register_with_interfaces(
         families.push(IpVersion::V6);
     }
     let shared = family::Shared::new(cfg, runner, ifaces);
+    let mode = cfg.dataplane_mode();
+    // The node-wide parts: BPF mode's manager and driver (one for both families: the
+    // ifstate and jump maps are shared), or, in the other modes, the sweeper of BPF leftovers.
+    let ready = crate::dataplane::bpf::BpfReady::default();
+    builder = match mode {
+        DataplaneMode::Bpf => bpf::register_node(builder, &shared, cfg, &ready),
+        DataplaneMode::Iptables | DataplaneMode::Nftables => bpf::register_cleanup(builder, cfg),
+    };
     let mut wired = Vec::new();
     for ipv in families {
         let fam = family::Family::new(&shared, cfg, ipv)?;
-        let mode = cfg.dataplane_mode();
         let (b, tables, sets) = match mode {
-            DataplaneMode::Iptables => {
+            // BPF mode keeps iptables mode's table drivers for the rules it keeps.
+            DataplaneMode::Iptables | DataplaneMode::Bpf => {
                 iptables::register(builder, &shared, &fam, cfg.max_ipset_size())
             }
             DataplaneMode::Nftables => nftables::register(builder, &shared, &fam),
-            DataplaneMode::Bpf => return Err(WiringError::UnsupportedMode(mode.as_str())),
         };
         builder = fam.register_shared_drivers(b, &shared, mode);
         builder = fam.register_static_manager(builder, &tables);
@@ -89,7 +98,14 @@ pub fn register_with_interfaces(
     // Managers are registered family by family after all statics, so every family's static
     // chains are in the first part of the programming pass.
     for (fam, tables, sets) in wired {
-        builder = fam.register_managers(builder, &shared, tables, sets);
+        builder = match mode {
+            DataplaneMode::Iptables | DataplaneMode::Nftables => {
+                fam.register_managers(builder, &shared, tables, sets)
+            }
+            DataplaneMode::Bpf => {
+                bpf::register_managers(builder, &shared, cfg, &ready, fam, tables, sets)?
+            }
+        };
     }
     Ok(builder)
 }

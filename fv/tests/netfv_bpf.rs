@@ -1,0 +1,585 @@
+//! Dataplane FV, eBPF mode (issue 21, part 1): `felix run` with `BPFEnabled=true` in a node
+//! namespace with CNI-wired workloads.
+//!
+//! * profile allow and default deny on real traffic, an unknown `cali*` interface passing
+//!   nothing, workloads attached through TCX by default (pinned links, no clsact filter);
+//! * the same through clsact with `BPFAttachType=TC` (felix's filter, handle `0xca11`);
+//! * a ping flood and a long-lived TCP connection through a workload across a SIGTERM and a
+//!   SIGKILL restart: zero lost packets, no reset;
+//! * BPF -> iptables -> BPF: leaving BPF mode removes every pin, link and clsact filter;
+//!   entering it removes iptables mode's policy state except the rules BPF mode keeps.
+//!
+//! Each test mounts its own bpffs and the harness bind-mounts it on the daemon's
+//! `/sys/fs/bpf` ([`Daemon::start_with_bpffs`]), so pins outlive a daemon as on a node.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, ensure, Context, Result};
+use felix_bpf::{BpfOps, Hook};
+use felix_fv::netfv::kernel::{iptables_calico_state, nft_calico_tables};
+use felix_fv::netfv::topology::{ip4, ip6, wep, PORTS};
+use felix_fv::netfv::traffic::Conn;
+use felix_fv::netfv::wait::poll;
+use felix_fv::netfv::{Backend, Check, Daemon, Fv};
+
+const SETTLE: Duration = Duration::from_secs(20);
+
+const CLOSED_PROFILE: &str =
+    "apiVersion: projectcalico.org/v3\nkind: Profile\nmetadata:\n  name: closed\nspec: {}\n";
+
+const BACKEND_INGRESS: &str = "apiVersion: projectcalico.org/v3\nkind: NetworkPolicy
+metadata:\n  name: backend-ingress\n  namespace: shop
+spec:\n  order: 100\n  selector: app == 'backend'\n  types: [Ingress]
+  ingress:\n  - action: Allow\n    protocol: TCP\n    source:\n      selector: app == 'frontend'
+    destination:\n      ports: [api]\n";
+
+/// A bpffs mounted for one test, unmounted (which frees every pin in it) on drop.
+struct Bpffs(PathBuf);
+
+impl Bpffs {
+    fn new(tag: &str) -> Result<Bpffs> {
+        let dir = PathBuf::from(format!("/run/felix-fv-bpffs-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.to_string_lossy().into_owned();
+        felix_netns::run("mount", &["-t", "bpf", "bpffs", &path]).context("mounting a bpffs")?;
+        Ok(Bpffs(dir))
+    }
+
+    fn root(&self) -> PathBuf {
+        self.0.join("cali")
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        let path = self.0.to_string_lossy().into_owned();
+        let _ = felix_netns::run("umount", &["-l", &path]);
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// The dataplane mode a daemon is started in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Bpf,
+    Iptables,
+    Nftables,
+}
+
+/// Starts `felix run` in `mode` on `fs` and waits for it to converge and report the mode.
+fn start(fv: &mut Fv, fs: &Bpffs, mode: Mode, env: &[(&str, &str)]) -> Result<()> {
+    ensure!(fv.daemon.is_none(), "daemon already running");
+    let (bpf, backend, want) = match mode {
+        Mode::Bpf => ("true", Backend::Iptables, "bpf"),
+        Mode::Iptables => ("false", Backend::Iptables, "iptables"),
+        Mode::Nftables => ("false", Backend::Nftables, "nftables"),
+    };
+    let mut all = vec![("FELIX_BPFENABLED", bpf)];
+    all.extend_from_slice(env);
+    let mut d = Daemon::start_with_bpffs(
+        &fv.sandbox.node,
+        &fv.ds.path(),
+        fv.ds.scratch(),
+        backend,
+        &all,
+        &fs.0,
+    )?;
+    d.wait_converged(0)?;
+    let st = d.status().unwrap_or_default();
+    ensure!(
+        st["dataplane"] == want,
+        "daemon reports dataplane {} instead of {want}",
+        st["dataplane"]
+    );
+    fv.daemon = Some(d);
+    Ok(())
+}
+
+fn ifindex(fv: &Fv, iface: &str) -> Result<u32> {
+    let p = format!("/sys/class/net/{iface}/ifindex");
+    let t = fv.sandbox.node.exec("cat", &[&p])?;
+    t.trim()
+        .parse()
+        .map_err(|e| anyhow!("ifindex of {iface}: {e}"))
+}
+
+/// felix's clsact filter (handle 0xca11) on `iface`'s `dir` (`ingress`/`egress`).
+fn has_clsact_filter(fv: &Fv, iface: &str, dir: &str) -> Result<bool> {
+    let out = fv
+        .sandbox
+        .node
+        .exec_output("tc", &["filter", "show", "dev", iface, dir])?;
+    Ok(String::from_utf8_lossy(&out.stdout).contains("handle 0xca11"))
+}
+
+/// The programs attached through TCX on `iface` (any owner), both hooks.
+fn tcx_programs(fv: &Fv, iface: &str) -> Result<Vec<u32>> {
+    let idx = ifindex(fv, iface)?;
+    let h = fv.sandbox.node.spawn_in(move || {
+        let ops = BpfOps::default();
+        let mut v = Vec::new();
+        for hook in Hook::ALL {
+            v.extend(felix_bpf::attach::query_tcx(&ops, idx, hook)?);
+        }
+        Ok::<_, felix_bpf::BpfError>(v)
+    });
+    let r = h.join().map_err(|_| anyhow!("query thread panicked"))??;
+    Ok(r?)
+}
+
+fn tcx_link_pin(fs: &Bpffs, idx: u32, hook: &str) -> PathBuf {
+    fs.root()
+        .join("tcx/hooks")
+        .join(format!("if{idx}_{hook}"))
+        .join("link")
+}
+
+fn standard_checks() -> Vec<Check> {
+    let mut all = Vec::new();
+    for (f, t) in [
+        ("frontend", "backend"),
+        ("backend", "db"),
+        ("db", "prom"),
+        ("prom", "frontend"),
+    ] {
+        all.push(Check::v4(f, t, 8080, true));
+    }
+    all.extend([
+        Check::v6("frontend", "backend", 8080, true),
+        Check::v6("prom", "db", 9090, true),
+    ]);
+    all
+}
+
+/// The standard world plus a workload with a profile that allows nothing and an unknown
+/// `cali*` interface (a wired workload with no endpoint in the datastore).
+fn world() -> Result<Fv> {
+    let mut fv = Fv::standard(Backend::Iptables, &[])?;
+    fv.ds.write("profile-closed", CLOSED_PROFILE)?;
+    fv.plug(wep("closed", "shop", "caliclosed0", 14).profiles(&["closed"]))?;
+    fv.sandbox
+        .add_workload("stranger", "calistrange0", ip4(20), ip6(20), &PORTS)?;
+    Ok(fv)
+}
+
+fn deny_checks() -> Vec<Check> {
+    vec![
+        Check::v4("frontend", "closed", 8080, false),
+        Check::v4("closed", "frontend", 8080, false),
+        Check::v6("closed", "backend", 8080, false),
+        Check::v4("frontend", "stranger", 8080, false),
+        Check::v4("stranger", "frontend", 8080, false),
+        Check::v6("stranger", "backend", 9090, false),
+        Check::v6("backend", "stranger", 9090, false),
+    ]
+}
+
+fn allow_deny_unknown(attach_type: Option<&str>) -> Result<()> {
+    let fs = Bpffs::new(attach_type.unwrap_or("default"))?;
+    let mut fv = world()?;
+    let env: Vec<(&str, &str)> = attach_type
+        .map(|t| vec![("FELIX_BPFATTACHTYPE", t)])
+        .unwrap_or_default();
+    start(&mut fv, &fs, Mode::Bpf, &env)?;
+    let mut checks = standard_checks();
+    checks.extend(deny_checks());
+    fv.sandbox.expect_traffic(
+        "profile allow / default deny / unknown interface",
+        &checks,
+        SETTLE,
+    )?;
+    let tc = attach_type == Some("TC");
+    for iface in [
+        "califront0",
+        "caliback0",
+        "calidb0",
+        "caliprom0",
+        "caliclosed0",
+    ] {
+        let idx = ifindex(&fv, iface)?;
+        for (hook, dir) in [("ing", "ingress"), ("egr", "egress")] {
+            let filter = has_clsact_filter(&fv, iface, dir)?;
+            let link = tcx_link_pin(&fs, idx, hook).exists();
+            ensure!(
+                filter == tc && link != tc,
+                "{iface} {dir}: clsact filter {filter}, TCX link pin {link} (attach type {attach_type:?})"
+            );
+        }
+        let tcx = tcx_programs(&fv, iface)?;
+        ensure!(
+            tcx.len() == if tc { 0 } else { 2 },
+            "{iface}: TCX programs {tcx:?}"
+        );
+    }
+    // The unknown interface carries nothing of felix's.
+    ensure!(!has_clsact_filter(&fv, "calistrange0", "ingress")?);
+    ensure!(tcx_programs(&fv, "calistrange0")?.is_empty());
+
+    // An endpoint removed while felix runs: its hooks go.
+    let before = fv.d()?.applies();
+    fv.ds.remove("wep-db")?;
+    fv.d()?.wait_converged(before)?;
+    ensure_unattached(&fv, &fs, "calidb0")?;
+    // An endpoint removed while felix is down: swept by the restarted run (no memory).
+    fv.stop()?;
+    fv.ds.remove("wep-closed")?;
+    start(&mut fv, &fs, Mode::Bpf, &env)?;
+    ensure_unattached(&fv, &fs, "caliclosed0")?;
+    // Both are unknown `cali*` interfaces now: nothing passes.
+    let mut checks = standard_checks()
+        .into_iter()
+        .filter(|c| c.from != "db" && c.to != "db")
+        .collect::<Vec<_>>();
+    checks.extend([
+        Check::v4("frontend", "db", 8080, false),
+        Check::v4("db", "frontend", 8080, false),
+        Check::v4("frontend", "closed", 8080, false),
+        Check::v6("closed", "frontend", 8080, false),
+    ]);
+    fv.sandbox
+        .expect_traffic("removed endpoints pass nothing", &checks, SETTLE)?;
+    fv.stop()
+}
+
+/// `iface` carries no attachment or pin of felix's.
+fn ensure_unattached(fv: &Fv, fs: &Bpffs, iface: &str) -> Result<()> {
+    let idx = ifindex(fv, iface)?;
+    for (hook, dir) in [("ing", "ingress"), ("egr", "egress")] {
+        ensure!(
+            !has_clsact_filter(fv, iface, dir)?,
+            "{iface} {dir}: clsact filter left"
+        );
+        for mech in ["tc", "tcx"] {
+            let d = fs
+                .root()
+                .join(mech)
+                .join("hooks")
+                .join(format!("if{idx}_{hook}"));
+            ensure!(!d.exists(), "{} left", d.display());
+        }
+    }
+    let tcx = tcx_programs(fv, iface)?;
+    ensure!(tcx.is_empty(), "{iface}: TCX programs left {tcx:?}");
+    Ok(())
+}
+
+/// A workload whose attachment fails (an injected `tcx_attach` fault) passes nothing, in
+/// either direction, and the others keep working; once the fault is gone it is programmed.
+fn failed_attach_is_fail_closed() -> Result<()> {
+    let fs = Bpffs::new("fault")?;
+    let mut fv = Fv::standard(Backend::Iptables, &[])?;
+    start(&mut fv, &fs, Mode::Bpf, &[("FELIX_BPFATTACHTYPE", "TCX")])?;
+    fv.sandbox
+        .expect_traffic("before the fault", &standard_checks(), SETTLE)?;
+    fv.d()?
+        .add_fault("driver/bpf", "tcx_attach", "error", 100_000)?;
+    fv.plug(wep("newbie", "shop", "calinew0", 16))?;
+    poll(SETTLE, || {
+        let st = fv.daemon.as_ref()?.status()?;
+        let a = st["actors"]
+            .as_array()?
+            .iter()
+            .find(|a| a["name"] == "driver/bpf")?
+            .clone();
+        (a["last_error"]["op"] == "tcx_attach").then_some(())
+    })
+    .map_err(|e| {
+        let st = fv
+            .daemon
+            .as_ref()
+            .and_then(|d| d.status())
+            .unwrap_or_default();
+        let log = fv
+            .daemon
+            .as_ref()
+            .map(|d| d.log_tail(30))
+            .unwrap_or_default();
+        anyhow!("driver/bpf never reported the injected tcx_attach failure: {e}\n{st:#}\n{log}")
+    })?;
+    let mut closed = standard_checks();
+    closed.extend([
+        Check::v4("frontend", "newbie", 8080, false),
+        Check::v4("newbie", "frontend", 8080, false),
+        Check::v6("newbie", "backend", 8080, false),
+        Check::v6("backend", "newbie", 9090, false),
+    ]);
+    fv.sandbox
+        .expect_traffic_now("attach failing: the new workload passes nothing", &closed)?;
+    let before = fv.d()?.applies();
+    fv.d()?.clear_faults()?;
+    fv.d()?.wait_converged(before)?;
+    let mut open = standard_checks();
+    open.extend([
+        Check::v4("frontend", "newbie", 8080, true),
+        Check::v4("newbie", "frontend", 8080, true),
+        Check::v6("backend", "newbie", 9090, true),
+    ]);
+    fv.sandbox.expect_traffic("fault cleared", &open, SETTLE)?;
+    fv.stop()
+}
+
+/// Pings `dst` from namespace `ns` in back-to-back batches until `stop`; returns (sent,
+/// received). Every batch waits for its last reply, so a batch's loss is real loss.
+fn ping_flood(ns: String, dst: String, stop: Arc<AtomicBool>) -> Result<(u64, u64)> {
+    let (mut sent, mut got) = (0u64, 0u64);
+    while !stop.load(Ordering::SeqCst) {
+        // `ip netns exec` rather than a checked run: ping exits 1 when a reply is missing,
+        // and its summary is what counts.
+        let out = std::process::Command::new("ip")
+            .args([
+                "netns", "exec", &ns, "ping", "-q", "-n", "-i", "0.005", "-c", "200",
+            ])
+            .args(["-W", "2", &dst])
+            .output()
+            .context("running ping")?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (s, r) = parse_ping(&text).ok_or_else(|| anyhow!("unreadable ping output: {text}"))?;
+        sent += s;
+        got += r;
+    }
+    Ok((sent, got))
+}
+
+fn parse_ping(text: &str) -> Option<(u64, u64)> {
+    let line = text.lines().find(|l| l.contains("packets transmitted"))?;
+    let mut nums = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty());
+    let s = nums.next()?.parse().ok()?;
+    let r = nums.next()?.parse().ok()?;
+    Some((s, r))
+}
+
+fn restarts_without_loss() -> Result<()> {
+    let fs = Bpffs::new("restart")?;
+    let mut fv = Fv::standard(Backend::Iptables, &[])?;
+    start(&mut fv, &fs, Mode::Bpf, &[])?;
+    fv.sandbox
+        .expect_traffic("before the restarts", &standard_checks(), SETTLE)?;
+    let fe_ns = fv.sandbox.workload("frontend")?.ns.name().to_string();
+    let mut conn = Conn::open(&fe_ns, ip4(11).into(), 8080)?;
+    conn.roundtrip("first")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let (ns, stop) = (fe_ns.clone(), stop.clone());
+        std::thread::spawn(move || ping_flood(ns, ip4(11).to_string(), stop))
+    };
+    let mut restarts = || -> Result<()> {
+        std::thread::sleep(Duration::from_secs(1));
+        fv.stop().context("SIGTERM")?;
+        start(&mut fv, &fs, Mode::Bpf, &[]).context("start after SIGTERM")?;
+        conn.roundtrip("after SIGTERM")?;
+        std::thread::sleep(Duration::from_secs(1));
+        let d = fv.daemon.take().ok_or_else(|| anyhow!("no daemon"))?;
+        d.kill()?;
+        std::thread::sleep(Duration::from_millis(500));
+        conn.roundtrip("while stopped")?;
+        start(&mut fv, &fs, Mode::Bpf, &[]).context("start after SIGKILL")?;
+        conn.roundtrip("after SIGKILL")?;
+        std::thread::sleep(Duration::from_secs(1));
+        Ok(())
+    };
+    let r = restarts();
+    stop.store(true, Ordering::SeqCst);
+    let (sent, got) = flood
+        .join()
+        .map_err(|_| anyhow!("ping thread panicked"))??;
+    r?;
+    eprintln!("ping flood across SIGTERM and SIGKILL restarts: {sent} sent, {got} received");
+    ensure!(sent > 500, "too few pings sent: {sent}");
+    ensure!(
+        sent == got,
+        "ping flood lost {} of {sent} packets",
+        sent - got
+    );
+    conn.roundtrip("last")?;
+    fv.sandbox
+        .expect_traffic("after the restarts", &standard_checks(), SETTLE)?;
+    fv.stop()
+}
+
+fn no_bpf_left(fv: &Fv, fs: &Bpffs) -> Result<()> {
+    ensure!(
+        !fs.root().exists(),
+        "pins left under {}",
+        fs.root().display()
+    );
+    for iface in ["califront0", "caliback0", "calidb0", "caliprom0"] {
+        for dir in ["ingress", "egress"] {
+            ensure!(
+                !has_clsact_filter(fv, iface, dir)?,
+                "clsact filter 0xca11 left on {iface} {dir}"
+            );
+        }
+        let tcx = tcx_programs(fv, iface)?;
+        ensure!(tcx.is_empty(), "TCX programs left on {iface}: {tcx:?}");
+    }
+    Ok(())
+}
+
+fn policy_chains(fv: &Fv) -> Vec<String> {
+    iptables_calico_state(&fv.sandbox.node)
+        .into_values()
+        .flat_map(|(chains, _)| chains)
+        .filter(|c| {
+            ["cali-pi-", "cali-po-", "cali-pri-", "cali-pro-"]
+                .iter()
+                .any(|p| c.starts_with(p))
+        })
+        .collect()
+}
+
+/// BPF (with `attach_type`) -> `other` -> BPF, with the inventory after each switch.
+fn switch_and_back(attach_type: &str, other: Mode) -> Result<()> {
+    let fs = Bpffs::new(&format!("switch-{attach_type}-{other:?}"))?;
+    let mut fv = Fv::standard(Backend::Iptables, &[])?;
+    fv.ds.write("pol-backend", BACKEND_INGRESS)?;
+    let env = [("FELIX_BPFATTACHTYPE", attach_type)];
+    let checks = vec![
+        Check::v4("frontend", "backend", 8080, true),
+        Check::v4("backend", "db", 8080, true),
+        Check::v6("prom", "db", 9090, true),
+    ];
+    start(&mut fv, &fs, Mode::Bpf, &env)?;
+    fv.sandbox.expect_traffic("BPF mode", &checks, SETTLE)?;
+    ensure!(fs.root().exists(), "no pins in BPF mode");
+    ensure!(policy_chains(&fv).is_empty(), "policy chains in BPF mode");
+    fv.stop()?;
+
+    start(&mut fv, &fs, other, &[])?;
+    let mut ipt = checks.clone();
+    ipt.push(Check::v4("db", "backend", 8080, false));
+    fv.sandbox
+        .expect_traffic("*tables mode after BPF", &ipt, SETTLE)?;
+    poll(SETTLE, || no_bpf_left(&fv, &fs).ok()).map_err(|e| {
+        anyhow!(
+            "BPF state left in {other:?} mode ({e}): {:?}",
+            no_bpf_left(&fv, &fs).err()
+        )
+    })?;
+    match other {
+        Mode::Nftables => ensure!(
+            nft_calico_tables(&fv.sandbox.node)?.len() == 2,
+            "no calico tables in nftables mode"
+        ),
+        Mode::Iptables | Mode::Bpf => ensure!(
+            !policy_chains(&fv).is_empty(),
+            "no policy chains in iptables mode"
+        ),
+    }
+    fv.stop()?;
+
+    start(&mut fv, &fs, Mode::Bpf, &env)?;
+    fv.sandbox
+        .expect_traffic("BPF after *tables mode", &checks, SETTLE)?;
+    poll(SETTLE, || {
+        nft_calico_tables(&fv.sandbox.node)
+            .ok()
+            .filter(|t| t.is_empty())
+    })
+    .map_err(|e| anyhow!("nftables tables left in BPF mode ({e})"))?;
+    poll(SETTLE, || policy_chains(&fv).is_empty().then_some(())).map_err(|e| {
+        anyhow!(
+            "iptables policy chains left in BPF mode ({e}): {:?}",
+            policy_chains(&fv)
+        )
+    })?;
+    let sets = fv.sandbox.node.exec("ipset", &["list", "-n"])?;
+    let calc_sets: Vec<&str> = sets
+        .lines()
+        // The NAT-outgoing sets of `manager/masq-vN` stay (BPF mode keeps NAT outgoing).
+        .filter(|l| {
+            l.starts_with("cali") && !l.ends_with("ipam-pools") && !l.ends_with("network-ip-pools")
+        })
+        .collect();
+    ensure!(
+        calc_sets.is_empty(),
+        "policy IP sets left in BPF mode: {calc_sets:?}"
+    );
+    // The rules BPF mode keeps are in place.
+    let chains: Vec<String> = iptables_calico_state(&fv.sandbox.node)
+        .into_values()
+        .flat_map(|(c, _)| c)
+        .collect();
+    for c in [
+        "cali-FORWARD",
+        "cali-from-wl-dispatch",
+        "cali-to-wl-dispatch",
+    ] {
+        ensure!(
+            chains.iter().any(|x| x == c),
+            "{c} missing in BPF mode: {chains:?}"
+        );
+    }
+    fv.stop()
+}
+
+fn run(what: &str, f: impl FnOnce() -> Result<()>) {
+    if let Err(e) = f() {
+        panic!("{what}: {e:#}");
+    }
+}
+
+const BPF_TOOLS: [&str; 7] = [
+    "iptables-save",
+    "ipset",
+    "nft",
+    "sysctl",
+    "tc",
+    "ping",
+    "mount",
+];
+
+#[test]
+fn bpf_tcx_profile_allow_default_deny_unknown_interface() {
+    felix_netns::require!(netns BPF_TOOLS);
+    run("bpf tcx", || allow_deny_unknown(None));
+}
+
+#[test]
+fn bpf_clsact_with_attach_type_tc() {
+    felix_netns::require!(netns BPF_TOOLS);
+    run("bpf tc", || allow_deny_unknown(Some("TC")));
+}
+
+#[test]
+fn bpf_restart_sigterm_and_sigkill_without_loss() {
+    felix_netns::require!(netns BPF_TOOLS);
+    run("bpf restart", restarts_without_loss);
+}
+
+#[test]
+fn bpf_mode_switch_to_iptables_and_back() {
+    felix_netns::require!(netns BPF_TOOLS);
+    run("bpf switch tcx", || switch_and_back("TCX", Mode::Iptables));
+}
+
+#[test]
+fn bpf_mode_switch_to_iptables_and_back_clsact() {
+    felix_netns::require!(netns BPF_TOOLS);
+    run("bpf switch tc", || switch_and_back("TC", Mode::Iptables));
+}
+
+#[test]
+fn bpf_mode_switch_to_nftables_and_back() {
+    felix_netns::require!(netns BPF_TOOLS);
+    run("bpf switch nft", || switch_and_back("TCX", Mode::Nftables));
+}
+
+#[test]
+fn bpf_failed_attach_is_fail_closed() {
+    felix_netns::require!(netns BPF_TOOLS);
+    run("bpf fault", failed_attach_is_fail_closed);
+}
+
+#[test]
+fn ping_summaries_parse() {
+    assert_eq!(
+        parse_ping("--- 10.65.0.11 ping statistics ---\n200 packets transmitted, 198 received, 1% packet loss"),
+        Some((200, 198))
+    );
+    assert_eq!(parse_ping("nothing"), None);
+}

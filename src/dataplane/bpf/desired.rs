@@ -1,0 +1,42 @@
+//! The desired state of eBPF mode: what `manager/bpf-endpoints` writes and `driver/bpf`
+//! reads.
+
+use std::collections::BTreeMap;
+
+use felix_bpf::{BpfAttachType, EndpointKind, Hook, PolicyKind};
+
+/// What one interface should carry: a preamble on both TC hooks, each direction's policy
+/// program, and (once both hooks are attached) a READY `cali_iface` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IfaceDesired {
+    /// Workload or host endpoint.
+    pub kind: EndpointKind,
+    /// Policy of what the endpoint sends (its host-side device's TC ingress).
+    pub from_endpoint: PolicyKind,
+    /// Policy of what the endpoint receives (its host-side device's TC egress).
+    pub to_endpoint: PolicyKind,
+}
+
+impl IfaceDesired {
+    /// The policy program of `hook` on the endpoint's host-side device.
+    pub fn policy(&self, hook: Hook) -> PolicyKind {
+        match hook {
+            Hook::Ingress => self.from_endpoint,
+            Hook::Egress => self.to_endpoint,
+        }
+    }
+}
+
+/// The whole desired BPF state of the node (both IP families: the ifstate map and the jump
+/// maps are shared).
+///
+/// Invariant: every interface felix has attached to and that is not a key of `ifaces` is
+/// removed by the driver's sweep (after in-sync); nothing else is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BpfDesired {
+    /// The configured `BPFAttachType`; the driver turns it into a mechanism per interface
+    /// with `felix_bpf::attach::select_mechanism` and the kernel's probed support.
+    pub attach_type: BpfAttachType,
+    /// Interfaces by name.
+    pub ifaces: BTreeMap<String, IfaceDesired>,
+}

@@ -1,0 +1,392 @@
+//! `driver/bpf`: reconciles [`BpfDesired`] through `felix_bpf::BpfDataplane`, one driver for
+//! both IP families (the `cali_iface` map and the jump maps are shared), and publishes the
+//! interfaces it has programmed ([`BpfReady`]).
+//!
+//! Registered in the `Routes` phase, which does not hold the `*tables` phase: the accept
+//! chains of `manager/bpf-tables-vN` follow [`BpfReady`] instead (an interface gets its accept
+//! chain only in the pass after its programs run), so a failed attach of one interface leaves
+//! that interface dropped by the dispatch chains, retried, reported (typed, with op and errno)
+//! in `/status`, and the rest of the node programmed. Inside the driver, maps and jump maps
+//! come before the attachments that use them (`BpfDataplane::apply`).
+//!
+//! Per interface (resolved to its ifindex through sysfs at apply time):
+//! 1. if not both hooks are attached yet, the `cali_iface` entry is written NOT READY (a
+//!    forward to the interface is refused while its programs are missing: the attach gap);
+//! 2. both hooks are programmed (`BpfDataplane::apply`: generic programs, the endpoint's
+//!    policy slot, the preamble, re-attached only when its globals differ);
+//! 3. the entry is written READY, and the interface joins [`BpfReady`].
+//!
+//! An interface is re-programmed only when its desired state, mechanism or ifindex changed,
+//! or on a resync. The loader starts lazily in the first apply (the runtime applies only
+//! after in-sync); that first apply is a resync: every hook recorded in the pins and every
+//! `cali_iface` entry of an interface not desired is removed (mark-and-sweep). Afterwards an
+//! interface leaving the desired state is removed at once. Interfaces that do not exist yet
+//! wait for the interface monitor (or, without one, keep the driver dirty).
+//!
+//! Restart: at construction the driver seeds [`BpfReady`] read-only from the pinned
+//! `cali_iface` (READY workload entries whose name still has that ifindex), so the first
+//! programming pass of a restarted daemon keeps the accept chains of the interfaces whose
+//! programs kept running while it was down.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use felix_actors::{ActorSeam, Driver, DriverError, FailureKind};
+use felix_bpf::attach::select_mechanism;
+use felix_bpf::layout::{IFACE_STATE_V4_READY, IFACE_STATE_WEP};
+use felix_bpf::maps::{IfaceMap, IFACE_MAP};
+use felix_bpf::ops::op;
+use felix_bpf::{
+    AttachPoint, BpfDataplane, BpfError, BpfOps, DeviceKind, EndpointKind, FeatureProbe, Hook,
+    KernelProbe, KernelSupport, Mechanism, Options,
+};
+
+use super::desired::{BpfDesired, IfaceDesired};
+use super::ready::BpfReady;
+use crate::dataplane::ifacemon::IfaceSubscription;
+
+/// How `driver/bpf` is set up.
+#[derive(Debug, Clone)]
+pub struct BpfDriverOptions {
+    /// The loader's pin locations and debug flag (`BPFLogLevel=Debug`: debug path).
+    pub loader: Options,
+    /// Where interfaces are looked up by name (`/sys/class/net`).
+    pub sysfs_net: PathBuf,
+}
+
+impl Default for BpfDriverOptions {
+    fn default() -> Self {
+        Self {
+            loader: Options::default(),
+            sysfs_net: PathBuf::from("/sys/class/net"),
+        }
+    }
+}
+
+/// What an interface was last programmed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Applied {
+    ifindex: u32,
+    mechanism: Mechanism,
+    want: IfaceDesired,
+}
+
+/// See the module docs.
+pub struct BpfDriver {
+    ops: BpfOps,
+    opts: BpfDriverOptions,
+    dp: Option<BpfDataplane>,
+    support: KernelSupport,
+    applied: BTreeMap<String, Applied>,
+    waiting: BTreeSet<String>,
+    resync: bool,
+    failed: bool,
+    ifaces: Option<IfaceSubscription>,
+    ready: BpfReady,
+    /// [`BpfReady`] changed in the last apply: one more pass so the tables follow.
+    kick: bool,
+}
+
+/// A BPF error as a driver error: the failed operation's name (one of
+/// `felix_bpf::ops::op`, the same name an armed fault uses), its kind, and the cause (with its
+/// errno).
+pub fn driver_error(e: BpfError) -> DriverError {
+    let (op, kind) = match &e {
+        BpfError::Os { op, .. } => (*op, FailureKind::Refused),
+        BpfError::Unexpected { op, .. } => (*op, FailureKind::Unreadable),
+        BpfError::Injected(i) => return DriverError::from(i.clone()),
+    };
+    DriverError::op(op, kind, e)
+}
+
+impl BpfDriver {
+    /// A driver whose BPF operations run through `seam`, publishing into `ready` (seeded from
+    /// the pins, see the module docs).
+    pub fn new(seam: &ActorSeam, opts: BpfDriverOptions, ready: BpfReady) -> Self {
+        let d = Self {
+            ops: BpfOps::new(seam.clone()),
+            opts,
+            dp: None,
+            support: KernelSupport::default(),
+            applied: BTreeMap::new(),
+            waiting: BTreeSet::new(),
+            resync: true,
+            failed: false,
+            ifaces: None,
+            ready,
+            kick: false,
+        };
+        match d.ready_in_pins() {
+            Ok(names) => {
+                d.ready.set(names);
+            }
+            Err(e) => tracing::warn!(error = %e, "reading the READY interfaces of the pins failed"),
+        }
+        d
+    }
+
+    /// The READY workload interfaces of the pinned `cali_iface` whose name still resolves to
+    /// the entry's ifindex. Read-only: nothing is created or mounted.
+    fn ready_in_pins(&self) -> Result<BTreeSet<String>, BpfError> {
+        let mut out = BTreeSet::new();
+        let root = &self.opts.loader.root;
+        if !root.join(IFACE_MAP.versioned_name()).exists() {
+            return Ok(out);
+        }
+        let map = IfaceMap::open_or_create(&self.ops, root)?;
+        for ifindex in map.ifindices(&self.ops)? {
+            let Some(st) = map.get(&self.ops, ifindex)? else {
+                continue;
+            };
+            let want = IFACE_STATE_WEP | IFACE_STATE_V4_READY;
+            if st.flags & want == want && self.ifindex_of(&st.name)? == Some(ifindex) {
+                out.insert(st.name);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Retries interfaces that did not exist when the monitor reports a change.
+    pub fn with_interface_events(mut self, sub: IfaceSubscription) -> Self {
+        self.ifaces = Some(sub);
+        self
+    }
+
+    fn ifindex_of(&self, name: &str) -> Result<Option<u32>, BpfError> {
+        // A name with a path separator cannot be an interface (and must not escape sysfs).
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Ok(None);
+        }
+        let path = self.opts.sysfs_net.join(name).join("ifindex");
+        match self
+            .ops
+            .run(op::PROBE, path.display(), || std::fs::read_to_string(&path))
+        {
+            Ok(text) => Ok(text.trim().parse::<u32>().ok()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn start(&mut self) -> Result<(), BpfError> {
+        if self.dp.is_none() {
+            let dp = BpfDataplane::start(self.ops.clone(), self.opts.loader.clone())?;
+            self.support = KernelProbe::new(self.ops.clone()).probe();
+            tracing::info!(
+                tcx = self.support.tcx,
+                netkit = self.support.netkit,
+                debug = self.opts.loader.debug,
+                "BPF dataplane started"
+            );
+            self.dp = Some(dp);
+            self.resync = true;
+        }
+        Ok(())
+    }
+
+    /// Detaches both hooks of `ifindex` and removes its `cali_iface` entry.
+    fn remove_iface(dp: &mut BpfDataplane, ifindex: u32) -> Result<(), BpfError> {
+        for hook in Hook::ALL {
+            dp.remove(ifindex, hook)?;
+        }
+        dp.iface_map().delete(dp.ops(), ifindex)
+    }
+
+    fn program(dp: &mut BpfDataplane, name: &str, a: &Applied) -> Result<(), BpfError> {
+        let both = Hook::ALL.iter().all(|h| dp.record(a.ifindex, *h).is_some());
+        if !both {
+            // Not ready until both hooks run (the attach gap).
+            dp.set_iface(a.ifindex, name, a.want.kind, false)?;
+        }
+        for hook in Hook::ALL {
+            let ap = AttachPoint {
+                ifindex: a.ifindex,
+                name: name.to_string(),
+                hook,
+                mechanism: a.mechanism,
+                kind: a.want.kind,
+                policy: a.want.policy(hook),
+            };
+            dp.apply(&ap)?;
+        }
+        dp.set_iface(a.ifindex, name, a.want.kind, true)
+    }
+
+    fn reconcile(&mut self, desired: &BpfDesired) -> Result<(), BpfError> {
+        self.start()?;
+        if let Some(sub) = &self.ifaces {
+            sub.take();
+        }
+        self.waiting.clear();
+        let mut resolved: BTreeMap<String, Applied> = BTreeMap::new();
+        for (name, want) in &desired.ifaces {
+            match self.ifindex_of(name)? {
+                Some(ifindex) => {
+                    let mechanism = select_mechanism(
+                        desired.attach_type,
+                        self.support,
+                        DeviceKind::Other,
+                        want.kind == EndpointKind::Workload,
+                    );
+                    resolved.insert(
+                        name.clone(),
+                        Applied {
+                            ifindex,
+                            mechanism,
+                            want: *want,
+                        },
+                    );
+                }
+                None => {
+                    self.waiting.insert(name.clone());
+                }
+            }
+        }
+        let keep: BTreeSet<u32> = resolved.values().map(|a| a.ifindex).collect();
+        let Some(dp) = self.dp.as_mut() else {
+            return Ok(());
+        };
+        let mut first_err: Option<BpfError> = None;
+        // Sweep: interfaces no longer desired (or re-created under another ifindex).
+        let gone: Vec<(String, u32)> = self
+            .applied
+            .iter()
+            .filter(|(n, a)| resolved.get(*n).map(|r| r.ifindex) != Some(a.ifindex))
+            .map(|(n, a)| (n.clone(), a.ifindex))
+            .collect();
+        for (name, ifindex) in gone {
+            let r = if keep.contains(&ifindex) {
+                Ok(())
+            } else {
+                Self::remove_iface(dp, ifindex)
+            };
+            match r {
+                Ok(()) => {
+                    self.applied.remove(&name);
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if self.resync {
+            // Mark-and-sweep from the kernel's view: pins of hooks and ifstate entries of
+            // interfaces nobody wants any more (also those of a previous run).
+            let mut stale: BTreeSet<u32> = dp
+                .records()
+                .map(|((ifindex, _), _)| ifindex)
+                .filter(|i| !keep.contains(i))
+                .collect();
+            match dp.iface_map().ifindices(dp.ops()) {
+                Ok(v) => stale.extend(v.into_iter().filter(|i| !keep.contains(i))),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+            for ifindex in stale {
+                tracing::info!(
+                    ifindex,
+                    "removing BPF programs of an interface felix no longer programs"
+                );
+                if let Err(e) = Self::remove_iface(dp, ifindex) {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        for (name, a) in resolved {
+            if !self.resync && self.applied.get(&name) == Some(&a) {
+                continue;
+            }
+            match Self::program(dp, &name, &a) {
+                Ok(()) => {
+                    self.applied.insert(name, a);
+                }
+                Err(e) => {
+                    tracing::warn!(iface = %name, error = %e, "programming BPF failed; retried");
+                    self.applied.remove(&name);
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        self.resync = false;
+        if self.ready.set(self.applied.keys().cloned().collect()) {
+            self.kick = true;
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Driver for BpfDriver {
+    type Desired = BpfDesired;
+
+    fn apply(&mut self, desired: &BpfDesired) -> Result<(), DriverError> {
+        self.kick = false;
+        let r = self.reconcile(desired);
+        self.failed = r.is_err();
+        r.map_err(driver_error)
+    }
+
+    fn queue_resync(&mut self) {
+        self.resync = true;
+    }
+
+    fn is_dirty(&self) -> bool {
+        let waiting = match &self.ifaces {
+            Some(sub) => sub.has_pending() && !self.waiting.is_empty(),
+            None => !self.waiting.is_empty(),
+        };
+        self.failed || self.resync || waiting || self.kick
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use felix_actors::seam::{Fault, FaultAction};
+
+    #[test]
+    fn bpf_errors_keep_the_operation_and_errno() {
+        let e = driver_error(BpfError::Os {
+            op: op::TCX_ATTACH,
+            what: "ifindex 7".into(),
+            source: std::io::Error::from_raw_os_error(libc::EPERM),
+        });
+        assert_eq!(e.operation(), Some("tcx_attach"));
+        assert_eq!(e.kind(), Some(FailureKind::Refused));
+        let src = std::error::Error::source(&e).expect("cause kept");
+        let bpf = src.downcast_ref::<BpfError>().expect("typed cause");
+        assert_eq!(bpf.raw_os_error(), Some(libc::EPERM));
+    }
+
+    #[test]
+    fn an_injected_fault_fails_the_apply_typed_and_keeps_the_driver_dirty() {
+        let seam = ActorSeam::default();
+        seam.shared()
+            .faults()
+            .arm(Fault {
+                target: seam.actor().to_string(),
+                op: op::MOUNT.into(),
+                action: FaultAction::Error,
+                count: 1,
+                delay_ms: 0,
+            })
+            .expect("valid fault");
+        let root = std::env::temp_dir().join(format!("felix-bpf-drv-{}", std::process::id()));
+        let opts = BpfDriverOptions {
+            loader: Options {
+                bpffs: root.clone(),
+                root: root.join("cali"),
+                debug: false,
+            },
+            ..BpfDriverOptions::default()
+        };
+        let mut d = BpfDriver::new(&seam, opts, BpfReady::default());
+        let err = d.apply(&BpfDesired::default()).expect_err("fault");
+        assert_eq!(err.kind(), Some(FailureKind::Injected));
+        assert!(d.is_dirty(), "a failed apply stays pending");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

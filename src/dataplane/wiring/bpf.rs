@@ -1,0 +1,170 @@
+//! eBPF mode: the node-wide BPF manager and driver, the BPF leftovers sweeper of the other
+//! modes, and BPF mode's per-family managers.
+//!
+//! | actor | registered | what |
+//! |---|---|---|
+//! | `manager/bpf-endpoints` | once | workloads, policies, profiles -> [`BpfDesired`] |
+//! | `driver/bpf` | once (`Routes` phase: a failure does not hold the `*tables` phase; the accept chains follow [`BpfReady`]) | [`BpfDesired`] -> `felix_bpf::BpfDataplane`; publishes [`BpfReady`] |
+//! | `driver/bpf-cleanup` | once, iptables and nftables mode only (`Routes` phase) | removes an eBPF-mode run's programs, links, filters, qdiscs and pins |
+//! | `manager/bpf-tables-vN` | per family | the dispatch chains BPF mode keeps, accepting the READY interfaces (see [`BpfTablesManager`]) |
+//! | `manager/endpoints-vN` | per family | routes to local workloads and workload interface settings; its endpoint chains go to a cell no driver reads (BPF mode has no policy chains) |
+//! | `manager/cluster-routes-vN`, `manager/masq-vN` | per family | as in iptables mode |
+//!
+//! BPF mode's `*tables` drivers are iptables mode's (`driver/ipsets-vN`,
+//! `driver/iptables-<table>-vN`) with `manager/static-vN`: everything else of an earlier
+//! iptables-mode run (policy, profile and endpoint chains, the calc graph's IP sets) is swept
+//! by those drivers' mark-and-sweep; an nftables-mode run's table by `driver/cleanup-vN`.
+
+use std::path::PathBuf;
+
+use felix_actors::{ActorSeam, DesiredInput, DriverSpec, ManagerSpec, Phase, SupervisorBuilder};
+use felix_bpf::{BpfAttachType, Options};
+use felix_config::Config;
+
+use crate::dataplane::bpf::{
+    BpfCleanupDriver, BpfDesired, BpfDriver, BpfDriverOptions, BpfEndpointManager, BpfReady,
+    BpfTablesManager,
+};
+use crate::dataplane::managers::{
+    ClusterRouteSettings, ClusterRoutesManager, EndpointManager, EndpointOutputs, MasqManager,
+    Payload, SetInputs, TableInputs,
+};
+use crate::dataplane::rules::{RenderConfig, Renderer};
+use crate::dataplane::IpVersion;
+
+use super::family::{Family, Shared};
+use super::WiringError;
+
+/// `BPFAttachType` of the configuration, as the loader's type.
+pub(super) fn attach_type(cfg: &Config) -> BpfAttachType {
+    match cfg.bpf_attach_type() {
+        felix_config::BpfAttachType::Netkit => BpfAttachType::Netkit,
+        felix_config::BpfAttachType::Tcx => BpfAttachType::Tcx,
+        felix_config::BpfAttachType::Tc => BpfAttachType::Tc,
+    }
+}
+
+/// The loader options of `cfg`: the standard pin root; `BPFLogLevel=Debug` selects the
+/// debug path (and the match-all log filter).
+pub(super) fn loader_options(cfg: &Config) -> Options {
+    Options {
+        debug: cfg.bpf_log_level().eq_ignore_ascii_case("debug"),
+        ..Options::default()
+    }
+}
+
+/// Registers `manager/bpf-endpoints` and `driver/bpf` (once per node); the driver publishes
+/// into `ready`.
+pub(super) fn register_node(
+    b: SupervisorBuilder<Payload>,
+    shared: &Shared,
+    cfg: &Config,
+    ready: &BpfReady,
+) -> SupervisorBuilder<Payload> {
+    let cell = DesiredInput::new(BpfDesired::default());
+    let attach = attach_type(cfg);
+    let out = cell.clone();
+    let b = b.manager(ManagerSpec::new(
+        "manager/bpf-endpoints",
+        BpfEndpointManager::wants,
+        move || Box::new(BpfEndpointManager::new(out.clone(), attach)),
+    ));
+    let opts = BpfDriverOptions {
+        loader: loader_options(cfg),
+        ..BpfDriverOptions::default()
+    };
+    let (st, ready) = (shared.ifaces.clone(), ready.clone());
+    b.driver(DriverSpec::new(
+        "driver/bpf",
+        Phase::Routes,
+        cell,
+        move |seam: &ActorSeam| {
+            BpfDriver::new(seam, opts.clone(), ready.clone()).with_interface_events(st.subscribe())
+        },
+    ))
+}
+
+/// Registers `driver/bpf-cleanup` (once per node, iptables and nftables mode).
+pub(super) fn register_cleanup(
+    b: SupervisorBuilder<Payload>,
+    cfg: &Config,
+) -> SupervisorBuilder<Payload> {
+    let opts = loader_options(cfg);
+    b.driver(DriverSpec::new(
+        "driver/bpf-cleanup",
+        Phase::Routes,
+        DesiredInput::new(()),
+        move |seam: &ActorSeam| {
+            BpfCleanupDriver::new(seam, opts.clone(), PathBuf::from("/sys/class/net"))
+        },
+    ))
+}
+
+/// BPF mode's per-family managers (see the module docs); the accept chains follow `ready`.
+pub(super) fn register_managers(
+    mut b: SupervisorBuilder<Payload>,
+    shared: &Shared,
+    cfg: &Config,
+    ready: &BpfReady,
+    fam: Family,
+    tables: TableInputs,
+    sets: SetInputs,
+) -> Result<SupervisorBuilder<Payload>, WiringError> {
+    let ipv = fam.ipv;
+    let render_cfg =
+        RenderConfig::from_felix_config(cfg, ipv).map_err(|source| WiringError::Render {
+            ipv: ipv.number(),
+            source,
+        })?;
+    let renderer = Renderer::new(render_cfg);
+    let (t, ready) = (tables.clone(), ready.clone());
+    b = fam.manager(b, "bpf-tables", BpfTablesManager::wants, move |n| {
+        Box::new(BpfTablesManager::new(
+            n,
+            renderer.clone(),
+            t.clone(),
+            ready.clone(),
+        ))
+    });
+    // The endpoint manager's chains land in cells no driver reads: BPF mode has no
+    // endpoint or policy chains; its routes and interface settings are real.
+    let out = EndpointOutputs {
+        tables: TableInputs::new_iptables(),
+        routes: fam.routes.clone(),
+        ifaces: fam.ifaces.clone(),
+    };
+    let (src, st, prefixes) = (
+        fam.source.clone(),
+        shared.ifaces.clone(),
+        shared.prefixes.clone(),
+    );
+    b = fam.manager(b, "endpoints", EndpointManager::wants, move |n| {
+        Box::new(
+            EndpointManager::new(n, ipv, src.clone(), out.clone()).with_interfaces(&st, &prefixes),
+        )
+    });
+    let cluster = ClusterRouteSettings {
+        mtu: shared.vxlan_mtu[usize::from(ipv == IpVersion::V6)],
+        ..shared.cluster.clone()
+    };
+    let (routes, vx) = (fam.routes.clone(), fam.vxlan.clone());
+    b = fam.manager(b, "cluster-routes", ClusterRoutesManager::wants, move |n| {
+        Box::new(ClusterRoutesManager::new(
+            n,
+            ipv,
+            cluster.clone(),
+            routes.clone(),
+            vx.clone(),
+        ))
+    });
+    let src = fam.source.clone();
+    Ok(fam.manager(b, "masq", MasqManager::wants, move |n| {
+        Box::new(MasqManager::new(
+            n,
+            ipv,
+            src.clone(),
+            tables.clone(),
+            sets.clone(),
+        ))
+    }))
+}
