@@ -284,7 +284,7 @@ fn failed_attach_is_fail_closed() -> Result<()> {
             .iter()
             .find(|a| a["name"] == "driver/bpf")?
             .clone();
-        (a["last_error"]["op"] == "tcx_attach").then_some(())
+        (a["lastError"]["op"] == "tcx_attach").then_some(())
     })
     .map_err(|e| {
         let st = fv
