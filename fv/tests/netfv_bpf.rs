@@ -18,6 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, ensure, Context, Result};
+use felix_bpf::layout::{PROG_DEBUG_OFFSET, PROG_INDEX_MAIN};
+use felix_bpf::maps::{jump_map, progs_map, JumpMap};
 use felix_bpf::{BpfOps, Hook};
 use felix_fv::netfv::kernel::{iptables_calico_state, nft_calico_tables};
 use felix_fv::netfv::topology::{ip4, ip6, wep, PORTS};
@@ -177,12 +179,17 @@ fn deny_checks() -> Vec<Check> {
     ]
 }
 
-fn allow_deny_unknown(attach_type: Option<&str>) -> Result<()> {
-    let fs = Bpffs::new(attach_type.unwrap_or("default"))?;
+/// `attach_type`: `FELIX_BPFATTACHTYPE` (default: unset); `debug`: `FELIX_BPFLOGLEVEL=Debug`
+/// (the debug path and the match-all log filter).
+fn allow_deny_unknown(attach_type: Option<&str>, debug: bool) -> Result<()> {
+    let fs = Bpffs::new(&format!("{}-{debug}", attach_type.unwrap_or("default")))?;
     let mut fv = world()?;
-    let env: Vec<(&str, &str)> = attach_type
+    let mut env: Vec<(&str, &str)> = attach_type
         .map(|t| vec![("FELIX_BPFATTACHTYPE", t)])
         .unwrap_or_default();
+    if debug {
+        env.push(("FELIX_BPFLOGLEVEL", "Debug"));
+    }
     start(&mut fv, &fs, Mode::Bpf, &env)?;
     let mut checks = standard_checks();
     checks.extend(deny_checks());
@@ -214,6 +221,25 @@ fn allow_deny_unknown(attach_type: Option<&str>) -> Result<()> {
             "{iface}: TCX programs {tcx:?}"
         );
     }
+    // The debug path (main at +10) and the match-all log filter (per-endpoint slot 0) are
+    // loaded exactly with `BPFLogLevel=Debug`; the fast main always.
+    let ops = BpfOps::default();
+    let dir = fs.root().join(if tc { "tc" } else { "tcx" });
+    for hook in Hook::ALL {
+        let progs = JumpMap::open_or_create(&ops, progs_map(hook), &dir)?;
+        let jump = JumpMap::open_or_create(&ops, jump_map(hook), &dir)?;
+        ensure!(
+            progs.prog_id(&ops, PROG_INDEX_MAIN)?.is_some(),
+            "{hook:?}: no main"
+        );
+        let dbg = progs.prog_id(&ops, PROG_INDEX_MAIN + PROG_DEBUG_OFFSET)?;
+        let log = jump.prog_id(&ops, 0)?;
+        ensure!(
+            dbg.is_some() == debug && log.is_some() == debug,
+            "{hook:?}: debug main {dbg:?}, log filter {log:?} (debug {debug})"
+        );
+    }
+
     // The unknown interface carries nothing of felix's.
     ensure!(!has_clsact_filter(&fv, "calistrange0", "ingress")?);
     ensure!(tcx_programs(&fv, "calistrange0")?.is_empty());
@@ -284,7 +310,7 @@ fn failed_attach_is_fail_closed() -> Result<()> {
             .iter()
             .find(|a| a["name"] == "driver/bpf")?
             .clone();
-        (a["last_error"]["op"] == "tcx_attach").then_some(())
+        (a["lastError"]["op"] == "tcx_attach").then_some(())
     })
     .map_err(|e| {
         let st = fv
@@ -536,13 +562,19 @@ const BPF_TOOLS: [&str; 7] = [
 #[test]
 fn bpf_tcx_profile_allow_default_deny_unknown_interface() {
     felix_netns::require!(netns BPF_TOOLS);
-    run("bpf tcx", || allow_deny_unknown(None));
+    run("bpf tcx", || allow_deny_unknown(None, false));
 }
 
 #[test]
 fn bpf_clsact_with_attach_type_tc() {
     felix_netns::require!(netns BPF_TOOLS);
-    run("bpf tc", || allow_deny_unknown(Some("TC")));
+    run("bpf tc", || allow_deny_unknown(Some("TC"), false));
+}
+
+#[test]
+fn bpf_debug_path_with_log_level_debug() {
+    felix_netns::require!(netns BPF_TOOLS);
+    run("bpf debug", || allow_deny_unknown(Some("TCX"), true));
 }
 
 #[test]

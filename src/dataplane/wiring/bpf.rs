@@ -168,3 +168,38 @@ pub(super) fn register_managers(
         ))
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use felix_config::Source;
+    use std::collections::BTreeMap;
+
+    fn cfg_with(pairs: &[(&str, &str)]) -> Config {
+        let env: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (cfg, errs) = Config::build(&[(Source::Environment, env)]);
+        assert!(errs.is_empty(), "{errs:?}");
+        cfg
+    }
+
+    #[test]
+    fn attach_type_and_log_level_reach_the_loader() {
+        assert_eq!(attach_type(&cfg_with(&[])), BpfAttachType::Netkit);
+        assert_eq!(
+            attach_type(&cfg_with(&[("BPFAttachType", "TC")])),
+            BpfAttachType::Tc
+        );
+        assert_eq!(
+            attach_type(&cfg_with(&[("BPFAttachType", "TCX")])),
+            BpfAttachType::Tcx
+        );
+        assert!(!loader_options(&cfg_with(&[])).debug);
+        assert!(!loader_options(&cfg_with(&[("BPFLogLevel", "Info")])).debug);
+        let debug = loader_options(&cfg_with(&[("BPFLogLevel", "Debug")]));
+        assert!(debug.debug);
+        assert_eq!(debug.root, Options::default().root);
+    }
+}
