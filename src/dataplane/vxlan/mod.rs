@@ -252,109 +252,36 @@ impl VxlanDriver {
             .map(|v| (v.mac, v.underlay))
             .collect();
         let index = rec.index;
-        let mut first_err = None;
-        // Neighbours first (as upstream), then FDB; writes before removals.
-        let put: Vec<Neighbour> = want_n
-            .iter()
-            .filter(|(ip, mac)| rec.neighbours.get(ip) != Some(mac))
-            .map(|(ip, mac)| Neighbour {
+        // Neighbours first (as upstream), then FDB; each: writes, then removals.
+        let neigh = reconcile(
+            &mut self.nl,
+            &mut rec.neighbours,
+            &want_n,
+            |ip, mac| Neighbour {
                 ifindex: index,
-                ip: *ip,
-                mac: *mac,
+                ip,
+                mac,
                 permanent: true,
-            })
-            .collect();
-        for (n, r) in put.iter().zip(self.nl.replace_neighbours(&put)) {
-            match r {
-                Ok(()) => {
-                    stats.written += 1;
-                    rec.neighbours.insert(n.ip, n.mac);
-                }
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        let put: Vec<FdbEntry> = want_f
-            .iter()
-            .filter(|(mac, dst)| rec.fdb.get(*mac) != Some(dst))
-            .map(|(mac, dst)| FdbEntry {
+            },
+            Seamed::replace_neighbours,
+            Seamed::delete_neighbours,
+            stats,
+        );
+        let fdb = reconcile(
+            &mut self.nl,
+            &mut rec.fdb,
+            &want_f,
+            |mac, dst| FdbEntry {
                 ifindex: index,
-                mac: *mac,
-                dst: *dst,
+                mac,
+                dst,
                 permanent: true,
-            })
-            .collect();
-        for (e, r) in put.iter().zip(self.nl.replace_fdb(&put)) {
-            match r {
-                Ok(()) => {
-                    stats.written += 1;
-                    rec.fdb.insert(e.mac, e.dst);
-                }
-                Err(err) => {
-                    first_err.get_or_insert(err);
-                }
-            }
-        }
-        let del: Vec<Neighbour> = rec
-            .neighbours
-            .iter()
-            .filter(|(ip, _)| !want_n.contains_key(ip))
-            .map(|(ip, mac)| Neighbour {
-                ifindex: index,
-                ip: *ip,
-                mac: *mac,
-                permanent: true,
-            })
-            .collect();
-        for (n, r) in del.iter().zip(self.nl.delete_neighbours(&del)) {
-            match r {
-                Ok(()) => {
-                    stats.removed += 1;
-                    rec.neighbours.remove(&n.ip);
-                }
-                Err(e) if is_gone(&e) => {
-                    rec.neighbours.remove(&n.ip);
-                }
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        let del: Vec<FdbEntry> = rec
-            .fdb
-            .iter()
-            .filter(|(mac, dst)| want_f.get(*mac) != Some(dst))
-            .map(|(mac, dst)| FdbEntry {
-                ifindex: index,
-                mac: *mac,
-                dst: *dst,
-                permanent: true,
-            })
-            .collect();
-        // An entry whose MAC is still wanted was replaced in place above.
-        let del: Vec<FdbEntry> = del
-            .into_iter()
-            .filter(|e| !want_f.contains_key(&e.mac))
-            .collect();
-        for (e, r) in del.iter().zip(self.nl.delete_fdb(&del)) {
-            match r {
-                Ok(()) => {
-                    stats.removed += 1;
-                    rec.fdb.remove(&e.mac);
-                }
-                Err(err) if is_gone(&err) => {
-                    rec.fdb.remove(&e.mac);
-                }
-                Err(err) => {
-                    first_err.get_or_insert(err);
-                }
-            }
-        }
-        match first_err {
-            None => Ok(()),
-            Some(e) => Err(e),
-        }
+            },
+            Seamed::replace_fdb,
+            Seamed::delete_fdb,
+            stats,
+        );
+        neigh.and(fdb)
     }
 
     /// Reconciles the kernel with `desired`.
@@ -406,6 +333,61 @@ impl VxlanDriver {
             }
         }
     }
+}
+
+/// A batch write of the seam (`Seamed::replace_fdb`, ...): one result per item.
+type BatchOp<T> = fn(&mut Seamed, &[T]) -> Vec<Result<(), NetlinkError>>;
+
+/// One kind of entry on the device, keyed as the kernel keys it: writes what `want` has and
+/// `rec` lacks (or has otherwise), then removes what `rec` has and `want` does not; `rec`
+/// follows every success (and every removal of an entry already gone). Unrelated entries
+/// are still attempted after a failure; the first error is returned.
+fn reconcile<K: Ord + Copy, V: PartialEq + Copy, T>(
+    nl: &mut Seamed,
+    rec: &mut BTreeMap<K, V>,
+    want: &BTreeMap<K, V>,
+    entry: impl Fn(K, V) -> T,
+    replace: BatchOp<T>,
+    delete: BatchOp<T>,
+    stats: &mut VxlanStats,
+) -> Result<(), NetlinkError> {
+    let mut first_err = None;
+    let (keys, put): (Vec<(K, V)>, Vec<T>) = want
+        .iter()
+        .filter(|(k, v)| rec.get(k) != Some(v))
+        .map(|(k, v)| ((*k, *v), entry(*k, *v)))
+        .unzip();
+    for ((k, v), r) in keys.into_iter().zip(replace(nl, &put)) {
+        match r {
+            Ok(()) => {
+                stats.written += 1;
+                rec.insert(k, v);
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    let (keys, del): (Vec<K>, Vec<T>) = rec
+        .iter()
+        .filter(|(k, _)| !want.contains_key(k))
+        .map(|(k, v)| (*k, entry(*k, *v)))
+        .unzip();
+    for (k, r) in keys.into_iter().zip(delete(nl, &del)) {
+        match r {
+            Ok(()) => {
+                stats.removed += 1;
+                rec.remove(&k);
+            }
+            Err(e) if is_gone(&e) => {
+                rec.remove(&k);
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    first_err.map_or(Ok(()), Err)
 }
 
 fn is_link_local(a: &IpNet) -> bool {
