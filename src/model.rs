@@ -654,6 +654,12 @@ pub struct Node {
     pub ipv6_vxlan_tunnel_addr: Option<IpAddr>,
     /// `spec.vxlanTunnelMACAddrV6`.
     pub vxlan_tunnel_mac_v6: Option<String>,
+    /// `spec.bgp.ipv4IPIPTunnelAddr`.
+    pub ipv4_ipip_tunnel_addr: Option<IpAddr>,
+    /// `spec.wireguard.interfaceIPv4Address`.
+    pub wireguard_v4: Option<IpAddr>,
+    /// `spec.wireguard.interfaceIPv6Address`.
+    pub wireguard_v6: Option<IpAddr>,
     /// `spec.addresses[].address` (CIDR or plain address), in order.
     pub addresses: Vec<String>,
     /// `metadata.labels`.

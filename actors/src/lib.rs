@@ -38,7 +38,7 @@ pub use health::{
     start_health_server, Health, HealthConfig, HealthReporter, ReporterSpec, StartupLatch,
 };
 pub use manager::{ApplyCtx, ApplyError, CrossManagerMsg, Manager};
-pub use metrics::Metrics;
+pub use metrics::{Collector, Metrics};
 pub use seam::{ActorSeam, Fault, FaultAction, FaultRegistry, Injected, Seam};
 pub use status::{
     ActorState, ActorStatus, LastError, RejectedChain, Role, StatusHandle, StatusSnapshot,

@@ -99,6 +99,7 @@ struct Inner {
     period: ApplySummary,
     collectors: Vec<Collector>,
     rejected: BTreeMap<String, Vec<RejectedChain>>,
+    unsupported: BTreeMap<String, Vec<String>>,
 }
 
 /// Shared metric registry. Cloning shares it.
@@ -133,6 +134,7 @@ impl Metrics {
                 period: ApplySummary::default(),
                 collectors: Vec::new(),
                 rejected: BTreeMap::new(),
+                unsupported: BTreeMap::new(),
             })),
         }
     }
@@ -192,9 +194,40 @@ impl Metrics {
             .map_or((0, 0), |s| (s.count, s.errors))
     }
 
+    /// Totals over the seam operations `ops` of every actor whose name starts with
+    /// `actor_prefix`: `(count, errors, seconds)`.
+    pub fn seam_totals(&self, actor_prefix: &str, ops: &[&str]) -> (u64, u64, f64) {
+        let g = self.inner.lock();
+        g.seam
+            .iter()
+            .filter(|((a, o), _)| a.starts_with(actor_prefix) && ops.contains(&o.as_str()))
+            .fold((0, 0, 0.0), |(c, e, t), (_, s)| {
+                (c + s.count, e + s.errors, t + s.seconds)
+            })
+    }
+
     /// Returns the period summary and starts a new period.
     pub fn take_summary(&self) -> ApplySummary {
         std::mem::take(&mut self.inner.lock().period)
+    }
+
+    /// Records what `actor` cannot program on this node (replaces its previous report).
+    pub fn set_unsupported(&self, actor: &str, items: Vec<String>) {
+        let mut g = self.inner.lock();
+        if items.is_empty() && !g.unsupported.contains_key(actor) {
+            return;
+        }
+        g.unsupported.insert(actor.to_string(), items);
+    }
+
+    /// What `actor` last reported it cannot program.
+    pub fn unsupported(&self, actor: &str) -> Vec<String> {
+        self.inner
+            .lock()
+            .unsupported
+            .get(actor)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Records the chains `actor` programs as drop-everything because the kernel

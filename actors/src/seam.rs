@@ -271,6 +271,13 @@ impl ActorSeam {
     pub fn report_rejected_chains(&self, chains: Vec<crate::status::RejectedChain>) {
         self.seam.metrics.set_rejected_chains(&self.actor, chains);
     }
+
+    /// Reports what this driver cannot program on this node (e.g. an IP pool whose
+    /// encapsulation the kernel lacks), replacing the previous report; shown in `/status`
+    /// as the actor's `unsupported` list.
+    pub fn report_unsupported(&self, items: Vec<String>) {
+        self.seam.metrics.set_unsupported(&self.actor, items);
+    }
 }
 
 #[cfg(test)]

@@ -80,6 +80,10 @@ pub struct ActorStatus {
     /// until their content changes (`rejectedChains`; omitted when empty).
     #[serde(rename = "rejectedChains", skip_serializing_if = "Vec::is_empty")]
     pub rejected_chains: Vec<RejectedChain>,
+    /// Drivers only: what the driver cannot program on this node, e.g. an IP pool whose
+    /// encapsulation the kernel lacks (`unsupported`; omitted when empty).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unsupported: Vec<String>,
 }
 
 /// The last finished apply.
@@ -191,6 +195,7 @@ mod tests {
                     chain: "cali-pi-gnp/x".into(),
                     kernel_error: "Set cali40x doesn't exist.".into(),
                 }],
+                unsupported: vec!["IP pool p (10.0.0.0/16): no IPIP".into()],
             }],
         };
         let v = serde_json::to_value(&s).unwrap();
@@ -199,6 +204,10 @@ mod tests {
         assert_eq!(v["actors"][0]["role"], "driver");
         assert_eq!(v["actors"][0]["state"], "running");
         assert_eq!(v["actors"][0]["restarts"], 1);
+        assert_eq!(
+            v["actors"][0]["unsupported"][0],
+            "IP pool p (10.0.0.0/16): no IPIP"
+        );
         assert_eq!(v["actors"][0]["lastError"]["kind"], "refused");
         assert_eq!(v["actors"][0]["lastError"]["op"], "nft-apply");
         assert_eq!(

@@ -545,6 +545,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             dirty: self.needs_apply,
             last_error: None,
             rejected_chains: Vec::new(),
+            unsupported: Vec::new(),
         }];
         actors.extend(self.managers.iter().map(|m| ActorStatus {
             name: m.spec.name.clone(),
@@ -554,6 +555,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             dirty: m.dirty,
             last_error: None,
             rejected_chains: Vec::new(),
+            unsupported: Vec::new(),
         }));
         actors.extend(self.drivers.iter().map(|d| ActorStatus {
             name: d.spec.name.clone(),
@@ -563,6 +565,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             dirty: d.dirty || d.resync,
             last_error: d.last_error.clone(),
             rejected_chains: self.metrics.rejected_chains(&d.spec.name),
+            unsupported: self.metrics.unsupported(&d.spec.name),
         }));
         self.status.publish(StatusSnapshot {
             in_sync: self.in_sync,

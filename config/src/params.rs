@@ -173,7 +173,7 @@ param_table! {
     FeatureGates { v3_field: Some("featureGates"), kind: K::KeyValueList, group: G::Dataplane,
         doc: "Opt-in switches for experimental behaviour, `name=value`." }
     MTUIfacePattern { v3_field: Some("mtuIfacePattern"), kind: K::Regex, default: "^((en|wl|ww|sl|ib)[Pcopsvx].*|(eth|wlan|wwan).*)", group: G::Dataplane,
-        doc: "Host interfaces considered when detecting the network MTU." }
+        doc: "Host interfaces considered when detecting the network MTU. Here: no effect; with `VXLANMTU`/`VXLANMTUV6` at 0 the VXLAN device's MTU is that of the interface carrying the node's address (the tunnel's parent) minus 50 (IPv4) / 70 (IPv6)." }
 
     // ---- iptables ----
     IptablesRefreshInterval { v3_field: Some("iptablesRefreshInterval"), kind: SECS, default: "180", group: G::Iptables,

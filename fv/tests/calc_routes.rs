@@ -463,6 +463,62 @@ fn routes_follow_the_pool_gate() {
 }
 
 // ---------------------------------------------------------------------------
+// Tunnel addresses of every kind: IPIP and WireGuard addresses get tunnel
+// routes with their tunnel type, as VXLAN ones do.
+// ---------------------------------------------------------------------------
+
+fn case_ipip_and_wireguard_tunnel_addresses() -> Test {
+    let node2 = "---\napiVersion: projectcalico.org/v3\nkind: Node\nmetadata:\n  name: node2\nspec:\n  bgp:\n    ipv4Address: 192.168.0.2/24\n    ipv4IPIPTunnelAddr: 10.0.1.1\n  wireguard:\n    interfaceIPv4Address: 10.0.1.2\n";
+    let ipip_pool = || {
+        let mut r = r("10.0.0.0/16").nat();
+        r.0.set_ip_pool_type(IpPoolType::Ipip);
+        r
+    };
+    let tunnel = |addr: &str, ipip: bool, wireguard: bool| {
+        let mut r = r(&format!("{addr}/32"))
+            .t(RouteType::RemoteTunnel)
+            .nat()
+            .node("node2", "192.168.0.2");
+        r.0.set_ip_pool_type(IpPoolType::Ipip);
+        r.0.tunnel_type = Some(pb::TunnelType {
+            ipip,
+            wireguard,
+            ..Default::default()
+        });
+        r
+    };
+    let mut block_route = r("10.0.1.0/29")
+        .t(RouteType::RemoteWorkload)
+        .nat()
+        .node("node2", "192.168.0.2");
+    block_route.0.set_ip_pool_type(IpPoolType::Ipip);
+    let both = State::new("IPIP pool, node with IPIP and WireGuard addresses")
+        .yaml(&yaml::ippool("p1", "10.0.0.0/16", "Always", "Never", true))
+        .yaml(node2)
+        .yaml(&block("10.0.1.0/29", Some("node2")))
+        .expect(with_routes(
+            Expect::new()
+                .host("node2", "192.168.0.2/24", "", "", &[])
+                .pool("10.0.0.0/16", true, "always", "")
+                .encap(true, false, false, false),
+            vec![
+                ipip_pool(),
+                host_route("node2", "192.168.0.2", false),
+                tunnel("10.0.1.1", true, false),
+                tunnel("10.0.1.2", false, true),
+                block_route,
+            ],
+            vec![],
+        ));
+    Test::new("routes: IPIP and WireGuard tunnel addresses", vec![both])
+}
+
+#[test]
+fn routes_for_ipip_and_wireguard_tunnel_addresses() {
+    assert_passes(&case_ipip_and_wireguard_tunnel_addresses());
+}
+
+// ---------------------------------------------------------------------------
 // Asymmetric teardown: the node goes while its block stays.
 // ---------------------------------------------------------------------------
 
@@ -662,6 +718,7 @@ fn calc_stream_over_all_route_states_obeys_the_contract() {
         case_pool_gate(),
         case_asymmetric_teardown(),
         case_local_workloads(),
+        case_ipip_and_wireguard_tunnel_addresses(),
     ] {
         everything.extend(t.states);
     }

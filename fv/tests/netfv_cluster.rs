@@ -454,7 +454,96 @@ fn vxlan_always(c: &mut Cluster) -> Result<()> {
             "node{on}: {VXLAN_V6} parameters: {info}"
         );
     }
-    Ok(())
+    restarted_managers_and_drivers_leave_routing_state_unchanged(c)
+}
+
+/// Node 1's routing state: routes of both families, the VXLAN devices with their
+/// neighbour and FDB entries (interface indices included, so a recreated device shows).
+fn routing_state(c: &Cluster) -> Result<String> {
+    let ns = &c.node(1)?.ns;
+    let mut out = Vec::new();
+    for fam in ["-4", "-6"] {
+        out.push(serde_json::to_string(&kernel::routes(ns, fam)?)?);
+    }
+    for dev in [VXLAN_V4, VXLAN_V6] {
+        let link =
+            kernel::link_details(ns, dev)?.map(|l| (l["ifindex"].clone(), l["address"].clone()));
+        out.push(format!("{link:?}"));
+        out.push(serde_json::to_string(&kernel::neighbours(ns, dev)?)?);
+        out.push(serde_json::to_string(&kernel::fdb(ns, dev)?)?);
+    }
+    Ok(out.join("\n"))
+}
+
+/// The cluster-route managers and the routing drivers of node 1 are restarted by injected
+/// panics while a fourth node and a second local block come and go (the managers replay
+/// routes, VTEPs and pools; a restarted driver reads the kernel back): afterwards the
+/// kernel's routing state is exactly what it was, and traffic still flows.
+fn restarted_managers_and_drivers_leave_routing_state_unchanged(c: &mut Cluster) -> Result<()> {
+    let before = routing_state(c)?;
+    let actors: Vec<String> = ["v4", "v6"]
+        .iter()
+        .flat_map(|f| {
+            [
+                format!("manager/cluster-routes-{f}"),
+                format!("driver/routes-{f}"),
+                format!("driver/vxlan-{f}"),
+            ]
+        })
+        .collect();
+    {
+        let d = c.node_mut(1)?.d()?;
+        for a in &actors {
+            let op = if a.starts_with("manager/") {
+                "on_update"
+            } else {
+                "*"
+            };
+            d.add_fault(a, op, "panic", 1)?;
+        }
+    }
+    c.write(
+        "node4.yaml",
+        "apiVersion: projectcalico.org/v3\nkind: Node\nmetadata:\n  name: node4\nspec:\n  bgp:\n    ipv4Address: 10.0.2.44/24\n    ipv6Address: \"fd00:2::44/64\"\n  ipv4VXLANTunnelAddr: 10.65.4.1\n  ipv6VXLANTunnelAddr: \"fd00:65:4::1\"\n",
+    )?;
+    c.write(
+        "extra-blocks.yaml",
+        &[
+            ipam_block_yaml("10.65.1.64/26", Some("node1")),
+            ipam_block_yaml("fd00:65:1::40/122", Some("node1")),
+            ipam_block_yaml("10.65.4.0/26", Some("node4")),
+            ipam_block_yaml("fd00:65:4::/122", Some("node4")),
+        ]
+        .join("---\n"),
+    )?;
+    {
+        let d = c.node_mut(1)?.d()?;
+        for a in &actors {
+            poll(SETTLE, || (d.restarts(a) == Some(1)).then_some(()))
+                .with_context(|| format!("{a} was not restarted"))?;
+        }
+        d.clear_faults()?;
+    }
+    expect_kernel("node4's route on node1 after the restarts", || {
+        let peer = "10.65.4.1".to_string();
+        route_check(c, 1, "10.65.4.0/26", Some((&peer, VXLAN_V4, true)))
+    })?;
+    c.remove("node4.yaml")?;
+    c.remove("extra-blocks.yaml")?;
+    poll(SETTLE, || {
+        routing_state(c).ok().filter(|s| *s == before)
+    })
+    .map_err(|_| {
+        let after = routing_state(c).unwrap_or_default();
+        anyhow::anyhow!(
+            "routing state differs after the restarts and removals:\nbefore:\n{before}\nafter:\n{after}"
+        )
+    })?;
+    c.expect_traffic(
+        "all pairs v4 after restarts",
+        &c.all_pairs(8080, false),
+        SETTLE,
+    )
 }
 
 #[test]
@@ -605,7 +694,35 @@ fn no_encap_cluster_routes(c: &mut Cluster) -> Result<()> {
         })
         .collect();
     c.expect_paths("same-subnet pairs direct", &same, 8080, false, SETTLE)?;
-    c.expect_paths("same-subnet pairs direct v6", &same, 8080, true, SETTLE)
+    c.expect_paths("same-subnet pairs direct v6", &same, 8080, true, SETTLE)?;
+    ipip_pool_is_reported_unsupported(c)
+}
+
+/// This kernel has no IPIP module: an IPIP pool is reported in `/status` (on the VXLAN
+/// driver, the node's tunnel driver) and programs nothing, the rest keeps working.
+fn ipip_pool_is_reported_unsupported(c: &mut Cluster) -> Result<()> {
+    c.write(
+        "ipip-pool.yaml",
+        "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata:\n  name: ipip\nspec:\n  cidr: 10.98.0.0/16\n  ipipMode: Always\n",
+    )?;
+    let d = c.node_mut(1)?.d()?;
+    poll(SETTLE, || {
+        let st = d.status()?;
+        st["actors"].as_array()?.iter().find(|a| {
+            a["name"] == "driver/vxlan-v4"
+                && a["unsupported"].as_array().is_some_and(|u| {
+                    u.iter()
+                        .any(|m| m.as_str().is_some_and(|m| m.contains("10.98.0.0/16")))
+                })
+        })?;
+        Some(())
+    })
+    .context("the IPIP pool is not reported as unsupported in /status")?;
+    c.remove("ipip-pool.yaml")?;
+    let a2 = c.node(2)?.addr4.to_string();
+    expect_kernel("node1 -> node2's block still routed", || {
+        route_check(c, 1, &block4(2), Some((&a2, "eth0", false)))
+    })
 }
 
 #[test]

@@ -80,6 +80,7 @@ fn vxlan_desired(nodes: impl Iterator<Item = u32>) -> VxlanDesired {
                 ))
             })
             .collect(),
+        unsupported: Vec::new(),
     }
 }
 

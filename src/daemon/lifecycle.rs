@@ -116,8 +116,17 @@ impl HealthServer {
 
 /// Runs the daemon until a signal, a needed restart, or a fatal failure.
 pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
-    let local = LocalConfig::load(opts.config_file.as_deref())
+    let mut local = LocalConfig::load(opts.config_file.as_deref())
         .map_err(|e| DaemonError::Input(e.to_string()))?;
+    // The resolved node name (`--node`, else `FELIX_FELIXHOSTNAME`, else the hostname) is
+    // this node's `FelixHostname` for everything that reads the configuration (the
+    // dataplane's cluster routes find this node's own VTEP by it).
+    local
+        .env
+        .retain(|k, _| !k.eq_ignore_ascii_case("FelixHostname"));
+    local
+        .env
+        .insert("FelixHostname".to_string(), opts.node.clone());
     let (local_cfg, local_errs) = local.build();
     let log = logging::init(local_cfg.log_severity_screen());
     log_local_errors(&local_errs);
@@ -160,6 +169,11 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
     {
         let m = calc_metrics.clone();
         shared.metrics.add_collector(Arc::new(move || m.render()));
+        shared
+            .metrics
+            .add_collector(crate::dataplane::metrics::route_table_collector(
+                shared.metrics.clone(),
+            ));
     }
     let latch = shared.health.startup_latch("felix-config-loaded");
     let calc_reporter = shared.health.reporter(
@@ -272,6 +286,16 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
             Ok(Stop::Signal(s))
         }
         Outcome::Restart(r) => {
+            // A SIGTERM/SIGINT that arrived while stopping for the restart wins: the
+            // operator asked felix to stop, so it must not re-execute itself.
+            let signalled = std::iter::from_fn(|| ctl_rx.try_recv().ok()).find_map(|c| match c {
+                Control::Signal(s) => Some(s),
+                _ => None,
+            });
+            if let Some(s) = signalled {
+                tracing::info!(signal = s, reason = %r, "signal received while restarting; stopping instead");
+                return Ok(Stop::Signal(s));
+            }
             tracing::warn!(reason = %r, "restarting");
             Ok(Stop::Restart(r))
         }

@@ -26,6 +26,12 @@ pub fn reexec(started: Instant) -> std::io::Error {
     if up < MIN_UPTIME {
         std::thread::sleep(MIN_UPTIME - up);
     }
+    // A SIGTERM/SIGINT during the restart means stop: the handler has recorded it, and
+    // the new image would never see it.
+    if super::signals::received() {
+        tracing::info!("signal received while restarting; exiting instead of re-executing");
+        std::process::exit(0);
+    }
     let mut args = std::env::args_os();
     let argv0 = args.next().unwrap_or_else(|| "felix".into());
     Command::new("/proc/self/exe").arg0(argv0).args(args).exec()

@@ -6,7 +6,18 @@
 //! which stops cleanly; a second one while stopping ends the process at
 //! once (exit 1), as upstream does.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use tokio::signal::unix::{signal, SignalKind};
+
+/// Set by the first SIGTERM/SIGINT of the process (the handler stays installed until exit).
+static RECEIVED: AtomicBool = AtomicBool::new(false);
+
+/// True once a SIGTERM or SIGINT has been received: a restart in progress must then stop
+/// instead of re-executing felix.
+pub fn received() -> bool {
+    RECEIVED.load(Ordering::Acquire)
+}
 
 /// Registers the handlers and starts the thread; `on_signal` is called with
 /// the signal's name for the first signal.
@@ -33,6 +44,7 @@ pub fn install(on_signal: impl Fn(&'static str) + Send + 'static) -> std::io::Re
                         else => return,
                     };
                     seen += 1;
+                    RECEIVED.store(true, Ordering::Release);
                     if seen == 1 {
                         tracing::info!(signal = name, "shutting down");
                         on_signal(name);

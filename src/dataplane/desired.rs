@@ -352,6 +352,9 @@ pub struct VxlanDesired {
     pub device: Option<VxlanDevice>,
     /// Remote VTEPs, by node.
     pub vteps: BTreeMap<String, Vtep>,
+    /// IP pools of this family whose encapsulation this node's kernel lacks (IPIP without
+    /// the module): reported by the driver in `/status`, never programmed.
+    pub unsupported: Vec<String>,
 }
 
 /// Per-interface kernel settings the endpoint manager wants.

@@ -35,6 +35,7 @@ pub mod ipsets;
 pub mod iptables;
 pub mod kernel;
 pub mod managers;
+pub mod metrics;
 pub mod netlink;
 pub mod nftables;
 pub mod rules;

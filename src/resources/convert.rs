@@ -952,7 +952,10 @@ fn node(id: &ResourceId, meta: Metadata, s: types::NodeSpec) -> VResult<Entries>
             )?);
         }
         if !bgp.ipv4_ipip_tunnel_addr.is_empty() {
-            parse_ipv4("spec.bgp.ipv4IPIPTunnelAddr", &bgp.ipv4_ipip_tunnel_addr)?;
+            n.ipv4_ipip_tunnel_addr = Some(parse_ipv4(
+                "spec.bgp.ipv4IPIPTunnelAddr",
+                &bgp.ipv4_ipip_tunnel_addr,
+            )?);
         }
         if !bgp.route_reflector_cluster_id.is_empty() {
             parse_ipv4(
@@ -965,6 +968,20 @@ fn node(id: &ResourceId, meta: Metadata, s: types::NodeSpec) -> VResult<Entries>
                 Some(v) => n.as_number = Some(v.to_string()),
                 None => return err("spec.bgp.asNumber", format!("invalid AS number {asn}")),
             }
+        }
+    }
+    if let Some(wg) = &s.wireguard {
+        if !wg.interface_ipv4_address.is_empty() {
+            n.wireguard_v4 = Some(parse_ipv4(
+                "spec.wireguard.interfaceIPv4Address",
+                &wg.interface_ipv4_address,
+            )?);
+        }
+        if !wg.interface_ipv6_address.is_empty() {
+            n.wireguard_v6 = Some(parse_ipv6(
+                "spec.wireguard.interfaceIPv6Address",
+                &wg.interface_ipv6_address,
+            )?);
         }
     }
     if !s.ipv4_vxlan_tunnel_addr.is_empty() {

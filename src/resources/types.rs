@@ -644,14 +644,34 @@ pub struct NodeSpec {
     /// `spec.orchRefs`: accepted and ignored.
     pub orch_refs: Option<IgnoredAny>,
     #[serde(default)]
-    /// `spec.wireguard`: accepted and ignored.
-    pub wireguard: Option<IgnoredAny>,
+    /// `spec.wireguard`: the node's WireGuard interface addresses.
+    pub wireguard: Option<NodeWireguardSpec>,
     #[serde(default, deserialize_with = "nullable")]
     /// `spec.addresses`: the node's addresses.
     pub addresses: Vec<NodeAddress>,
     #[serde(default)]
     /// `spec.interfaces`: accepted and ignored.
     pub interfaces: Option<IgnoredAny>,
+}
+
+/// `Node.spec.wireguard`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeWireguardSpec {
+    #[serde(
+        default,
+        rename = "interfaceIPv4Address",
+        deserialize_with = "nullable"
+    )]
+    /// `interfaceIPv4Address`: the address of the node's IPv4 WireGuard interface.
+    pub interface_ipv4_address: String,
+    #[serde(
+        default,
+        rename = "interfaceIPv6Address",
+        deserialize_with = "nullable"
+    )]
+    /// `interfaceIPv6Address`: the address of the node's IPv6 WireGuard interface.
+    pub interface_ipv6_address: String,
 }
 
 /// `Node.spec.bgp`.

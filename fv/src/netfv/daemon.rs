@@ -174,6 +174,10 @@ impl Daemon {
         cmd.args(["--datastore", datastore])
             .arg("--admin-socket")
             .arg(&socket)
+            // The test gate's own variables are not felix settings (felix would log them
+            // as unknown parameters).
+            .env_remove("FELIX_REQUIRE_KERNEL_TESTS")
+            .env_remove("FELIX_KERNEL_TEST_LOG")
             .env("FELIX_NFTABLESMODE", backend.nftables_mode())
             .env("FELIX_HEALTHENABLED", "false")
             .stdin(Stdio::null())

@@ -40,8 +40,9 @@
 //! # Known gaps against upstream (model limits, see the report)
 //! * Borrowed IPs inside a block (non-affine allocations) are not in the
 //!   model's `IpamBlock`, so only the block-wide route is produced.
-//! * IPIP tunnel addresses and WireGuard interface addresses are not in
-//!   the model's `Node`, so only VXLAN tunnel routes are produced.
+//! * Tunnel addresses (VXLAN, IPIP `spec.bgp.ipv4IPIPTunnelAddr`, WireGuard
+//!   `spec.wireguard.interfaceIPv4/6Address`) each get a tunnel route with
+//!   the tunnel type set.
 //! * Without a BGP address, upstream takes a node's first `InternalIP`
 //!   (else `ExternalIP`) address; the model keeps no address types, so
 //!   the first address of the family is used.
@@ -66,6 +67,9 @@ struct NodeInfo {
     v6: Option<(IpAddr, IpNet)>,
     vxlan_v4: Option<IpAddr>,
     vxlan_v6: Option<IpAddr>,
+    ipip_v4: Option<IpAddr>,
+    wireguard_v4: Option<IpAddr>,
+    wireguard_v6: Option<IpAddr>,
     /// Every address of the node (BGP addresses and `spec.addresses`),
     /// sorted and deduplicated; each gets a host route.
     host_addrs: Vec<IpAddr>,
@@ -122,12 +126,24 @@ impl NodeInfo {
             v6,
             vxlan_v4: n.ipv4_vxlan_tunnel_addr,
             vxlan_v6: n.ipv6_vxlan_tunnel_addr,
+            ipip_v4: n.ipv4_ipip_tunnel_addr,
+            wireguard_v4: n.wireguard_v4,
+            wireguard_v6: n.wireguard_v6,
             host_addrs,
         })
     }
 
+    /// Every tunnel address of the node with its kind (VXLAN, IPIP, WireGuard).
+    fn tunnel_refs(&self) -> impl Iterator<Item = (IpAddr, RefKind)> + '_ {
+        let vx = self.vxlan_v4.iter().chain(self.vxlan_v6.iter());
+        let wg = self.wireguard_v4.iter().chain(self.wireguard_v6.iter());
+        vx.map(|a| (*a, RefKind::Vxlan))
+            .chain(self.ipip_v4.iter().map(|a| (*a, RefKind::Ipip)))
+            .chain(wg.map(|a| (*a, RefKind::Wireguard)))
+    }
+
     fn tunnel_addrs(&self) -> impl Iterator<Item = IpAddr> + '_ {
-        self.vxlan_v4.iter().chain(self.vxlan_v6.iter()).copied()
+        self.tunnel_refs().map(|(a, _)| a)
     }
 
     fn addr(&self, v6: bool) -> Option<IpAddr> {
@@ -167,11 +183,12 @@ fn pool_info(p: &IpPool) -> PoolInfo {
 }
 
 /// Kind of a reference; the order is the tie-break order among references
-/// of one node at one CIDR (upstream's order, which also has WireGuard and
-/// IPIP between the two; the model carries neither address).
+/// of one node at one CIDR (upstream's order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum RefKind {
     Workload,
+    Wireguard,
+    Ipip,
     Vxlan,
 }
 
@@ -451,13 +468,13 @@ impl L3RouteResolver {
         // Tunnel references: add the new ones before releasing the old, so
         // an unchanged address never drops to zero.
         if let Some(n) = &new {
-            for a in n.tunnel_addrs() {
-                self.add_ref(host_cidr(a), name, RefKind::Vxlan);
+            for (a, kind) in n.tunnel_refs() {
+                self.add_ref(host_cidr(a), name, kind);
             }
         }
         if let Some(o) = &old {
-            for a in o.tunnel_addrs() {
-                self.remove_ref(host_cidr(a), name, RefKind::Vxlan);
+            for (a, kind) in o.tunnel_refs() {
+                self.remove_ref(host_cidr(a), name, kind);
             }
             for a in &o.host_addrs {
                 self.update(host_cidr(*a), |ri| ri.hosts.retain(|h| h != name));
@@ -590,8 +607,11 @@ impl L3RouteResolver {
                     });
                     let mut tt = pb::TunnelType::default();
                     for r in ri.refs.iter().filter(|r| r.node == first.node) {
-                        if r.kind == RefKind::Vxlan {
-                            tt.vxlan = true;
+                        match r.kind {
+                            RefKind::Vxlan => tt.vxlan = true,
+                            RefKind::Ipip => tt.ipip = true,
+                            RefKind::Wireguard => tt.wireguard = true,
+                            RefKind::Workload => {}
                         }
                     }
                     rt.tunnel_type = Some(tt);

@@ -102,6 +102,11 @@ impl RouteOwnership {
     /// True if a route read back from the kernel is ours to manage; `dev` is the name of its
     /// output interface.
     pub fn route_is_ours(&self, r: &Route, dev: Option<&str>) -> bool {
+        // The kernel's own routes (an address's subnet, IPv6 link-local `fe80::/64` on every
+        // interface) belong to the address configuration, never to felix.
+        if r.protocol == RTPROT_KERNEL || is_link_local(&r.dst) {
+            return false;
+        }
         if self.owns_table(r.table) {
             return true;
         }
@@ -118,6 +123,16 @@ impl RouteOwnership {
             }
             _ => false,
         }
+    }
+}
+
+/// `RTPROT_KERNEL`: routes the kernel derives from addresses.
+const RTPROT_KERNEL: u8 = 2;
+
+fn is_link_local(dst: &IpNet) -> bool {
+    match dst {
+        IpNet::V6(n) => n.network().segments()[0] & 0xffc0 == 0xfe80,
+        IpNet::V4(n) => n.network().octets()[..2] == [169, 254] && n.prefix_len() >= 16,
     }
 }
 
@@ -535,6 +550,27 @@ mod tests {
         assert!(!o.route_is_ours(&r(3, TABLE_MAIN), Some("eth0")));
         assert!(o.route_is_ours(&r(3, 7), Some("eth0")), "owned table");
         assert!(!o.route_is_ours(&r(80, 251), Some("eth0")), "foreign table");
+        let kernel_ll = Route {
+            dst: "fe80::/64".parse().unwrap(),
+            protocol: 2,
+            ..r(2, TABLE_MAIN)
+        };
+        assert!(
+            !o.route_is_ours(&kernel_ll, Some("cali1")),
+            "the kernel's link-local route"
+        );
+        let boot_ll = Route {
+            protocol: 3,
+            ..kernel_ll.clone()
+        };
+        assert!(
+            !o.route_is_ours(&boot_ll, Some("cali1")),
+            "link-local, whatever its protocol"
+        );
+        assert!(
+            !o.route_is_ours(&r(2, TABLE_MAIN), Some("cali1")),
+            "proto kernel"
+        );
         let timid = RouteOwnership {
             remove_external_routes: false,
             ..own()
@@ -591,7 +627,7 @@ mod tests {
         fake.put_route(route("10.65.0.2/32", Some(c1), 3, TABLE_MAIN));
         fake.put_route(route("10.65.0.9/32", Some(c1), 3, TABLE_MAIN));
         fake.put_route(route("192.168.0.0/24", Some(eth), 2, TABLE_MAIN));
-        fake.put_route(route("10.99.0.0/24", Some(eth), 2, 7));
+        fake.put_route(route("10.99.0.0/24", Some(eth), 4, 7));
         let mut t = table(&fake, &clock);
         let mut d = RoutesDesired::default();
         set(

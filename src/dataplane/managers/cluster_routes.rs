@@ -172,7 +172,22 @@ impl ClusterRoutesManager {
         } else {
             BTreeMap::new()
         };
-        VxlanDesired { device, vteps }
+        let unsupported = if self.settings.ipip_supported {
+            Vec::new()
+        } else {
+            self.pools
+                .iter()
+                .filter(|(_, (_, ipip, _))| is_on(ipip))
+                .map(|(id, (net, _, _))| {
+                    format!("IP pool {id} ({net}): IPIP encapsulation, but this node's kernel has no IPIP module")
+                })
+                .collect()
+        };
+        VxlanDesired {
+            device,
+            vteps,
+            unsupported,
+        }
     }
 
     fn cluster_route(dst: IpNet, gateway: IpAddr, onlink: bool) -> RouteTarget {
@@ -531,6 +546,9 @@ mod tests {
         );
         assert!(classes(&mut m).is_empty());
         assert!(m.reported.contains("10.67.0.0/16"));
+        let unsupported = m.desired_vxlan().unsupported;
+        assert_eq!(unsupported.len(), 1, "{unsupported:?}");
+        assert!(unsupported[0].contains("10.67.0.0/16"), "{unsupported:?}");
         let mut m2 = manager(ClusterRouteSettings {
             no_encap_routes: true,
             ..settings()

@@ -373,6 +373,11 @@ impl Seamed {
         }
     }
 
+    /// The driver's seam (for reports such as `report_unsupported`).
+    pub fn seam(&self) -> &ActorSeam {
+        &self.seam
+    }
+
     fn handle(&mut self) -> Result<&mut Box<dyn Netlink>, NetlinkError> {
         if self.nl.is_none() {
             let provider = self.provider.clone();

@@ -59,6 +59,7 @@ fn vxlan_desired(nodes: &[u8]) -> VxlanDesired {
                 )
             })
             .collect(),
+        unsupported: Vec::new(),
     }
 }
 

@@ -419,6 +419,9 @@ impl Driver for VxlanDriver {
     type Desired = VxlanDesired;
 
     fn apply(&mut self, desired: &VxlanDesired) -> Result<(), DriverError> {
+        self.nl
+            .seam()
+            .report_unsupported(desired.unsupported.clone());
         let stats = self.apply_desired(desired)?;
         if stats != VxlanStats::default() {
             tracing::debug!(?stats, device = self.name(), "VXLAN state applied");
@@ -485,6 +488,7 @@ mod tests {
                     )
                 })
                 .collect(),
+            unsupported: Vec::new(),
         }
     }
 
