@@ -505,3 +505,58 @@ fn kernel_probe_finds_tcx_on_this_kernel() {
     let support = KernelProbe::default().probe();
     assert!(support.tcx, "kernel 6.6+ has TCX");
 }
+
+#[test]
+fn teardown_removes_every_attachment_qdisc_and_pin() {
+    felix_netns::require!(netns ["ip", "ping", "tc"]);
+    let t = Arc::new(topo());
+    let root = PinRoot::new();
+    let opts = root.options(false);
+    let opts_root = opts.root.clone();
+    let t2 = t.clone();
+    in_host(&t, move || {
+        let t = t2;
+        let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("start");
+        attach_all(&mut dp, &t, Mechanism::Tcx);
+        // caliB over clsact.
+        for hook in Hook::ALL {
+            dp.apply(&point(
+                t.cali_b,
+                "caliB",
+                hook,
+                Mechanism::Tc,
+                PolicyKind::Allow,
+            ))
+            .expect("apply");
+        }
+        let mut listed = dp.iface_map().ifindices(dp.ops()).expect("keys");
+        listed.sort_unstable();
+        let mut want = vec![t.cali_a, t.cali_b];
+        want.sort_unstable();
+        assert_eq!(listed, want, "cali_iface lists both interfaces");
+        let ops = dp.ops().clone();
+        drop(dp);
+        let done = felix_bpf::teardown(ops.clone(), opts.clone(), &[t.cali_a, t.cali_b])
+            .expect("teardown");
+        assert!(done.root_removed);
+        assert_eq!(done.hooks.len(), 4);
+        assert_eq!(done.qdiscs, vec![t.cali_b]);
+        assert!(!opts_root.exists(), "pin root removed");
+        for idx in [t.cali_a, t.cali_b] {
+            for hook in Hook::ALL {
+                assert!(query_tcx(&ops, idx, hook).expect("query").is_empty());
+            }
+        }
+        let qdiscs = t
+            .host
+            .exec("tc", &["qdisc", "show", "dev", "caliB"])
+            .unwrap_or_default();
+        assert!(!qdiscs.contains("clsact"), "clsact qdisc removed: {qdiscs}");
+        assert!(!tc_filters(&t.host, "caliB", "ingress").contains("cali"));
+        // Nothing left: a second teardown does nothing (and mounts nothing).
+        let again = felix_bpf::teardown(ops, opts, &[]).expect("no-op");
+        assert_eq!(again, felix_bpf::Teardown::default());
+        // With no programs, no traffic is policed any more: the plain host routes carry it.
+        assert!(ping(&t.a, "10.65.0.2"));
+    });
+}

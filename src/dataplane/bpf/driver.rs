@@ -21,7 +21,9 @@
 //! after in-sync); that first apply is a resync: every hook recorded in the pins and every
 //! `cali_iface` entry of an interface not desired is removed (mark-and-sweep). Afterwards an
 //! interface leaving the desired state is removed at once. Interfaces that do not exist yet
-//! wait for the interface monitor (or, without one, keep the driver dirty).
+//! wait for the interface monitor (or, without one, keep the driver dirty); any interface
+//! event re-runs the reconcile, so an interface re-created under the same name (another
+//! ifindex) is re-programmed and its old hooks removed.
 //!
 //! Restart: at construction the driver seeds [`BpfReady`] read-only from the pinned
 //! `cali_iface` (READY workload entries whose name still has that ifindex), so the first
@@ -334,8 +336,11 @@ impl Driver for BpfDriver {
     }
 
     fn is_dirty(&self) -> bool {
+        // With the monitor, any interface change re-runs the reconcile (cheap when nothing
+        // changed): a waiting interface may have appeared, or a programmed one been
+        // re-created under another ifindex with the same name.
         let waiting = match &self.ifaces {
-            Some(sub) => sub.has_pending() && !self.waiting.is_empty(),
+            Some(sub) => sub.has_pending(),
             None => !self.waiting.is_empty(),
         };
         self.failed || self.resync || waiting || self.kick
