@@ -17,10 +17,22 @@
 //!   kept in memory and rebuilt from the pins at start ([`BpfDataplane::start`]).
 //! * Moving a hook to another mechanism removes the old attachment (a clsact filter left
 //!   behind would run after, or instead of, the TCX program).
+//! * Restart without a drop: at start the jump maps an earlier run pinned are set aside
+//!   (their pins moved to `<mech>/old/<n>/`) and fresh ones are created. The preambles the
+//!   earlier run attached keep tail-calling through the set-aside maps, whose pins keep them
+//!   populated (an unpinned `prog_array` is emptied when its last user reference goes).
+//!   Every hook found at start is *stale*: its next [`BpfDataplane::apply`] re-loads and
+//!   re-attaches its preamble against the fresh maps whatever its globals. Once no stale hook
+//!   is left (each re-attached or removed) the set-aside pins are removed, which frees the
+//!   old maps and programs.
+//! * The policy programs of a jump-map set are loaded once per run and shared by every slot;
+//!   a slot already holding the wanted program is not rewritten (a resync costs a lookup per
+//!   hook, not a program load).
 //!
 //! # Pins (under `root`, normally `/sys/fs/bpf/cali`)
 //! `cali_iface4`; `<mech>/cali_progs_<dir>2`, `<mech>/cali_jump_<dir>2`;
-//! `<mech>/hooks/if<ifindex>_<dir>/{prog,globals[,link]}` per attached hook.
+//! `<mech>/hooks/if<ifindex>_<dir>/{prog,globals[,link]}` per attached hook;
+//! `<mech>/old/<n>/` an earlier run's jump maps, while its preambles still use them.
 //!
 //! # Thread safety
 //! Not shared: one driver owns it and calls it from its blocking apply step (every call
@@ -150,6 +162,8 @@ struct JumpSet {
     jump: JumpMap,
     slots: SlotAllocator,
     generic_loaded: bool,
+    /// The policy programs, loaded once per run for this set (ids by program name).
+    policy: Option<(Object, BTreeMap<&'static str, u32>)>,
 }
 
 /// The BPF loader and attacher (see the module doc).
@@ -160,7 +174,12 @@ pub struct BpfDataplane {
     iface: IfaceMap,
     sets: BTreeMap<(Mechanism, Hook), JumpSet>,
     hooks: BTreeMap<(u32, Hook), HookRecord>,
+    /// Hooks attached by an earlier run, still using its set-aside jump maps.
+    stale: std::collections::BTreeSet<(u32, Hook)>,
 }
+
+/// The directory of set-aside jump maps of one mechanism's directory.
+const SET_ASIDE_DIR: &str = "old";
 
 /// A loaded, unattached preamble (for `BPF_PROG_TEST_RUN`).
 #[derive(Debug)]
@@ -338,6 +357,42 @@ fn parse_hook_dir(name: &str) -> Option<(u32, Hook)> {
     Some((idx.parse().ok()?, Hook::from_suffix(sfx)?))
 }
 
+/// Moves the pins of `specs` in `dir` (an earlier run's jump maps) into a fresh
+/// `dir/old/<n>/`, `n` one above any generation already set aside (a run that stopped before
+/// re-attaching everything leaves its own set-aside maps, still used by some preambles).
+fn set_aside_jump_maps(
+    ops: &BpfOps,
+    dir: &Path,
+    specs: &[crate::maps::MapSpec],
+) -> Result<(), BpfError> {
+    let present: Vec<PathBuf> = specs
+        .iter()
+        .map(|s| dir.join(s.versioned_name()))
+        .filter(|p| p.exists())
+        .collect();
+    if present.is_empty() {
+        return Ok(());
+    }
+    let old = dir.join(SET_ASIDE_DIR);
+    let next = std::fs::read_dir(&old)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+                .max()
+                .map_or(0, |n| n.saturating_add(1))
+        })
+        .unwrap_or(0);
+    let gen = old.join(next.to_string());
+    ops.run(op::SET_ASIDE, gen.display(), || {
+        std::fs::create_dir_all(&gen)
+    })?;
+    for pin in present {
+        let to = gen.join(pin.file_name().unwrap_or_default());
+        ops.run(op::SET_ASIDE, pin.display(), || std::fs::rename(&pin, &to))?;
+    }
+    Ok(())
+}
+
 fn remove_file_if_exists(ops: &BpfOps, path: &Path) -> Result<(), BpfError> {
     if path.exists() {
         ops.run(op::UNPIN, path.display(), || std::fs::remove_file(path))?;
@@ -362,6 +417,7 @@ impl BpfDataplane {
             iface,
             sets: BTreeMap::new(),
             hooks: BTreeMap::new(),
+            stale: Default::default(),
         };
         for mech in [Mechanism::Tc, Mechanism::Tcx] {
             let dir = dp.opts.root.join(mech.dir_name());
@@ -370,9 +426,46 @@ impl BpfDataplane {
                 .flat_map(|h| [progs_map(*h), jump_map(*h)])
                 .collect();
             remove_old_versions(&dp.ops, &dir, &specs)?;
+            set_aside_jump_maps(&dp.ops, &dir, &specs)?;
             dp.rebuild_records(mech)?;
         }
+        dp.stale = dp.hooks.keys().copied().collect();
+        // Nothing attached uses set-aside maps (e.g. every hook was removed while down).
+        dp.retire_set_aside()?;
         Ok(dp)
+    }
+
+    /// Hooks attached by an earlier run that still tail-call through its set-aside jump maps
+    /// (re-attached by their next [`BpfDataplane::apply`]).
+    pub fn stale_hooks(&self) -> impl Iterator<Item = (u32, Hook)> + '_ {
+        self.stale.iter().copied()
+    }
+
+    /// Whether an earlier run's jump maps are still set aside (pinned under `<mech>/old`).
+    pub fn has_set_aside_maps(&self) -> bool {
+        [Mechanism::Tc, Mechanism::Tcx].iter().any(|m| {
+            self.opts
+                .root
+                .join(m.dir_name())
+                .join(SET_ASIDE_DIR)
+                .exists()
+        })
+    }
+
+    /// Removes the set-aside jump maps once no stale hook uses them.
+    fn retire_set_aside(&mut self) -> Result<(), BpfError> {
+        if !self.stale.is_empty() {
+            return Ok(());
+        }
+        for mech in [Mechanism::Tc, Mechanism::Tcx] {
+            let old = self.opts.root.join(mech.dir_name()).join(SET_ASIDE_DIR);
+            if old.exists() {
+                tracing::debug!(dir = %old.display(), "removing set-aside jump maps");
+                self.ops
+                    .run(op::UNPIN, old.display(), || std::fs::remove_dir_all(&old))?;
+            }
+        }
+        Ok(())
     }
 
     fn rebuild_records(&mut self, mech: Mechanism) -> Result<(), BpfError> {
@@ -461,6 +554,7 @@ impl BpfDataplane {
                     jump,
                     slots,
                     generic_loaded: false,
+                    policy: None,
                 },
             );
         }
@@ -534,16 +628,31 @@ impl BpfDataplane {
             objects::POLICY
         };
         let set = self.set(mech, hook)?;
-        let maps = [
-            ("cali_progs", set.progs.map().fd()),
-            ("cali_jump", set.jump.map().fd()),
-        ];
-        let obj = load_object(&ops, bytes, "cali_pol", (mech, hook), &maps, None)?;
+        if set.policy.is_none() {
+            let maps = [
+                ("cali_progs", set.progs.map().fd()),
+                ("cali_jump", set.jump.map().fd()),
+            ];
+            let obj = load_object(&ops, bytes, "cali_pol", (mech, hook), &maps, None)?;
+            let mut ids = BTreeMap::new();
+            for name in ["cali_pol_allow", "cali_pol_deny"] {
+                let prog = find_prog(&obj, name)?;
+                let id = ops.lib(op::PROG_OPEN, name, || Program::id_from_fd(prog.as_fd()))?;
+                ids.insert(name, id);
+            }
+            set.policy = Some((obj, ids));
+        }
         let name = match kind {
             PolicyKind::Allow => "cali_pol_allow",
             PolicyKind::Deny => "cali_pol_deny",
         };
-        let prog = find_prog(&obj, name)?;
+        let Some((obj, ids)) = &set.policy else {
+            return Err(missing(name));
+        };
+        if set.jump.prog_id(&ops, slot)? == ids.get(name).copied() {
+            return Ok(());
+        }
+        let prog = find_prog(obj, name)?;
         set.jump.set(&ops, slot, prog.as_fd())
     }
 
@@ -630,6 +739,14 @@ impl BpfDataplane {
     /// Programs one hook: generic programs, the endpoint's policy in its slot, and the
     /// preamble (re-loaded and re-attached only if its globals differ or it is not attached).
     pub fn apply(&mut self, ap: &AttachPoint) -> Result<AttachOutcome, BpfError> {
+        let out = self.apply_hook(ap)?;
+        if self.stale.remove(&(ap.ifindex, ap.hook)) {
+            self.retire_set_aside()?;
+        }
+        Ok(out)
+    }
+
+    fn apply_hook(&mut self, ap: &AttachPoint) -> Result<AttachOutcome, BpfError> {
         self.ensure_generic(ap.mechanism, ap.hook)?;
         let old = self.hooks.get(&(ap.ifindex, ap.hook)).copied();
         let kept = old.and_then(|r| {
@@ -659,8 +776,10 @@ impl BpfDataplane {
         let key = (ap.ifindex, ap.hook);
         self.set_policy(ap.mechanism, ap.hook, slot, ap.policy)?;
         let globals = self.globals_for(ap, slot);
+        let stale = self.stale.contains(&key);
         if let Some(r) = old {
-            if r.mechanism == ap.mechanism
+            if !stale
+                && r.mechanism == ap.mechanism
                 && r.globals == globals
                 && self.is_attached(ap.ifindex, ap.hook, &r)?
             {
@@ -903,6 +1022,9 @@ impl BpfDataplane {
         for mech in [Mechanism::Tc, Mechanism::Tcx] {
             self.detach_mechanism(mech, ifindex, hook)?;
         }
+        if self.stale.remove(&(ifindex, hook)) {
+            self.retire_set_aside()?;
+        }
         if let Some(r) = self.hooks.remove(&(ifindex, hook)) {
             let ops = self.ops.clone();
             let set = self.set(r.mechanism, hook)?;
@@ -976,6 +1098,11 @@ pub fn teardown(ops: BpfOps, opts: Options, devices: &[u32]) -> Result<Teardown,
         }
     }
     for ifindex in clsact {
+        // Another program's filters share the qdisc: it stays.
+        if clsact_in_use(&dp.ops, ifindex)? {
+            tracing::info!(ifindex, "clsact qdisc has other filters: left in place");
+            continue;
+        }
         let fd = dp.iface.map().fd();
         let mut h = TcHookBuilder::new(fd);
         h.ifindex(ifindex as i32);
@@ -1000,6 +1127,43 @@ pub fn teardown(ops: BpfOps, opts: Options, devices: &[u32]) -> Result<Teardown,
     ops.run(op::UNPIN, root.display(), || std::fs::remove_dir_all(&root))?;
     out.root_removed = true;
     Ok(out)
+}
+
+/// Whether the clsact qdisc of `ifindex` still carries any filter (felix's are gone by now):
+/// `tc filter show` of both hooks, in the calling thread's network namespace. A device that is
+/// gone carries nothing.
+fn clsact_in_use(ops: &BpfOps, ifindex: u32) -> Result<bool, BpfError> {
+    let Some(name) = ifname(ifindex) else {
+        return Ok(false);
+    };
+    for hook in ["ingress", "egress"] {
+        let out = ops.run(op::TC_LIST, format!("{name} {hook}"), || {
+            std::process::Command::new("tc")
+                .args(["filter", "show", "dev", &name, hook])
+                .output()
+        })?;
+        if !out.status.success() {
+            // No such device or no clsact qdisc any more.
+            return Ok(false);
+        }
+        if out.stdout.iter().any(|b| !b.is_ascii_whitespace()) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The name of interface `ifindex` in the calling thread's network namespace.
+fn ifname(ifindex: u32) -> Option<String> {
+    let mut buf = [0u8; libc::IF_NAMESIZE];
+    // SAFETY: `buf` is IF_NAMESIZE bytes, the size `if_indextoname` writes at most (with its
+    // NUL); the pointer is valid for the call.
+    let p = unsafe { libc::if_indextoname(ifindex, buf.as_mut_ptr().cast()) };
+    if p.is_null() {
+        return None;
+    }
+    let len = buf.iter().position(|b| *b == 0)?;
+    String::from_utf8(buf[..len].to_vec()).ok()
 }
 
 /// Sends libbpf's own messages to `tracing` at debug level: the failures they explain

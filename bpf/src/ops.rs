@@ -57,6 +57,10 @@ pub mod op {
     pub const UNPIN: &str = "unpin";
     /// Mounting the bpffs or creating a pin directory.
     pub const MOUNT: &str = "mount_bpffs";
+    /// Moving an earlier run's jump-map pins aside (a rename in the bpffs).
+    pub const SET_ASIDE: &str = "set_aside";
+    /// Listing a device's clsact filters (whether a clsact qdisc is shared).
+    pub const TC_LIST: &str = "tc_list";
 }
 
 /// A failed BPF operation: which operation, on what, and why.

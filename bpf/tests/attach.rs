@@ -153,6 +153,12 @@ fn in_host<T: Send + 'static>(t: &Topo, f: impl FnOnce() -> T + Send + 'static) 
         .expect("entered netns")
 }
 
+/// The id of the map pinned at `pin`.
+fn map_id(pin: &std::path::Path) -> u32 {
+    let m = libbpf_rs::MapHandle::from_pinned_path(pin).expect("pinned map");
+    libbpf_rs::MapCore::info(&m).expect("info").info.id
+}
+
 fn tc_filters(host: &Netns, dev: &str, dir: &str) -> String {
     host.exec("tc", &["filter", "show", "dev", dev, dir])
         .unwrap_or_default()
@@ -339,7 +345,7 @@ fn moving_a_device_between_tcx_and_clsact_removes_the_old_attachment() {
 }
 
 #[test]
-fn restart_rebuilds_hook_records_from_pins_and_reattaches_only_what_is_missing() {
+fn restart_sets_the_old_jump_maps_aside_until_every_hook_is_reattached() {
     felix_netns::require!(netns ["ip", "ping", "tc"]);
     let t = Arc::new(topo());
     let root = PinRoot::new();
@@ -356,14 +362,33 @@ fn restart_rebuilds_hook_records_from_pins_and_reattaches_only_what_is_missing()
             );
             let before: Vec<_> = dp.records().map(|(k, r)| (k, *r)).collect();
             assert_eq!(before.len(), 4);
+            let jump_pin = opts.root.join(mech.dir_name()).join("cali_jump_ing2");
+            let old_jump = map_id(&jump_pin);
             drop(dp);
             // A new process: nothing in memory.
             let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("restart");
             let after: Vec<_> = dp.records().map(|(k, r)| (k, *r)).collect();
             assert_eq!(after, before, "records rebuilt from the pins");
+            assert_eq!(dp.stale_hooks().count(), 4, "every found hook is stale");
+            assert!(dp.has_set_aside_maps());
+            let aside = opts.root.join(mech.dir_name()).join("old/0/cali_jump_ing2");
+            assert_eq!(map_id(&aside), old_jump, "the old jump map is set aside");
+            // The fresh maps are empty, yet the old preambles still run over the old ones.
             assert!(
                 ping(&t.a, "10.65.0.2"),
-                "{mech:?}: traffic flows after the restart"
+                "{mech:?}: traffic flows over the set-aside maps"
+            );
+            let outcomes = attach_all(&mut dp, &t, mech);
+            assert!(
+                outcomes.iter().all(|o| *o == AttachOutcome::Attached),
+                "stale hooks are re-attached: {outcomes:?}"
+            );
+            assert_ne!(map_id(&jump_pin), old_jump, "fresh jump maps");
+            assert_eq!(dp.stale_hooks().count(), 0);
+            assert!(!dp.has_set_aside_maps(), "set-aside maps removed");
+            assert!(
+                ping(&t.a, "10.65.0.2"),
+                "{mech:?}: traffic flows over the fresh maps"
             );
             let outcomes = attach_all(&mut dp, &t, mech);
             assert!(
@@ -401,7 +426,15 @@ fn restart_rebuilds_hook_records_from_pins_and_reattaches_only_what_is_missing()
                 .expect("apply");
             assert_eq!(again, AttachOutcome::Attached);
             if mech == Mechanism::Tcx {
-                let ids = query_tcx(dp.ops(), t.cali_a, Hook::Ingress).expect("query");
+                // The kernel releases a link whose last pin went in deferred work: wait for it.
+                let mut ids = Vec::new();
+                for _ in 0..100 {
+                    ids = query_tcx(dp.ops(), t.cali_a, Hook::Ingress).expect("query");
+                    if ids.len() == 1 {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
                 assert_eq!(
                     ids.len(),
                     1,
@@ -518,17 +551,30 @@ fn teardown_removes_every_attachment_qdisc_and_pin() {
         let t = t2;
         let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("start");
         attach_all(&mut dp, &t, Mechanism::Tcx);
-        // caliB over clsact.
-        for hook in Hook::ALL {
-            dp.apply(&point(
-                t.cali_b,
-                "caliB",
-                hook,
-                Mechanism::Tc,
-                PolicyKind::Allow,
-            ))
-            .expect("apply");
+        // Both over clsact; caliA's clsact qdisc also carries another program's filter.
+        for (ifindex, name) in [(t.cali_a, "caliA"), (t.cali_b, "caliB")] {
+            for hook in Hook::ALL {
+                dp.apply(&point(
+                    ifindex,
+                    name,
+                    hook,
+                    Mechanism::Tc,
+                    PolicyKind::Allow,
+                ))
+                .expect("apply");
+            }
         }
+        let foreign = dp
+            .load_preamble(Mechanism::Tc, Hook::Ingress, &TcGlobals::new(0, 1))
+            .expect("load");
+        let prog = foreign.program().expect("prog");
+        let mut hook = libbpf_rs::TcHookBuilder::new(std::os::fd::AsFd::as_fd(&prog));
+        hook.ifindex(t.cali_a as i32)
+            .replace(true)
+            .handle(0x77)
+            .priority(7);
+        let mut hook = hook.hook(libbpf_rs::TC_INGRESS);
+        hook.attach().expect("foreign filter");
         let mut listed = dp.iface_map().ifindices(dp.ops()).expect("keys");
         listed.sort_unstable();
         let mut want = vec![t.cali_a, t.cali_b];
@@ -540,7 +586,14 @@ fn teardown_removes_every_attachment_qdisc_and_pin() {
             .expect("teardown");
         assert!(done.root_removed);
         assert_eq!(done.hooks.len(), 4);
-        assert_eq!(done.qdiscs, vec![t.cali_b]);
+        assert_eq!(done.qdiscs, vec![t.cali_b], "a shared clsact qdisc stays");
+        let shared = tc_filters(&t.host, "caliA", "ingress");
+        assert!(
+            shared.contains("handle 0x77") && !shared.contains("handle 0xca11"),
+            "the other filter stays, felix's goes: {shared}"
+        );
+        hook.detach().expect("foreign filter detached");
+        drop(foreign);
         assert!(!opts_root.exists(), "pin root removed");
         for idx in [t.cali_a, t.cali_b] {
             for hook in Hook::ALL {

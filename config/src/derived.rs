@@ -200,8 +200,19 @@ impl Config {
         }
     }
 
+    /// Whether felix's `*tables` rules are nftables rules: in nftables mode, and in eBPF mode
+    /// with `NFTablesMode=Enabled` (the small ruleset BPF mode keeps follows `NFTablesMode`,
+    /// as upstream's does); iptables otherwise.
+    pub fn nftables_rules(&self) -> bool {
+        match self.dataplane_mode() {
+            DataplaneMode::Nftables => true,
+            DataplaneMode::Bpf => self.nftables_mode() == NftablesMode::Enabled,
+            DataplaneMode::Iptables => false,
+        }
+    }
+
     fn nft(&self) -> bool {
-        self.dataplane_mode() == DataplaneMode::Nftables
+        self.nftables_rules()
     }
 
     /// Allow verdict of the filter table in the active `*tables` mode.

@@ -170,6 +170,31 @@ fn enum_values_are_case_insensitive_and_canonicalised() {
 }
 
 #[test]
+fn bpf_mode_keeps_nftables_rules_with_nftables_mode_enabled() {
+    let mode = |pairs: &[(&str, &str)]| {
+        let (c, errs) = Config::build(&[layer(Source::ConfigFile, pairs)]);
+        assert!(errs.is_empty(), "{errs:?}");
+        (
+            c.dataplane_mode(),
+            c.nftables_rules(),
+            c.filter_allow_action().to_string(),
+        )
+    };
+    use felix_config::DataplaneMode::*;
+    let (m, nft, _) = mode(&[("BPFEnabled", "true")]);
+    assert_eq!((m, nft), (Bpf, false));
+    let (m, nft, allow) = mode(&[("BPFEnabled", "true"), ("NFTablesMode", "Enabled")]);
+    assert_eq!((m, nft), (Bpf, true));
+    let (_, _, nft_allow) = mode(&[("NFTablesMode", "Enabled")]);
+    assert_eq!(
+        allow, nft_allow,
+        "BPF mode's nftables rules use the nftables settings"
+    );
+    assert_eq!(mode(&[("NFTablesMode", "Enabled")]).1, true);
+    assert_eq!(mode(&[]).1, false);
+}
+
+#[test]
 fn chain_insert_mode_from_env_is_typed_and_validated() {
     let env = env_overrides([("FELIX_CHAININSERTMODE", "Append")]);
     let (c, errs) = Config::build(&[(Source::Environment, env)]);

@@ -21,7 +21,7 @@ use anyhow::{anyhow, ensure, Context, Result};
 use felix_bpf::layout::{PROG_DEBUG_OFFSET, PROG_INDEX_MAIN};
 use felix_bpf::maps::{jump_map, progs_map, JumpMap};
 use felix_bpf::{BpfOps, Hook};
-use felix_fv::netfv::kernel::{iptables_calico_state, nft_calico_tables};
+use felix_fv::netfv::kernel::{iptables_calico_state, nft_calico_tables, nft_chains};
 use felix_fv::netfv::topology::{ip4, ip6, wep, PORTS};
 use felix_fv::netfv::traffic::Conn;
 use felix_fv::netfv::wait::poll;
@@ -67,6 +67,8 @@ impl Drop for Bpffs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
     Bpf,
+    /// eBPF mode with `NFTablesMode=Enabled`: the rules BPF mode keeps are nftables rules.
+    BpfNft,
     Iptables,
     Nftables,
 }
@@ -76,6 +78,7 @@ fn start(fv: &mut Fv, fs: &Bpffs, mode: Mode, env: &[(&str, &str)]) -> Result<()
     ensure!(fv.daemon.is_none(), "daemon already running");
     let (bpf, backend, want) = match mode {
         Mode::Bpf => ("true", Backend::Iptables, "bpf"),
+        Mode::BpfNft => ("true", Backend::Nftables, "bpf"),
         Mode::Iptables => ("false", Backend::Iptables, "iptables"),
         Mode::Nftables => ("false", Backend::Nftables, "nftables"),
     };
@@ -461,21 +464,79 @@ fn policy_chains(fv: &Fv) -> Vec<String> {
         .collect()
 }
 
-/// BPF (with `attach_type`) -> `other` -> BPF, with the inventory after each switch.
-fn switch_and_back(attach_type: &str, other: Mode) -> Result<()> {
-    let fs = Bpffs::new(&format!("switch-{attach_type}-{other:?}"))?;
-    let mut fv = Fv::standard(Backend::Iptables, &[])?;
+/// Every chain of felix's in iptables (any table, both families).
+fn iptables_cali_chains(fv: &Fv) -> Vec<String> {
+    iptables_calico_state(&fv.sandbox.node)
+        .into_values()
+        .flat_map(|(c, _)| c)
+        .filter(|c| c.starts_with("cali"))
+        .collect()
+}
+
+/// The rules BPF mode keeps are in place in the flavour of `bpf` (iptables for
+/// [`Mode::Bpf`], nftables for [`Mode::BpfNft`]) and nothing of felix's is in the other.
+fn kept_rules_in_place(fv: &Fv, bpf: Mode) -> Result<()> {
+    let kept = [
+        "cali-FORWARD",
+        "cali-from-wl-dispatch",
+        "cali-to-wl-dispatch",
+    ];
+    if bpf == Mode::BpfNft {
+        for family in ["ip", "ip6"] {
+            let chains = nft_chains(&fv.sandbox.node, family)?;
+            // Our nftables chains are named `<iptables table>-<chain>`.
+            for c in kept {
+                ensure!(
+                    chains.contains(&format!("filter-{c}")),
+                    "{c} missing in nft {family} calico: {chains:?}"
+                );
+            }
+            ensure!(
+                !chains
+                    .iter()
+                    .any(|c| c.contains("-cali-pi-") || c.contains("-cali-pri-")),
+                "policy chains in BPF mode's nftables rules: {chains:?}"
+            );
+        }
+        let ipt = iptables_cali_chains(fv);
+        ensure!(
+            ipt.is_empty(),
+            "iptables chains left with nftables rules: {ipt:?}"
+        );
+    } else {
+        let chains = iptables_cali_chains(fv);
+        for c in kept {
+            ensure!(
+                chains.iter().any(|x| x == c),
+                "{c} missing in BPF mode: {chains:?}"
+            );
+        }
+        let nft = nft_calico_tables(&fv.sandbox.node)?;
+        ensure!(nft.is_empty(), "nftables tables left in BPF mode: {nft:?}");
+    }
+    Ok(())
+}
+
+/// `bpf` (with `attach_type`) -> `other` -> `bpf`, with the inventory after each switch.
+fn switch_and_back(attach_type: &str, other: Mode, bpf: Mode) -> Result<()> {
+    let fs = Bpffs::new(&format!("switch-{attach_type}-{other:?}-{bpf:?}"))?;
+    let mut fv = world()?;
     fv.ds.write("pol-backend", BACKEND_INGRESS)?;
     let env = [("FELIX_BPFATTACHTYPE", attach_type)];
     let checks = vec![
         Check::v4("frontend", "backend", 8080, true),
         Check::v4("backend", "db", 8080, true),
         Check::v6("prom", "db", 9090, true),
+        // An unknown `cali*` interface passes nothing in every mode.
+        Check::v4("frontend", "stranger", 8080, false),
+        Check::v6("stranger", "backend", 9090, false),
     ];
-    start(&mut fv, &fs, Mode::Bpf, &env)?;
+    start(&mut fv, &fs, bpf, &env)?;
     fv.sandbox.expect_traffic("BPF mode", &checks, SETTLE)?;
     ensure!(fs.root().exists(), "no pins in BPF mode");
     ensure!(policy_chains(&fv).is_empty(), "policy chains in BPF mode");
+    poll(SETTLE, || kept_rules_in_place(&fv, bpf).ok())
+        .map_err(|e| anyhow!("{e}: {:?}", kept_rules_in_place(&fv, bpf).err()))?;
     fv.stop()?;
 
     start(&mut fv, &fs, other, &[])?;
@@ -494,22 +555,22 @@ fn switch_and_back(attach_type: &str, other: Mode) -> Result<()> {
             nft_calico_tables(&fv.sandbox.node)?.len() == 2,
             "no calico tables in nftables mode"
         ),
-        Mode::Iptables | Mode::Bpf => ensure!(
+        Mode::Iptables | Mode::Bpf | Mode::BpfNft => ensure!(
             !policy_chains(&fv).is_empty(),
             "no policy chains in iptables mode"
         ),
     }
     fv.stop()?;
 
-    start(&mut fv, &fs, Mode::Bpf, &env)?;
+    start(&mut fv, &fs, bpf, &env)?;
     fv.sandbox
         .expect_traffic("BPF after *tables mode", &checks, SETTLE)?;
-    poll(SETTLE, || {
-        nft_calico_tables(&fv.sandbox.node)
-            .ok()
-            .filter(|t| t.is_empty())
-    })
-    .map_err(|e| anyhow!("nftables tables left in BPF mode ({e})"))?;
+    poll(SETTLE, || kept_rules_in_place(&fv, bpf).ok()).map_err(|e| {
+        anyhow!(
+            "BPF mode's rules after *tables mode ({e}): {:?}",
+            kept_rules_in_place(&fv, bpf).err()
+        )
+    })?;
     poll(SETTLE, || policy_chains(&fv).is_empty().then_some(())).map_err(|e| {
         anyhow!(
             "iptables policy chains left in BPF mode ({e}): {:?}",
@@ -528,21 +589,6 @@ fn switch_and_back(attach_type: &str, other: Mode) -> Result<()> {
         calc_sets.is_empty(),
         "policy IP sets left in BPF mode: {calc_sets:?}"
     );
-    // The rules BPF mode keeps are in place.
-    let chains: Vec<String> = iptables_calico_state(&fv.sandbox.node)
-        .into_values()
-        .flat_map(|(c, _)| c)
-        .collect();
-    for c in [
-        "cali-FORWARD",
-        "cali-from-wl-dispatch",
-        "cali-to-wl-dispatch",
-    ] {
-        ensure!(
-            chains.iter().any(|x| x == c),
-            "{c} missing in BPF mode: {chains:?}"
-        );
-    }
     fv.stop()
 }
 
@@ -589,19 +635,33 @@ fn bpf_restart_sigterm_and_sigkill_without_loss() {
 #[test]
 fn bpf_mode_switch_to_iptables_and_back() {
     felix_netns::require!(netns BPF_TOOLS);
-    run("bpf switch tcx", || switch_and_back("TCX", Mode::Iptables));
+    run("bpf switch tcx", || {
+        switch_and_back("TCX", Mode::Iptables, Mode::Bpf)
+    });
 }
 
 #[test]
 fn bpf_mode_switch_to_iptables_and_back_clsact() {
     felix_netns::require!(netns BPF_TOOLS);
-    run("bpf switch tc", || switch_and_back("TC", Mode::Iptables));
+    run("bpf switch tc", || {
+        switch_and_back("TC", Mode::Iptables, Mode::Bpf)
+    });
 }
 
 #[test]
 fn bpf_mode_switch_to_nftables_and_back() {
     felix_netns::require!(netns BPF_TOOLS);
-    run("bpf switch nft", || switch_and_back("TCX", Mode::Nftables));
+    run("bpf switch nft", || {
+        switch_and_back("TCX", Mode::Nftables, Mode::Bpf)
+    });
+}
+
+#[test]
+fn bpf_with_nftables_rules_switch_to_iptables_and_back() {
+    felix_netns::require!(netns BPF_TOOLS);
+    run("bpf nft rules switch", || {
+        switch_and_back("TCX", Mode::Iptables, Mode::BpfNft)
+    });
 }
 
 #[test]

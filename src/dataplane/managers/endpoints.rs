@@ -69,8 +69,10 @@ enum Key {
 /// The endpoint manager's outputs for one IP version.
 #[derive(Debug, Clone)]
 pub struct EndpointOutputs {
-    /// Table inputs (endpoint and dispatch chains).
-    pub tables: TableInputs,
+    /// Table inputs (endpoint and dispatch chains); `None` in eBPF mode, where the programs
+    /// on the interfaces apply policy: no chain is rendered, routes and interface settings
+    /// are written as in the other modes.
+    pub tables: Option<TableInputs>,
     /// The route driver's input.
     pub routes: DesiredInput<RoutesDesired>,
     /// The interface-settings driver's input.
@@ -510,6 +512,10 @@ impl Manager<Payload> for EndpointManager {
             self.hosts_changed = true;
         }
         self.refresh_host_ifaces();
+        let Some(tables) = self.out.tables.clone() else {
+            self.routes_only(ctx);
+            return Ok(());
+        };
         if ctx.full_rewrite() {
             let mut keys: Vec<Key> = self.workloads.keys().cloned().collect();
             keys.extend(self.hosts.keys().cloned());
@@ -522,7 +528,7 @@ impl Manager<Payload> for EndpointManager {
             }
             self.dispatch_for = self.iface_names();
             let mut chains = std::mem::take(&mut self.chains);
-            chains.rewrite_all(&self.out.tables, ctx, &self.name, all);
+            chains.rewrite_all(&tables, ctx, &self.name, all);
             self.chains = chains;
             self.routed_iface.clear();
             self.write_routes(ctx, &keys, true);
@@ -553,7 +559,7 @@ impl Manager<Payload> for EndpointManager {
                 self.dispatch_for = n;
             }
         }
-        plan.flush(&self.out.tables, ctx, &self.name);
+        plan.flush(&tables, ctx, &self.name);
         self.write_routes(ctx, &keys, false);
         self.dispatch_dirty = false;
         Ok(())
@@ -563,5 +569,23 @@ impl Manager<Payload> for EndpointManager {
 impl EndpointManager {
     fn chains_has_dispatch(&self) -> bool {
         self.chains.contains(&Key::Dispatch)
+    }
+
+    /// eBPF mode's pass: routes of the changed endpoints (of all on a full rewrite), no chain.
+    fn routes_only(&mut self, ctx: &mut ApplyCtx) {
+        let full = ctx.full_rewrite();
+        let keys: Vec<Key> = if full {
+            self.dirty.clear();
+            self.routed_iface.clear();
+            let mut keys: Vec<Key> = self.workloads.keys().cloned().collect();
+            keys.extend(self.hosts.keys().cloned());
+            keys
+        } else {
+            std::mem::take(&mut self.dirty).into_iter().collect()
+        };
+        if full || !keys.is_empty() {
+            self.write_routes(ctx, &keys, full);
+        }
+        self.dispatch_dirty = false;
     }
 }

@@ -164,10 +164,40 @@ fn wep_remove(id: &str) -> Payload {
 
 fn ep_outputs(tables: TableInputs) -> EndpointOutputs {
     EndpointOutputs {
-        tables,
+        tables: Some(tables),
         routes: DesiredInput::new(RoutesDesired::default()),
         ifaces: DesiredInput::new(IfacesDesired::default()),
     }
+}
+
+/// The chains cell of a `*tables`-mode endpoint manager.
+fn tables(out: &EndpointOutputs) -> &TableInputs {
+    out.tables.as_ref().expect("a *tables-mode manager")
+}
+
+#[test]
+fn ebpf_mode_endpoint_manager_writes_routes_and_settings_but_no_chain() {
+    let out = EndpointOutputs {
+        tables: None,
+        ..ep_outputs(TableInputs::new_iptables())
+    };
+    let mut m = EndpointManager::new(
+        "manager/endpoints-v4",
+        IpVersion::V4,
+        Arc::new(Fake),
+        out.clone(),
+    );
+    m.on_update(&wep_update("a", wep("cali1", "10.65.0.2", "active")));
+    pass(&mut m, true);
+    assert_eq!(
+        routes_of(&out)["cali1"],
+        BTreeSet::from(["10.65.0.2/32".parse().unwrap()])
+    );
+    assert_eq!(out.ifaces.read(|d| d.len()), 1);
+    m.on_update(&wep_update("b", wep("cali2", "10.65.0.3", "active")));
+    m.on_update(&wep_remove("a"));
+    pass(&mut m, false);
+    assert_eq!(routes_of(&out).keys().collect::<Vec<_>>(), vec!["cali2"]);
 }
 
 fn routes_of(out: &EndpointOutputs) -> BTreeMap<String, BTreeSet<IpNet>> {
@@ -194,7 +224,7 @@ fn endpoint_manager_programs_chains_dispatch_routes_and_settings_then_sweeps_a_r
     );
     pass(&mut m, true);
     // No endpoints: the dispatch chain exists and only drops.
-    let d = out.tables.read(TableName::Filter, |d| {
+    let d = tables(&out).read(TableName::Filter, |d| {
         d.chains.get(&"cali-to-wl-dispatch".to_string()).cloned()
     });
     assert_eq!(d.map(|c| c.rules.len()), Some(1));
@@ -203,7 +233,7 @@ fn endpoint_manager_programs_chains_dispatch_routes_and_settings_then_sweeps_a_r
     m.on_update(&wep_update("b", wep("cali2", "10.65.0.3", "down")));
     pass(&mut m, false);
     assert_eq!(
-        chain_names(&out.tables, TableName::Filter),
+        chain_names(tables(&out), TableName::Filter),
         vec![
             "cali-fw-cali1",
             "cali-fw-cali2",
@@ -212,7 +242,7 @@ fn endpoint_manager_programs_chains_dispatch_routes_and_settings_then_sweeps_a_r
             "cali-tw-cali2"
         ]
     );
-    let dispatch = out.tables.read(TableName::Filter, |d| {
+    let dispatch = tables(&out).read(TableName::Filter, |d| {
         d.chains
             .get(&"cali-to-wl-dispatch".to_string())
             .cloned()
@@ -231,7 +261,7 @@ fn endpoint_manager_programs_chains_dispatch_routes_and_settings_then_sweeps_a_r
     assert_eq!(out.ifaces.read(|d| d.len()), 1);
 
     // An update that does not change the interface set leaves dispatch alone.
-    let v = out.tables.read(TableName::Filter, |d| {
+    let v = tables(&out).read(TableName::Filter, |d| {
         d.chains
             .iter()
             .find(|(k, _)| *k == "cali-to-wl-dispatch")
@@ -239,7 +269,7 @@ fn endpoint_manager_programs_chains_dispatch_routes_and_settings_then_sweeps_a_r
     });
     m.on_update(&wep_update("a", wep("cali1", "10.65.0.9", "active")));
     pass(&mut m, false);
-    let v2 = out.tables.read(TableName::Filter, |d| {
+    let v2 = tables(&out).read(TableName::Filter, |d| {
         d.chains
             .iter()
             .find(|(k, _)| *k == "cali-to-wl-dispatch")
@@ -254,7 +284,7 @@ fn endpoint_manager_programs_chains_dispatch_routes_and_settings_then_sweeps_a_r
     m.on_update(&wep_remove("a"));
     pass(&mut m, false);
     assert_eq!(
-        chain_names(&out.tables, TableName::Filter),
+        chain_names(tables(&out), TableName::Filter),
         vec!["cali-fw-cali2", "cali-to-wl-dispatch", "cali-tw-cali2"]
     );
     assert!(routes_of(&out).is_empty());
@@ -290,7 +320,7 @@ fn restarted_manager_full_rewrite_drops_stale_entries_of_its_own_only() {
     first.on_update(&wep_update("a", wep("cali1", "10.65.0.2", "active")));
     first.on_update(&wep_update("b", wep("cali2", "10.65.0.3", "active")));
     pass(&mut first, true);
-    let mut stat = StaticManager::new("manager/static-v4", Arc::new(Fake), out.tables.clone());
+    let mut stat = StaticManager::new("manager/static-v4", Arc::new(Fake), tables(&out).clone());
     pass(&mut stat, true);
     // The replacement never hears of "b" (removed while it was down).
     let mut second = EndpointManager::new(
@@ -302,7 +332,7 @@ fn restarted_manager_full_rewrite_drops_stale_entries_of_its_own_only() {
     second.on_update(&wep_update("a", wep("cali1", "10.65.0.2", "active")));
     pass(&mut second, true);
     assert_eq!(
-        chain_names(&out.tables, TableName::Filter),
+        chain_names(tables(&out), TableName::Filter),
         vec![
             "cali-FORWARD",
             "cali-fw-cali1",
@@ -741,11 +771,11 @@ fn host_endpoints_by_expected_ip_follow_the_interface_monitor() {
     // matching address is never a host endpoint.
     m.on_update(&hep_update("by-ip", "", &["192.0.2.1", "192.0.2.9"]));
     pass(&mut m, false);
-    let filter = |out: &EndpointOutputs| chain_names(&out.tables, TableName::Filter);
+    let filter = |out: &EndpointOutputs| chain_names(tables(&out), TableName::Filter);
     assert!(filter(&out).contains(&"cali-th-eth0".to_string()));
     assert!(!filter(&out).contains(&"cali-th-cali1".to_string()));
     let dispatch_has = |out: &EndpointOutputs, iface: &str| {
-        out.tables.read(TableName::Filter, |d| {
+        tables(&out).read(TableName::Filter, |d| {
             d.chains
                 .get(&"cali-to-wl-dispatch".to_string())
                 .is_some_and(|c| c.rules.iter().any(|r| format!("{r:?}").contains(iface)))
@@ -793,7 +823,7 @@ fn route_generation(out: &EndpointOutputs, iface: &str) -> Option<u64> {
 }
 
 fn tw_rules(out: &EndpointOutputs, iface: &str) -> Option<usize> {
-    out.tables.read(TableName::Filter, |d| {
+    tables(&out).read(TableName::Filter, |d| {
         d.chains
             .get(&format!("cali-tw-{iface}"))
             .map(|c| c.rules.len())

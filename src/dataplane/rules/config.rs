@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use felix_config::{Config, DataplaneMode, EndpointToHostAction as CfgEpToHost};
+use felix_config::{Config, EndpointToHostAction as CfgEpToHost};
 use ipnet::IpNet;
 
 use crate::dataplane::generictables::{Action, PortRange};
@@ -259,15 +259,16 @@ impl RenderConfig {
     }
 
     /// Settings from Felix's configuration for `ip_version`; the backend is
-    /// the configured dataplane mode (nftables if `NFTablesMode=Enabled`,
-    /// else iptables). Mark bits are allocated by a [`MarkBitsManager`] over
+    /// nftables if `NFTablesMode=Enabled` (in nftables and eBPF mode), else
+    /// iptables. Mark bits are allocated by a [`MarkBitsManager`] over
     /// the backend's mark mask in upstream's order: accept, pass, drop,
     /// scratch 0, scratch 1, then (only if `LogConnectionTransitions` is on)
     /// the connection-log bit, then the rest as the endpoint-mark block.
     pub fn from_felix_config(cfg: &Config, ip_version: IpVersion) -> Result<Self, RenderError> {
-        let backend = match cfg.dataplane_mode() {
-            DataplaneMode::Nftables => Backend::Nftables,
-            _ => Backend::Iptables,
+        let backend = if cfg.nftables_rules() {
+            Backend::Nftables
+        } else {
+            Backend::Iptables
         };
         Self::build(cfg, ip_version, backend)
     }

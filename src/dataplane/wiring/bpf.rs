@@ -7,13 +7,15 @@
 //! | `driver/bpf` | once (`Routes` phase: a failure does not hold the `*tables` phase; the accept chains follow [`BpfReady`]) | [`BpfDesired`] -> `felix_bpf::BpfDataplane`; publishes [`BpfReady`] |
 //! | `driver/bpf-cleanup` | once, iptables and nftables mode only (`Routes` phase) | removes an eBPF-mode run's programs, links, filters, qdiscs and pins |
 //! | `manager/bpf-tables-vN` | per family | the dispatch chains BPF mode keeps, accepting the READY interfaces (see [`BpfTablesManager`]) |
-//! | `manager/endpoints-vN` | per family | routes to local workloads and workload interface settings; its endpoint chains go to a cell no driver reads (BPF mode has no policy chains) |
+//! | `manager/endpoints-vN` | per family | routes to local workloads and workload interface settings only (`EndpointOutputs::tables` is `None`: BPF mode has no endpoint or policy chains) |
 //! | `manager/cluster-routes-vN`, `manager/masq-vN` | per family | as in iptables mode |
 //!
-//! BPF mode's `*tables` drivers are iptables mode's (`driver/ipsets-vN`,
-//! `driver/iptables-<table>-vN`) with `manager/static-vN`: everything else of an earlier
-//! iptables-mode run (policy, profile and endpoint chains, the calc graph's IP sets) is swept
-//! by those drivers' mark-and-sweep; an nftables-mode run's table by `driver/cleanup-vN`.
+//! BPF mode's `*tables` drivers are those of the flavour `NFTablesMode` selects: iptables
+//! mode's (`driver/ipsets-vN`, `driver/iptables-<table>-vN`), or with `NFTablesMode=Enabled`
+//! nftables mode's (`driver/nftables-vN`, `driver/ipset-cleanup-vN`), with
+//! `manager/static-vN`. Everything else of an earlier run of the same flavour (policy, profile
+//! and endpoint chains, the calc graph's IP sets) is swept by those drivers' mark-and-sweep;
+//! the other flavour's rules by `driver/cleanup-vN`.
 
 use std::path::PathBuf;
 
@@ -126,10 +128,10 @@ pub(super) fn register_managers(
             ready.clone(),
         ))
     });
-    // The endpoint manager's chains land in cells no driver reads: BPF mode has no
-    // endpoint or policy chains; its routes and interface settings are real.
+    // BPF mode has no endpoint or policy chains: the endpoint manager writes routes and
+    // interface settings only.
     let out = EndpointOutputs {
-        tables: TableInputs::new_iptables(),
+        tables: None,
         routes: fam.routes.clone(),
         ifaces: fam.ifaces.clone(),
     };

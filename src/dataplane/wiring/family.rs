@@ -8,7 +8,7 @@ use felix_actors::clock::SharedClock;
 use felix_actors::{
     ActorSeam, DesiredInput, Driver, DriverSpec, Manager, ManagerSpec, Phase, SupervisorBuilder,
 };
-use felix_config::{Config, DataplaneMode};
+use felix_config::Config;
 
 use crate::dataplane::cleanup::{CleanupDriver, CleanupMode};
 use crate::dataplane::desired::{IfacesDesired, RoutesDesired, VxlanDesired};
@@ -188,7 +188,7 @@ impl Family {
         &self,
         mut b: SupervisorBuilder<Payload>,
         shared: &Shared,
-        mode: DataplaneMode,
+        nftables_rules: bool,
     ) -> SupervisorBuilder<Payload> {
         let ipv = self.ipv;
         b = shared.netlink_driver(
@@ -233,11 +233,11 @@ impl Family {
             self.ifaces.clone(),
             move |c| IfacesDriver::new(ipv, c, fwd).with_interface_events(st.subscribe()),
         );
-        let cleanup = match mode {
-            DataplaneMode::Nftables => CleanupMode::Nftables,
-            DataplaneMode::Iptables | DataplaneMode::Bpf => {
-                CleanupMode::Iptables(shared.backend.clone())
-            }
+        // `driver/cleanup-vN` sweeps the `*tables` flavour we are not programming.
+        let cleanup = if nftables_rules {
+            CleanupMode::Nftables
+        } else {
+            CleanupMode::Iptables(shared.backend.clone())
         };
         let refresh = shared.refresh;
         shared.driver(
@@ -296,7 +296,7 @@ impl Family {
             Box::new(PolicyManager::new(n, src.clone(), t.clone()))
         });
         let out = EndpointOutputs {
-            tables: tables.clone(),
+            tables: Some(tables.clone()),
             routes: self.routes.clone(),
             ifaces: self.ifaces.clone(),
         };

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | [`iptables`] | `driver/ipsets-vN` (IpSets) and `driver/iptables-{filter,nat,mangle,raw}-vN` (Tables; the backend is detected once, through the first driver's seam, honouring `IptablesBackend`) |
 //! | [`nftables`] | `driver/nftables-vN` (Tables; IP sets live in the table) and `driver/ipset-cleanup-vN` (IpSets; deletes the `ipset` sets an iptables-mode run left, as upstream does) |
-//! | [`bpf`] | once per node: `manager/bpf-endpoints` and `driver/bpf` (Routes phase; publishes the READY interfaces the accept chains follow); per family iptables mode's drivers with `manager/static-vN`, `manager/bpf-tables-vN` (the dispatch chains BPF mode keeps), `manager/endpoints-vN` (routes and interface settings only), `manager/cluster-routes-vN`, `manager/masq-vN`. In iptables and nftables mode: `driver/bpf-cleanup` (Routes phase), which removes an eBPF-mode run's BPF objects |
+//! | [`bpf`] | once per node: `manager/bpf-endpoints` and `driver/bpf` (Routes phase; publishes the READY interfaces the accept chains follow); per family the `*tables` drivers of the flavour `NFTablesMode` selects (iptables mode's, or nftables mode's when `NFTablesMode=Enabled`) with `manager/static-vN`, `manager/bpf-tables-vN` (the dispatch chains BPF mode keeps), `manager/endpoints-vN` (routes and interface settings only), `manager/cluster-routes-vN`, `manager/masq-vN`. In iptables and nftables mode: `driver/bpf-cleanup` (Routes phase), which removes an eBPF-mode run's BPF objects |
 //! | [`family`] (every mode) | `driver/routes-vN`, `driver/ifaces-vN` (Routes; subscribed to the interface monitor), `driver/cleanup-vN` (Tables; sweeps the backend we are not programming), and the managers, in programming order: `manager/static-vN` (static chains first, so the fail-closed drops are in place before anything else), `manager/ipsets-vN`, `manager/policy-vN`, `manager/endpoints-vN`, `manager/masq-vN` |
 //!
 //! Every driver factory receives the driver's seam from the runtime and builds its
@@ -44,9 +44,6 @@ pub enum WiringError {
         #[source]
         source: RenderError,
     },
-    /// The configuration selects a dataplane this build does not program.
-    #[error("dataplane mode {0} is not available in this build")]
-    UnsupportedMode(&'static str),
 }
 
 /// Registers the managers and drivers for `cfg`'s mode; every kernel command runs on `runner`
@@ -84,14 +81,15 @@ pub fn register_with_interfaces(
     let mut wired = Vec::new();
     for ipv in families {
         let fam = family::Family::new(&shared, cfg, ipv)?;
-        let (b, tables, sets) = match mode {
-            // BPF mode keeps iptables mode's table drivers for the rules it keeps.
-            DataplaneMode::Iptables | DataplaneMode::Bpf => {
-                iptables::register(builder, &shared, &fam, cfg.max_ipset_size())
-            }
-            DataplaneMode::Nftables => nftables::register(builder, &shared, &fam),
+        // BPF mode keeps the table drivers of the `*tables` flavour `NFTablesMode` selects
+        // for the rules it keeps.
+        let nft = cfg.nftables_rules();
+        let (b, tables, sets) = if nft {
+            nftables::register(builder, &shared, &fam)
+        } else {
+            iptables::register(builder, &shared, &fam, cfg.max_ipset_size())
         };
-        builder = fam.register_shared_drivers(b, &shared, mode);
+        builder = fam.register_shared_drivers(b, &shared, nft);
         builder = fam.register_static_manager(builder, &tables);
         wired.push((fam, tables, sets));
     }
