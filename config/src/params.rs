@@ -307,7 +307,7 @@ param_table! {
     BPFHostConntrackBypass { v3_field: Some("bpfHostConntrackBypass"), kind: K::Bool, group: G::Bpf,
         doc: "Let host traffic that BPF already tracks skip Linux conntrack." }
     BPFLogFilters { v3_field: Some("bpfLogFilters"), kind: K::KeyValueList, group: G::Bpf,
-        doc: "Per-interface pcap-style filters for BPF debug logging, `iface=filter`." }
+        doc: "Per-interface pcap-style filters for BPF debug logging, `iface=filter`. Here: no effect; with `BPFLogLevel=Debug` every packet of every interface takes the debug path (the match-all log filter)." }
     BPFMapSizeIPSets { v3_field: Some("bpfMapSizeIPSets"), kind: INT, default: "1048576", group: G::Bpf, non_zero: true,
         doc: "Capacity of the BPF IP-set map (total members of all sets)." }
     BPFMapSizeIfState { v3_field: Some("bpfMapSizeIfState"), kind: INT, default: "1000", group: G::Bpf, non_zero: true,
