@@ -98,6 +98,7 @@ struct Inner {
     seam: BTreeMap<(String, String), SeamStat>,
     period: ApplySummary,
     collectors: Vec<Collector>,
+    published: BTreeMap<String, String>,
     rejected: BTreeMap<String, Vec<RejectedChain>>,
     unsupported: BTreeMap<String, Vec<String>>,
 }
@@ -133,6 +134,7 @@ impl Metrics {
                 seam: BTreeMap::new(),
                 period: ApplySummary::default(),
                 collectors: Vec::new(),
+                published: BTreeMap::new(),
                 rejected: BTreeMap::new(),
                 unsupported: BTreeMap::new(),
             })),
@@ -255,6 +257,16 @@ impl Metrics {
         self.inner.lock().collectors.push(collector);
     }
 
+    /// Publishes (replacing what `key` published before) families in exposition format that
+    /// an actor computes itself, e.g. a driver's scan results; rendered after every other
+    /// family. Keyed, so an actor restarted by its supervisor replaces its own block.
+    pub fn publish(&self, key: &str, families: String) {
+        self.inner
+            .lock()
+            .published
+            .insert(key.to_string(), families);
+    }
+
     /// Renders every family in Prometheus text exposition format.
     pub fn render_prometheus(&self) -> String {
         let (mut out, collectors) = {
@@ -324,6 +336,9 @@ impl Metrics {
                     );
                 }
             }
+            for text in g.published.values() {
+                out.push_str(text);
+            }
             (out, g.collectors.clone())
         };
         for c in collectors {
@@ -342,6 +357,17 @@ fn esc(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_published_block_is_rendered_and_replaced_by_its_next_publication() {
+        let m = Metrics::new();
+        m.publish("driver/x", "x_total 1\n".into());
+        m.publish("driver/y", "y_total 2\n".into());
+        m.publish("driver/x", "x_total 3\n".into());
+        let text = m.render_prometheus();
+        assert!(text.contains("x_total 3\n") && !text.contains("x_total 1"));
+        assert!(text.contains("y_total 2\n"));
+    }
 
     #[test]
     fn renders_upstream_families_and_seam_labels() {

@@ -186,6 +186,11 @@ impl Seam {
         &self.faults
     }
 
+    /// The metrics registry the seam records into (also where actors publish families).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     /// The seam bound to one actor name.
     pub fn for_actor(&self, actor: &str) -> ActorSeam {
         ActorSeam {

@@ -6,6 +6,7 @@
 // generic programs map (debug at PROG_DEBUG_OFFSET).
 
 #include "cali.h"
+#include "conntrack.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -21,7 +22,7 @@ struct {
 // Parses Ethernet, IPv4/IPv6 and the TCP/UDP/ICMP header. Returns 0 for a
 // packet policy should see, 1 for a non-IP frame (passed, e.g. ARP) and -1
 // for a truncated or malformed IP packet.
-static __always_inline int parse(struct __sk_buff *skb, __u8 *proto)
+static __always_inline int parse(struct __sk_buff *skb, __u8 *proto, __u8 *icmp_type)
 {
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
@@ -69,6 +70,7 @@ static __always_inline int parse(struct __sk_buff *skb, __u8 *proto)
 		(void)icmp;
 		if ((void *)l4 + 4 > end)
 			return -1;
+		*icmp_type = icmp->type;
 		CALI_LOG("icmp type %d code %d", icmp->type, icmp->code);
 		break;
 	}
@@ -81,14 +83,42 @@ static __always_inline int parse(struct __sk_buff *skb, __u8 *proto)
 SEC("tc")
 int cali_tc_main(struct __sk_buff *skb)
 {
-	__u8 proto = 0;
-	int rc = parse(skb, &proto);
+	__u8 proto = 0, icmp_type = 0;
+	int rc = parse(skb, &proto, &icmp_type);
 
 	if (rc > 0)
 		return TC_ACT_OK;
 	if (rc < 0) {
 		CALI_LOG("malformed packet: drop");
 		return TC_ACT_SHOT;
+	}
+	// IPv6 neighbour discovery and multicast listener messages skip policy (as
+	// upstream's): the host stack (and its rules) handles them, never a direct
+	// forward.
+	if (proto == IPPROTO_ICMPV6) {
+		switch (icmp_type) {
+		case 130: // multicast listener query
+		case 131: // ... report
+		case 132: // ... done
+		case 133: // router solicitation
+		case 135: // neighbour solicitation
+		case 136: // neighbour advertisement
+			CALI_LOG("ICMPv6 type %d: no policy", icmp_type);
+			skb->mark |= CALI_SKB_MARK_SEEN | CALI_SKB_MARK_SKIP_FIB;
+			return TC_ACT_OK;
+		}
+	}
+	// Conntrack: a flow this hook's endpoint approved bypasses policy.
+	struct ct_pkt ct;
+	ct_parse(skb, &ct);
+	if (ct.valid) {
+		__u32 hostif = skb->cb[CB_HOSTIF] ? skb->cb[CB_HOSTIF] : skb->ifindex;
+		enum ct_verdict v = ct_lookup(&ct, skb->cb[CB_FLAGS], hostif);
+		CALI_LOG("conntrack verdict %d", v);
+		if (v == CT_ESTABLISHED) {
+			bpf_tail_call(skb, &cali_progs, PROG_PATH(PROG_INDEX_ALLOWED));
+			return TC_ACT_SHOT;
+		}
 	}
 	// The caller's continuation for policy: this path's accepted / drop.
 	skb->cb[CB_ALLOW] = PROG_PATH(PROG_INDEX_ALLOWED);
@@ -129,6 +159,13 @@ int cali_tc_accepted(struct __sk_buff *skb)
 	int v6, rc;
 
 	skb->mark |= CALI_SKB_MARK_SEEN;
+	// Policy allowed it (or conntrack did): the hook endpoint's leg is approved.
+	{
+		struct ct_pkt ct;
+		ct_parse(skb, &ct);
+		if (ct.valid)
+			ct_approve(&ct, flags, skb->cb[CB_HOSTIF] ? skb->cb[CB_HOSTIF] : skb->ifindex);
+	}
 	// Only traffic leaving a workload (its TC ingress) is forwarded here.
 	if (!(flags & GLOBALS_F_WEP) || !(flags & GLOBALS_F_INGRESS))
 		return TC_ACT_OK;

@@ -51,6 +51,7 @@ use libbpf_rs::{
 };
 
 use crate::attach::Mechanism;
+use crate::conntrack::Conntrack;
 use crate::layout::*;
 use crate::maps::{
     ensure_bpffs, jump_map, progs_map, remove_old_versions, IfaceMap, JumpMap, SlotAllocator,
@@ -106,7 +107,12 @@ pub struct Options {
     pub root: PathBuf,
     /// `BPFLogLevel == debug`: load the debug path and the match-all log filter.
     pub debug: bool,
+    /// `BPFMapSizeConntrack`: capacity of `cali_ct`.
+    pub ct_capacity: u32,
 }
+
+/// `BPFMapSizeConntrack`'s default.
+pub const DEFAULT_CT_CAPACITY: u32 = 512_000;
 
 impl Default for Options {
     fn default() -> Self {
@@ -114,6 +120,7 @@ impl Default for Options {
             bpffs: PathBuf::from("/sys/fs/bpf"),
             root: PathBuf::from("/sys/fs/bpf/cali"),
             debug: false,
+            ct_capacity: DEFAULT_CT_CAPACITY,
         }
     }
 }
@@ -172,6 +179,7 @@ pub struct BpfDataplane {
     ops: BpfOps,
     opts: Options,
     iface: IfaceMap,
+    ct: Conntrack,
     sets: BTreeMap<(Mechanism, Hook), JumpSet>,
     hooks: BTreeMap<(u32, Hook), HookRecord>,
     /// Hooks attached by an earlier run, still using its set-aside jump maps.
@@ -411,10 +419,12 @@ impl BpfDataplane {
         })?;
         remove_old_versions(&ops, &opts.root, &[IFACE_MAP])?;
         let iface = IfaceMap::open_or_create(&ops, &opts.root)?;
+        let ct = Conntrack::open(&ops, &opts.root, opts.ct_capacity)?;
         let mut dp = Self {
             ops,
             opts,
             iface,
+            ct,
             sets: BTreeMap::new(),
             hooks: BTreeMap::new(),
             stale: Default::default(),
@@ -528,6 +538,11 @@ impl BpfDataplane {
         &self.iface
     }
 
+    /// The conntrack map.
+    pub fn conntrack(&self) -> &Conntrack {
+        &self.ct
+    }
+
     /// The record of a hook, if it is attached (as far as this loader knows).
     pub fn record(&self, ifindex: u32, hook: Hook) -> Option<&HookRecord> {
         self.hooks.get(&(ifindex, hook))
@@ -576,6 +591,7 @@ impl BpfDataplane {
             return Ok(());
         }
         let iface_fd = self.iface.map().fd();
+        let ct_fd = self.ct.map().fd();
         let set = self
             .sets
             .get(&(mech, hook))
@@ -585,6 +601,7 @@ impl BpfDataplane {
             ("cali_progs", set.progs.map().fd()),
             ("cali_jump", set.jump.map().fd()),
             ("cali_iface", iface_fd),
+            ("cali_ct", ct_fd),
         ];
         let mut variants = vec![(objects::TC_MAIN, 0)];
         if debug {
@@ -1074,6 +1091,11 @@ pub fn teardown(ops: BpfOps, opts: Options, devices: &[u32]) -> Result<Teardown,
         return Ok(out);
     }
     let root = opts.root.clone();
+    // Open the conntrack map at the size it has: it is removed, never migrated, here.
+    let mut opts = opts;
+    if let Some(n) = pinned_capacity(&root.join(crate::conntrack::ct_map(1).versioned_name())) {
+        opts.ct_capacity = n;
+    }
     let mut dp = BpfDataplane::start(ops, opts)?;
     let recorded: Vec<((u32, Hook), Mechanism)> =
         dp.records().map(|(k, r)| (k, r.mechanism)).collect();
@@ -1127,6 +1149,12 @@ pub fn teardown(ops: BpfOps, opts: Options, devices: &[u32]) -> Result<Teardown,
     ops.run(op::UNPIN, root.display(), || std::fs::remove_dir_all(&root))?;
     out.root_removed = true;
     Ok(out)
+}
+
+/// The capacity of the map pinned at `pin`, if one is.
+fn pinned_capacity(pin: &Path) -> Option<u32> {
+    let h = MapHandle::from_pinned_path(pin).ok()?;
+    Some(h.info().ok()?.info.max_entries)
 }
 
 /// Whether the clsact qdisc of `ifindex` still carries any filter (felix's are gone by now):

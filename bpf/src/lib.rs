@@ -7,15 +7,19 @@
 //! * [`maps`]: map specs (versioned `cali_*` names), pinned map handles, the slot allocator,
 //!   bpffs mount and old-version removal.
 //! * [`attach`]: `BPFAttachType`, kernel probes, mechanism selection.
+//! * [`conntrack`]: the `cali_ct` map, its layouts, expiry scan and timeouts.
+//! * [`migrate`]: copy-on-upgrade (and resize) of a pinned map that must keep its contents.
 //! * [`dataplane`]: [`BpfDataplane`], which loads and attaches (see its module doc for the
 //!   design and the pin layout).
 //!
 //! All `unsafe` of felix's BPF support is in this crate.
 
 pub mod attach;
+pub mod conntrack;
 pub mod dataplane;
 pub mod layout;
 pub mod maps;
+pub mod migrate;
 pub mod ops;
 
 pub use attach::{BpfAttachType, DeviceKind, FeatureProbe, KernelProbe, KernelSupport, Mechanism};

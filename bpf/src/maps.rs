@@ -102,6 +102,26 @@ pub fn jump_map(hook: Hook) -> MapSpec {
     }
 }
 
+/// Creates a map of `spec`, not pinned, named by its versioned name.
+pub(crate) fn create_map(ops: &BpfOps, spec: &MapSpec) -> Result<MapHandle, BpfError> {
+    let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+        sz: size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+        map_flags: spec.flags,
+        ..Default::default()
+    };
+    let name = spec.versioned_name();
+    ops.lib(op::MAP_CREATE, &name, || {
+        MapHandle::create(
+            spec.map_type,
+            Some(&name),
+            spec.key_size,
+            spec.value_size,
+            spec.max_entries,
+            &opts,
+        )
+    })
+}
+
 /// A map pinned in the bpffs, open.
 #[derive(Debug)]
 pub struct PinnedMap {
@@ -131,22 +151,7 @@ impl PinnedMap {
             tracing::warn!(path = %path.display(), "pinned map has another layout: replacing it");
             ops.run(op::UNPIN, path.display(), || std::fs::remove_file(&path))?;
         }
-        let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
-            sz: size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
-            map_flags: spec.flags,
-            ..Default::default()
-        };
-        let name = spec.versioned_name();
-        let mut handle = ops.lib(op::MAP_CREATE, &name, || {
-            MapHandle::create(
-                spec.map_type,
-                Some(&name),
-                spec.key_size,
-                spec.value_size,
-                spec.max_entries,
-                &opts,
-            )
-        })?;
+        let mut handle = create_map(ops, &spec)?;
         ops.lib(op::MAP_PIN, path.display(), || handle.pin(&path))?;
         Ok(Self { spec, path, handle })
     }
@@ -172,26 +177,40 @@ impl PinnedMap {
         Ok(info.info.id)
     }
 
-    fn update(&self, ops: &BpfOps, key: &[u8], value: &[u8]) -> Result<(), BpfError> {
+    pub(crate) fn update(&self, ops: &BpfOps, key: &[u8], value: &[u8]) -> Result<(), BpfError> {
         ops.lib(op::MAP_UPDATE, self.path.display(), || {
             self.handle.update(key, value, MapFlags::ANY)
         })
     }
 
-    fn lookup(&self, ops: &BpfOps, key: &[u8]) -> Result<Option<Vec<u8>>, BpfError> {
+    pub(crate) fn lookup(&self, ops: &BpfOps, key: &[u8]) -> Result<Option<Vec<u8>>, BpfError> {
         ops.lib(op::MAP_LOOKUP, self.path.display(), || {
             self.handle.lookup(key, MapFlags::ANY)
         })
     }
 
     /// Deletes `key`; a missing key is not an error.
-    fn delete(&self, ops: &BpfOps, key: &[u8]) -> Result<(), BpfError> {
+    pub(crate) fn delete(&self, ops: &BpfOps, key: &[u8]) -> Result<(), BpfError> {
         match ops.lib(op::MAP_DELETE, self.path.display(), || {
             self.handle.delete(key)
         }) {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
             r => r,
         }
+    }
+}
+
+impl PinnedMap {
+    /// Every key of the map (one seam operation for the whole walk).
+    pub(crate) fn keys(&self, ops: &BpfOps) -> Result<Vec<Vec<u8>>, BpfError> {
+        ops.run(op::MAP_LOOKUP, self.path.display(), || {
+            Ok(self.handle.keys().collect())
+        })
+    }
+
+    /// Wraps an open map handle pinned at `path` (the caller checked the layout).
+    pub(crate) fn from_parts(spec: MapSpec, path: PathBuf, handle: MapHandle) -> Self {
+        Self { spec, path, handle }
     }
 }
 

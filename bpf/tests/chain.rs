@@ -112,8 +112,9 @@ fn debug_log_level_sends_every_packet_down_the_debug_path_with_the_same_policy_s
         );
         dp.set_policy(Mechanism::Tcx, Hook::Egress, slot, PolicyKind::Deny)
             .expect("deny");
+        // A new flow (the ICMP one is tracked now and would bypass policy).
         let r = pre
-            .test_run(dp.ops(), &ipv4(IPPROTO_ICMP), SkbCtx::default())
+            .test_run(dp.ops(), &ipv4(IPPROTO_UDP), SkbCtx::default())
             .expect("test run");
         assert_eq!(r.verdict, TC_ACT_SHOT);
         assert_eq!([r.ctx.cb[CB_ALLOW], r.ctx.cb[CB_DENY]], DEBUG);
@@ -359,4 +360,38 @@ fn forward_to_a_workload_that_is_not_ready_is_refused_and_handed_to_the_host_sta
     .join()
     .expect("thread")
     .expect("entered netns");
+}
+
+#[test]
+fn ipv6_neighbour_discovery_skips_policy_and_goes_to_the_host_stack() {
+    felix_netns::require!(netns["ip"]);
+    in_netns(|| {
+        let (mut dp, _root) = dataplane(false);
+        let (mut pre, _) = chain(
+            &mut dp,
+            Mechanism::Tcx,
+            Hook::Ingress,
+            GLOBALS_F_WEP | GLOBALS_F_INGRESS,
+            PolicyKind::Deny,
+        );
+        let with_type = |t: u8| {
+            let mut p = ipv6(IPPROTO_ICMPV6);
+            p[14 + 40] = t;
+            p
+        };
+        for t in [130u8, 131, 132, 133, 135, 136] {
+            let r = pre
+                .test_run(dp.ops(), &with_type(t), SkbCtx::default())
+                .expect("test run");
+            assert_eq!(r.verdict, TC_ACT_OK, "ICMPv6 type {t}");
+            assert_ne!(r.ctx.mark & SKB_MARK_SKIP_FIB, 0, "type {t}: host stack");
+        }
+        // Echo requests (and router advertisements from a workload) are policy's.
+        for t in [128u8, 134] {
+            let r = pre
+                .test_run(dp.ops(), &with_type(t), SkbCtx::default())
+                .expect("test run");
+            assert_eq!(r.verdict, TC_ACT_SHOT, "ICMPv6 type {t}");
+        }
+    });
 }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, ensure, Context, Result};
+use felix_bpf::conntrack::Conntrack;
 use felix_bpf::layout::{PROG_DEBUG_OFFSET, PROG_INDEX_MAIN};
 use felix_bpf::maps::{jump_map, progs_map, JumpMap};
 use felix_bpf::{BpfOps, Hook};
@@ -37,6 +38,10 @@ metadata:\n  name: backend-ingress\n  namespace: shop
 spec:\n  order: 100\n  selector: app == 'backend'\n  types: [Ingress]
   ingress:\n  - action: Allow\n    protocol: TCP\n    source:\n      selector: app == 'frontend'
     destination:\n      ports: [api]\n";
+
+/// Egress allowed, ingress denied: what the workload opens works both ways (conntrack),
+/// nothing can open a connection to it.
+const OUTONLY_PROFILE: &str = "apiVersion: projectcalico.org/v3\nkind: Profile\nmetadata:\n  name: outonly\nspec:\n  egress:\n  - action: Allow\n";
 
 /// A bpffs mounted for one test, unmounted (which frees every pin in it) on drop.
 struct Bpffs(PathBuf);
@@ -433,6 +438,85 @@ fn restarts_without_loss() -> Result<()> {
     fv.stop()
 }
 
+/// Conntrack in BPF mode: replies of allowed flows pass a deny-all ingress, an established
+/// connection survives a policy change that denies it (as iptables' ESTABLISHED rule), the
+/// flows of a deleted workload are cleaned by the scan, and the scan's metrics are served.
+fn conntrack_semantics() -> Result<()> {
+    let fs = Bpffs::new("conntrack")?;
+    let mut fv = world()?;
+    fv.ds.write("profile-outonly", OUTONLY_PROFILE)?;
+    fv.plug(wep("out", "shop", "caliout0", 15).profiles(&["outonly"]))?;
+    start(&mut fv, &fs, Mode::Bpf, &[])?;
+    let checks = vec![
+        Check::v4("out", "frontend", 8080, true),
+        Check::v6("out", "backend", 9090, true),
+        Check::v4("frontend", "out", 8080, false),
+        Check::v6("db", "out", 8080, false),
+    ];
+    fv.sandbox.expect_traffic(
+        "replies of what a deny-ingress workload opens",
+        &checks,
+        SETTLE,
+    )?;
+    let out_ns = fv.sandbox.workload("out")?.ns.name().to_string();
+    let mut conn = Conn::open(&out_ns, ip4(11).into(), 8080)?;
+    conn.roundtrip("before the policy change")?;
+    // The workload may open nothing any more.
+    let before = fv.d()?.applies();
+    fv.ds.write(
+        "profile-outonly",
+        CLOSED_PROFILE.replace("closed", "outonly").as_str(),
+    )?;
+    fv.d()?.wait_converged(before)?;
+    fv.sandbox.expect_traffic(
+        "a new connection is denied",
+        &[Check::v4("out", "frontend", 8080, false)],
+        SETTLE,
+    )?;
+    conn.roundtrip("the established connection survives")?;
+    drop(conn);
+
+    // The workload goes: the next scan removes its flows.
+    let ops = BpfOps::default();
+    let ct = Conntrack::open_existing(&ops, &fs.root())?.ok_or_else(|| anyhow!("no cali_ct"))?;
+    let out_v4: std::net::IpAddr = ip4(15).into();
+    let out_v6: std::net::IpAddr = ip6(15).into();
+    let of_out = |ct: &Conntrack| -> Result<usize> {
+        Ok(ct
+            .entries(&ops)?
+            .iter()
+            .filter(|(k, _)| {
+                [k.addr_a(), k.addr_b()]
+                    .iter()
+                    .any(|a| *a == out_v4 || *a == out_v6)
+            })
+            .count())
+    };
+    ensure!(of_out(&ct)? > 0, "no tracked flow of the workload");
+    let before = fv.d()?.applies();
+    fv.ds.remove("wep-out")?;
+    fv.d()?.wait_converged(before)?;
+    poll(Duration::from_secs(30), || {
+        (of_out(&ct).ok()? == 0).then_some(())
+    })
+    .map_err(|e| {
+        anyhow!(
+            "flows of the deleted workload left ({e}): {:?}",
+            of_out(&ct)
+        )
+    })?;
+    let metrics = fv.d()?.metrics()?;
+    for want in [
+        "felix_bpf_conntrack_sweeps ",
+        "felix_bpf_conntrack_used ",
+        "felix_bpf_conntrack_expired_total{reason=\"endpoint_removed\"} ",
+        "felix_bpf_conntrack_capacity 512000",
+    ] {
+        ensure!(metrics.contains(want), "{want} missing from /metrics");
+    }
+    fv.stop()
+}
+
 fn no_bpf_left(fv: &Fv, fs: &Bpffs) -> Result<()> {
     ensure!(
         !fs.root().exists(),
@@ -662,6 +746,12 @@ fn bpf_with_nftables_rules_switch_to_iptables_and_back() {
     run("bpf nft rules switch", || {
         switch_and_back("TCX", Mode::Iptables, Mode::BpfNft)
     });
+}
+
+#[test]
+fn bpf_conntrack_replies_established_flows_and_deleted_workloads() {
+    felix_netns::require!(netns BPF_TOOLS);
+    run("bpf conntrack", conntrack_semantics);
 }
 
 #[test]

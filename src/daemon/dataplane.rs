@@ -185,6 +185,18 @@ impl Dataplane {
             rx.recv().map_err(|_| StartError::Vanished)??;
         tracing::info!(dataplane = mode.as_str(), "dataplane supervisor started");
         let monitor = start_monitor(&monitor_cfg, ifaces, seam, addr.clone());
+        if mode == DataplaneMode::Bpf {
+            // `driver/bpf`'s conntrack scan is periodic: poke the supervisor once a period
+            // (the driver is dirty when its scan is due; nothing else runs).
+            let a = addr.clone();
+            arbiter.spawn(async move {
+                let mut tick = tokio::time::interval(crate::dataplane::bpf::ct_scan::SCAN_PERIOD);
+                loop {
+                    tick.tick().await;
+                    a.do_send(KernelChanged);
+                }
+            });
+        }
         Ok(Dataplane {
             addr,
             arbiter,

@@ -97,6 +97,7 @@ mod tests {
             bpffs: base.clone(),
             root: base.join("cali"),
             debug: false,
+            ct_capacity: 1024,
         };
         let mut d = BpfCleanupDriver::new(&ActorSeam::default(), opts, base.join("net"));
         assert!(d.is_dirty());

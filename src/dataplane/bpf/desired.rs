@@ -39,4 +39,7 @@ pub struct BpfDesired {
     pub attach_type: BpfAttachType,
     /// Interfaces by name.
     pub ifaces: BTreeMap<String, IfaceDesired>,
+    /// The endpoint addresses of each interface (its `ipv4Nets`/`ipv6Nets`): when an
+    /// interface goes, the conntrack entries of its addresses go with it.
+    pub addrs: BTreeMap<String, Vec<std::net::IpAddr>>,
 }

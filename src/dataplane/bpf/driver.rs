@@ -25,6 +25,10 @@
 //! event re-runs the reconcile, so an interface re-created under the same name (another
 //! ifindex) is re-programmed and its old hooks removed.
 //!
+//! Conntrack: after a successful reconcile, every [`ct_scan::SCAN_PERIOD`] (the driver stays
+//! dirty until the scan is due), [`CtScanner`] expires `cali_ct` entries and removes those
+//! approved on hooks felix no longer programs, and publishes the conntrack metric families.
+//!
 //! Restart: at construction the driver seeds [`BpfReady`] read-only from the pinned
 //! `cali_iface` (READY workload entries whose name still has that ifindex), so the first
 //! programming pass of a restarted daemon keeps the accept chains of the interfaces whose
@@ -43,9 +47,11 @@ use felix_bpf::{
     KernelProbe, KernelSupport, Mechanism, Options,
 };
 
+use super::ct_scan::{self, CtScanner};
 use super::desired::{BpfDesired, IfaceDesired};
 use super::ready::BpfReady;
 use crate::dataplane::ifacemon::IfaceSubscription;
+use felix_actors::clock::SharedClock;
 
 /// How `driver/bpf` is set up.
 #[derive(Debug, Clone)]
@@ -54,6 +60,8 @@ pub struct BpfDriverOptions {
     pub loader: Options,
     /// Where interfaces are looked up by name (`/sys/class/net`).
     pub sysfs_net: PathBuf,
+    /// The clock the conntrack scan is scheduled on.
+    pub clock: SharedClock,
 }
 
 impl Default for BpfDriverOptions {
@@ -61,6 +69,7 @@ impl Default for BpfDriverOptions {
         Self {
             loader: Options::default(),
             sysfs_net: PathBuf::from("/sys/class/net"),
+            clock: felix_actors::clock::system(),
         }
     }
 }
@@ -87,6 +96,12 @@ pub struct BpfDriver {
     ready: BpfReady,
     /// [`BpfReady`] changed in the last apply: one more pass so the tables follow.
     kick: bool,
+    ct: CtScanner,
+    metrics: felix_actors::Metrics,
+    /// Addresses of the interfaces removed since the last conntrack scan (not desired again).
+    ct_gone_addrs: BTreeSet<std::net::IpAddr>,
+    /// The last desired addresses per interface.
+    addrs: BTreeMap<String, Vec<std::net::IpAddr>>,
 }
 
 /// A BPF error as a driver error: the failed operation's name (one of
@@ -105,7 +120,16 @@ impl BpfDriver {
     /// A driver whose BPF operations run through `seam`, publishing into `ready` (seeded from
     /// the pins, see the module docs).
     pub fn new(seam: &ActorSeam, opts: BpfDriverOptions, ready: BpfReady) -> Self {
+        let ct = CtScanner::new(
+            opts.clock.clone(),
+            ct_scan::SCAN_PERIOD,
+            opts.loader.ct_capacity,
+        );
         let d = Self {
+            ct,
+            metrics: seam.shared().metrics().clone(),
+            ct_gone_addrs: BTreeSet::new(),
+            addrs: BTreeMap::new(),
             ops: BpfOps::new(seam.clone()),
             opts,
             dp: None,
@@ -214,8 +238,35 @@ impl BpfDriver {
         dp.set_iface(a.ifindex, name, a.want.kind, true)
     }
 
+    /// The conntrack scan, when due: flows approved on hooks of interfaces no longer
+    /// programmed go with the expired ones.
+    fn scan_conntrack(&mut self) -> Result<(), BpfError> {
+        let Some(dp) = self.dp.as_ref() else {
+            return Ok(());
+        };
+        if !self.ct.due() {
+            return Ok(());
+        }
+        let programmed: BTreeSet<u32> = self.applied.values().map(|a| a.ifindex).collect();
+        // An address desired again (a new endpoint reusing it) is not cleaned.
+        let live: BTreeSet<&std::net::IpAddr> = self.addrs.values().flatten().collect();
+        self.ct_gone_addrs.retain(|a| !live.contains(a));
+        self.ct
+            .run(dp, &programmed, &self.ct_gone_addrs, &self.metrics)?;
+        self.ct_gone_addrs.clear();
+        Ok(())
+    }
+
     fn reconcile(&mut self, desired: &BpfDesired) -> Result<(), BpfError> {
         self.start()?;
+        for (name, old) in &self.addrs {
+            if !desired.addrs.contains_key(name) {
+                self.ct_gone_addrs.extend(old.iter().copied());
+            }
+        }
+        if self.addrs != desired.addrs {
+            self.addrs = desired.addrs.clone();
+        }
         if let Some(sub) = &self.ifaces {
             sub.take();
         }
@@ -326,7 +377,7 @@ impl Driver for BpfDriver {
 
     fn apply(&mut self, desired: &BpfDesired) -> Result<(), DriverError> {
         self.kick = false;
-        let r = self.reconcile(desired);
+        let r = self.reconcile(desired).and_then(|()| self.scan_conntrack());
         self.failed = r.is_err();
         r.map_err(driver_error)
     }
@@ -343,7 +394,7 @@ impl Driver for BpfDriver {
             Some(sub) => sub.has_pending(),
             None => !self.waiting.is_empty(),
         };
-        self.failed || self.resync || waiting || self.kick
+        self.failed || self.resync || waiting || self.kick || self.ct.due()
     }
 }
 
@@ -385,6 +436,7 @@ mod tests {
                 bpffs: root.clone(),
                 root: root.join("cali"),
                 debug: false,
+                ct_capacity: 1024,
             },
             ..BpfDriverOptions::default()
         };

@@ -97,10 +97,19 @@ impl BpfEndpointManager {
         let mut claims: Vec<&(u64, WorkloadEndpoint)> = self.workloads.values().collect();
         claims.sort_by_key(|(seq, _)| *seq);
         let mut ifaces = BTreeMap::new();
+        let mut addrs = BTreeMap::new();
         for (_, ep) in claims {
             if ep.name.is_empty() {
                 continue;
             }
+            // Malformed nets are skipped: they only narrow the conntrack cleanup.
+            let ips: Vec<std::net::IpAddr> = ep
+                .ipv4_nets
+                .iter()
+                .chain(&ep.ipv6_nets)
+                .filter_map(|n| n.split('/').next()?.parse().ok())
+                .collect();
+            addrs.insert(ep.name.clone(), ips);
             ifaces.insert(
                 ep.name.clone(),
                 IfaceDesired {
@@ -113,6 +122,7 @@ impl BpfEndpointManager {
         BpfDesired {
             attach_type: self.attach_type,
             ifaces,
+            addrs,
         }
     }
 }

@@ -771,11 +771,11 @@ fn host_endpoints_by_expected_ip_follow_the_interface_monitor() {
     // matching address is never a host endpoint.
     m.on_update(&hep_update("by-ip", "", &["192.0.2.1", "192.0.2.9"]));
     pass(&mut m, false);
-    let filter = |out: &EndpointOutputs| chain_names(tables(&out), TableName::Filter);
+    let filter = |out: &EndpointOutputs| chain_names(tables(out), TableName::Filter);
     assert!(filter(&out).contains(&"cali-th-eth0".to_string()));
     assert!(!filter(&out).contains(&"cali-th-cali1".to_string()));
     let dispatch_has = |out: &EndpointOutputs, iface: &str| {
-        tables(&out).read(TableName::Filter, |d| {
+        tables(out).read(TableName::Filter, |d| {
             d.chains
                 .get(&"cali-to-wl-dispatch".to_string())
                 .is_some_and(|c| c.rules.iter().any(|r| format!("{r:?}").contains(iface)))
@@ -823,7 +823,7 @@ fn route_generation(out: &EndpointOutputs, iface: &str) -> Option<u64> {
 }
 
 fn tw_rules(out: &EndpointOutputs, iface: &str) -> Option<usize> {
-    tables(&out).read(TableName::Filter, |d| {
+    tables(out).read(TableName::Filter, |d| {
         d.chains
             .get(&format!("cali-tw-{iface}"))
             .map(|c| c.rules.len())

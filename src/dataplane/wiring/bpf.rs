@@ -51,6 +51,7 @@ pub(super) fn attach_type(cfg: &Config) -> BpfAttachType {
 pub(super) fn loader_options(cfg: &Config) -> Options {
     Options {
         debug: cfg.bpf_log_level().eq_ignore_ascii_case("debug"),
+        ct_capacity: u32::try_from(cfg.bpf_map_size_conntrack().max(1)).unwrap_or(u32::MAX),
         ..Options::default()
     }
 }
@@ -73,6 +74,7 @@ pub(super) fn register_node(
     ));
     let opts = BpfDriverOptions {
         loader: loader_options(cfg),
+        clock: shared.clock.clone(),
         ..BpfDriverOptions::default()
     };
     let (st, ready) = (shared.ifaces.clone(), ready.clone());
