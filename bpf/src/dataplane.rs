@@ -167,7 +167,6 @@ pub struct HookRecord {
 struct JumpSet {
     progs: JumpMap,
     jump: JumpMap,
-    slots: SlotAllocator,
     generic_loaded: bool,
     /// The policy programs, loaded once per run for this set (ids by program name).
     policy: Option<(Object, BTreeMap<&'static str, u32>)>,
@@ -181,6 +180,10 @@ pub struct BpfDataplane {
     iface: IfaceMap,
     ct: Conntrack,
     sets: BTreeMap<(Mechanism, Hook), JumpSet>,
+    /// Per-endpoint slots per direction, shared by the mechanisms: a slot number names one
+    /// endpoint's direction node-wide (the key of its per-endpoint state in other maps), and
+    /// a hook moved to another mechanism keeps its slot.
+    slots: BTreeMap<Hook, SlotAllocator>,
     hooks: BTreeMap<(u32, Hook), HookRecord>,
     /// Hooks attached by an earlier run, still using its set-aside jump maps.
     stale: std::collections::BTreeSet<(u32, Hook)>,
@@ -426,6 +429,14 @@ impl BpfDataplane {
             iface,
             ct,
             sets: BTreeMap::new(),
+            slots: Hook::ALL
+                .iter()
+                .map(|h| {
+                    let mut s = SlotAllocator::new(JUMP_SLOTS);
+                    s.mark_used(LOG_FILTER_ALL_SLOT);
+                    (*h, s)
+                })
+                .collect(),
             hooks: BTreeMap::new(),
             stale: Default::default(),
         };
@@ -507,9 +518,9 @@ impl BpfDataplane {
                 let fd = Program::fd_from_pinned_path(&prog_pin)?;
                 Program::id_from_fd(fd.as_fd())
             })?;
-            let set = self.set(mech, hook)?;
+            self.set(mech, hook)?;
             for slot in [globals.policy_slot, globals.log_filter_slot] {
-                set.slots.mark_used(slot);
+                self.slot_alloc(hook).mark_used(slot);
             }
             self.hooks.insert(
                 (ifindex, hook),
@@ -560,14 +571,11 @@ impl BpfDataplane {
                 .run(op::MOUNT, dir.display(), || std::fs::create_dir_all(&dir))?;
             let progs = JumpMap::open_or_create(&self.ops, progs_map(hook), &dir)?;
             let jump = JumpMap::open_or_create(&self.ops, jump_map(hook), &dir)?;
-            let mut slots = SlotAllocator::new(JUMP_SLOTS);
-            slots.mark_used(LOG_FILTER_ALL_SLOT);
             self.sets.insert(
                 (mech, hook),
                 JumpSet {
                     progs,
                     jump,
-                    slots,
                     generic_loaded: false,
                     policy: None,
                 },
@@ -673,13 +681,30 @@ impl BpfDataplane {
         set.jump.set(&ops, slot, prog.as_fd())
     }
 
-    /// Allocates a per-endpoint slot in `(mech, hook)`'s map.
+    /// Allocates a per-endpoint slot of direction `hook` (shared by the mechanisms; `mech`'s
+    /// jump maps are opened if needed).
     pub fn alloc_slot(&mut self, mech: Mechanism, hook: Hook) -> Result<u32, BpfError> {
-        let set = self.set(mech, hook)?;
-        set.slots.alloc().ok_or_else(|| BpfError::Unexpected {
-            op: op::MAP_UPDATE,
-            what: set.jump.map().path().display().to_string(),
-            reason: "no free per-endpoint slot".into(),
+        let path = self
+            .set(mech, hook)?
+            .jump
+            .map()
+            .path()
+            .display()
+            .to_string();
+        self.slot_alloc(hook)
+            .alloc()
+            .ok_or_else(|| BpfError::Unexpected {
+                op: op::MAP_UPDATE,
+                what: path,
+                reason: "no free per-endpoint slot".into(),
+            })
+    }
+
+    fn slot_alloc(&mut self, hook: Hook) -> &mut SlotAllocator {
+        self.slots.entry(hook).or_insert_with(|| {
+            let mut s = SlotAllocator::new(JUMP_SLOTS);
+            s.mark_used(LOG_FILTER_ALL_SLOT);
+            s
         })
     }
 
@@ -708,9 +733,10 @@ impl BpfDataplane {
         self.iface.set(&self.ops, ifindex, &state)
     }
 
-    /// The per-endpoint slots of `(mech, hook)` in use (slot 0: the match-all log filter).
-    pub fn slots_in_use(&mut self, mech: Mechanism, hook: Hook) -> Result<Vec<u32>, BpfError> {
-        Ok(self.set(mech, hook)?.slots.used().collect())
+    /// The per-endpoint slots of direction `hook` in use, whatever the mechanism (slot 0: the
+    /// match-all log filter).
+    pub fn slots_in_use(&mut self, _mech: Mechanism, hook: Hook) -> Result<Vec<u32>, BpfError> {
+        Ok(self.slot_alloc(hook).used().collect())
     }
 
     /// Loads a preamble for `(mech, hook)` with `globals`, not attached.
@@ -766,10 +792,9 @@ impl BpfDataplane {
     fn apply_hook(&mut self, ap: &AttachPoint) -> Result<AttachOutcome, BpfError> {
         self.ensure_generic(ap.mechanism, ap.hook)?;
         let old = self.hooks.get(&(ap.ifindex, ap.hook)).copied();
-        let kept = old.and_then(|r| {
-            (r.mechanism == ap.mechanism && r.globals.policy_slot != SLOT_NONE)
-                .then_some(r.globals.policy_slot)
-        });
+        // The endpoint keeps its slot, also across a mechanism move (slots are per direction).
+        let kept =
+            old.and_then(|r| (r.globals.policy_slot != SLOT_NONE).then_some(r.globals.policy_slot));
         let slot = match kept {
             Some(slot) => slot,
             None => self.alloc_slot(ap.mechanism, ap.hook)?,
@@ -777,9 +802,7 @@ impl BpfDataplane {
         let result = self.apply_with_slot(ap, old, slot);
         if result.is_err() && kept.is_none() {
             // A slot allocated for an attempt that failed goes back to the pool.
-            if let Some(set) = self.sets.get_mut(&(ap.mechanism, ap.hook)) {
-                set.slots.free(slot);
-            }
+            self.slot_alloc(ap.hook).free(slot);
         }
         result
     }
@@ -863,10 +886,10 @@ impl BpfDataplane {
         // (TCX before clsact), with the same policy, rather than neither.
         if let Some(r) = old.filter(|r| r.mechanism != ap.mechanism) {
             self.detach_mechanism(r.mechanism, ap.ifindex, ap.hook)?;
+            // The old mechanism's jump map forgets the slot; the slot itself is kept.
             let ops = self.ops.clone();
             if let Some(set) = self.sets.get_mut(&(r.mechanism, ap.hook)) {
                 set.jump.clear(&ops, r.globals.policy_slot)?;
-                set.slots.free(r.globals.policy_slot);
             }
         }
         // Whatever this loader does not remember: another mechanism's attachment goes too.
@@ -1047,7 +1070,7 @@ impl BpfDataplane {
             let set = self.set(r.mechanism, hook)?;
             if r.globals.policy_slot != SLOT_NONE {
                 set.jump.clear(&ops, r.globals.policy_slot)?;
-                set.slots.free(r.globals.policy_slot);
+                self.slot_alloc(hook).free(r.globals.policy_slot);
             }
         }
         Ok(())

@@ -290,7 +290,22 @@ fn moving_a_device_between_tcx_and_clsact_removes_the_old_attachment() {
         let mut dp = BpfDataplane::start(BpfOps::default(), opts).expect("start");
         attach_all(&mut dp, &t, Mechanism::Tcx);
         assert!(ping(&t.a, "10.65.0.2"));
+        let slot_of = |dp: &BpfDataplane, idx, hook| {
+            dp.record(idx, hook).expect("record").globals.policy_slot
+        };
+        let tcx_slots: Vec<u32> = [t.cali_a, t.cali_b]
+            .iter()
+            .flat_map(|i| Hook::ALL.map(|h| slot_of(&dp, *i, h)))
+            .collect();
         attach_all(&mut dp, &t, Mechanism::Tc);
+        let tc_slots: Vec<u32> = [t.cali_a, t.cali_b]
+            .iter()
+            .flat_map(|i| Hook::ALL.map(|h| slot_of(&dp, *i, h)))
+            .collect();
+        assert_eq!(
+            tc_slots, tcx_slots,
+            "an endpoint keeps its slot across a move"
+        );
         for (idx, dev) in [(t.cali_a, "caliA"), (t.cali_b, "caliB")] {
             for hook in Hook::ALL {
                 assert!(
@@ -300,6 +315,13 @@ fn moving_a_device_between_tcx_and_clsact_removes_the_old_attachment() {
                 assert_eq!(
                     dp.record(idx, hook).expect("record").mechanism,
                     Mechanism::Tc
+                );
+                let slot = slot_of(&dp, idx, hook);
+                assert_eq!(
+                    dp.slot_prog_id(Mechanism::Tcx, hook, false, slot)
+                        .expect("lookup"),
+                    None,
+                    "the old mechanism's jump map forgot the slot"
                 );
             }
             assert!(tc_filters(&t.host, dev, "ingress").contains("cali_tc_preambl"));
