@@ -11,6 +11,8 @@
 //   leg: on the hook where the endpoint sends (its host-side device's TC
 //   ingress) the sender's leg, where it receives the receiver's leg; and the
 //   approval must come from the same interface (the leg records it).
+// * An ICMP error about a flow (its embedded packet's) passes where that
+//   flow's packets would; it neither creates nor approves anything.
 // * An approved leg lets the packet bypass policy, except a TCP SYN without
 //   ACK, which always goes through policy (a retransmitted SYN reaching
 //   another endpoint is judged by that endpoint's policy).
@@ -65,7 +67,7 @@ struct ct_pkt {
 	__u8 src_is_a;  // the packet's source is end A
 	__u8 tcp_flags; // TCP flag byte (FIN 0x01, SYN 0x02, RST 0x04, ACK 0x10)
 	__u8 valid;
-	__u8 pad;
+	__u8 related; // an ICMP error about the flow of `key` (its embedded packet)
 };
 
 #define TCP_FIN 0x01
@@ -159,7 +161,45 @@ static __noinline void ct_parse(struct __sk_buff *skb, struct ct_pkt *p)
 		if (icmp[0] == 8 || icmp[0] == 0 || icmp[0] == 128 || icmp[0] == 129) {
 			sport = ((__u16)icmp[4] << 8) | icmp[5];
 			dport = sport;
+			break;
 		}
+		// An error (v4: unreachable, time exceeded, parameter problem; v6:
+		// unreachable, too big, time exceeded, parameter problem) carries the
+		// start of the packet it is about: the key is that packet's flow.
+		int err = proto == IPPROTO_ICMP ?
+			(icmp[0] == 3 || icmp[0] == 11 || icmp[0] == 12) :
+			(icmp[0] >= 1 && icmp[0] <= 4);
+		if (!err)
+			break;
+		void *inner = icmp + 8;
+		void *il4;
+		if (proto == IPPROTO_ICMP) {
+			struct iphdr *in = inner;
+			if ((void *)(in + 1) > end || in->ihl != 5)
+				return;
+			k->addr_a[3] = in->saddr;
+			k->addr_b[3] = in->daddr;
+			proto = in->protocol;
+			il4 = in + 1;
+		} else {
+			struct ipv6hdr *in6 = inner;
+			if ((void *)(in6 + 1) > end)
+				return;
+			__builtin_memcpy(k->addr_a, &in6->saddr, 16);
+			__builtin_memcpy(k->addr_b, &in6->daddr, 16);
+			proto = in6->nexthdr;
+			il4 = in6 + 1;
+		}
+		if (il4 + 8 > end)
+			return;
+		if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) {
+			sport = ((__u16)((__u8 *)il4)[0] << 8) | ((__u8 *)il4)[1];
+			dport = ((__u16)((__u8 *)il4)[2] << 8) | ((__u8 *)il4)[3];
+		} else if (proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6) {
+			sport = ((__u16)((__u8 *)il4)[4] << 8) | ((__u8 *)il4)[5];
+			dport = sport;
+		}
+		p->related = 1;
 		break;
 	}
 	default:
@@ -181,6 +221,9 @@ static __noinline void ct_parse(struct __sk_buff *skb, struct ct_pkt *p)
 		k->port_b = sport;
 		p->src_is_a = 0;
 	}
+	// An error travels against the packet it is about.
+	if (p->related)
+		p->src_is_a = !p->src_is_a;
 	p->valid = 1;
 }
 
@@ -229,6 +272,14 @@ static __always_inline enum ct_verdict ct_lookup(const struct ct_pkt *p, __u32 f
 	if (!v)
 		return CT_NEW;
 	now = bpf_ktime_get_ns();
+	if (p->related) {
+		// An error about a flow this hook's endpoint approved passes; it changes
+		// nothing in the flow.
+		mine = ct_hook_leg(v, p, flags);
+		if ((mine->flags & CT_LEG_APPROVED) && mine->ifindex == ifindex)
+			return CT_ESTABLISHED;
+		return CT_UNAPPROVED;
+	}
 	v->last_seen = now;
 	if (p->key.proto == IPPROTO_TCP) {
 		sender = p->src_is_a ? &v->a : &v->b;
@@ -250,8 +301,13 @@ static __always_inline enum ct_verdict ct_lookup(const struct ct_pkt *p, __u32 f
 // creating the flow if it is new.
 static __always_inline void ct_approve(const struct ct_pkt *p, __u32 flags, __u32 ifindex)
 {
-	struct ct_value *v = bpf_map_lookup_elem(&cali_ct, &p->key);
+	struct ct_value *v;
 	struct ct_leg *leg;
+
+	// Allowing an ICMP error approves nothing of the flow it is about.
+	if (p->related)
+		return;
+	v = bpf_map_lookup_elem(&cali_ct, &p->key);
 
 	if (!v) {
 		struct ct_value nv = {};

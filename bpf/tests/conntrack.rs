@@ -51,6 +51,25 @@ fn udp(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16) -> Vec<u8> {
     p
 }
 
+/// An ICMPv4 "fragmentation needed" from `router` to `to`, about the TCP packet
+/// `inner_src:sport -> inner_dst:dport`.
+fn frag_needed(router: [u8; 4], to: [u8; 4], inner: ([u8; 4], u16, [u8; 4], u16)) -> Vec<u8> {
+    let mut p = vec![0x02, 0, 0, 0, 0, 0xaa, 0x02, 0, 0, 0, 0, 0xbb, 0x08, 0x00];
+    let mut ip = vec![0x45, 0, 0, 56, 0, 1, 0x40, 0, 64, 1, 0, 0];
+    ip.extend_from_slice(&router);
+    ip.extend_from_slice(&to);
+    p.extend(ip);
+    p.extend_from_slice(&[3, 4, 0, 0, 0, 0, 0x05, 0xdc]);
+    let mut inner_ip = vec![0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0];
+    inner_ip.extend_from_slice(&inner.0);
+    inner_ip.extend_from_slice(&inner.2);
+    p.extend(inner_ip);
+    p.extend_from_slice(&inner.1.to_be_bytes());
+    p.extend_from_slice(&inner.3.to_be_bytes());
+    p.extend_from_slice(&[0, 0, 0, 1]);
+    p
+}
+
 /// The four hooks of workloads A and B: (A sends, A receives, B sends, B receives), each
 /// with its own policy. A workload sends through its host-side device's TC ingress.
 struct Hooks {
@@ -150,6 +169,35 @@ fn a_packet_needs_the_approval_of_its_hook_endpoints_leg() {
             TC_ACT_OK,
             "still approved by B"
         );
+    });
+}
+
+#[test]
+fn an_icmp_error_about_an_approved_flow_passes_where_the_flow_would() {
+    felix_netns::require!(netns["ip"]);
+    in_netns(|| {
+        let (mut dp, _root) = dataplane(false);
+        use PolicyKind::{Allow, Deny};
+        // A sends anything and receives nothing.
+        let mut h = hooks(&mut dp, (Allow, Deny), (Allow, Allow));
+        let router = [10, 65, 0, 254];
+        assert_eq!(
+            run(&dp, &mut h.a_out, &tcp(A, 40000, B, 80, SYN)),
+            TC_ACT_OK
+        );
+        let before = dp.conntrack().entries(dp.ops()).expect("entries");
+        // A router on the path answers A's packet: "fragmentation needed" reaches A.
+        let err = frag_needed(router, A, (A, 40000, B, 80));
+        assert_eq!(
+            run(&dp, &mut h.a_in, &err),
+            TC_ACT_OK,
+            "related to A's flow"
+        );
+        // About a flow A never opened: A's policy judges it (deny).
+        let stray = frag_needed(router, A, (A, 40001, B, 80));
+        assert_eq!(run(&dp, &mut h.a_in, &stray), TC_ACT_SHOT);
+        // Errors change nothing in conntrack.
+        assert_eq!(dp.conntrack().entries(dp.ops()).expect("entries"), before);
     });
 }
 
