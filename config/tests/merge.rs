@@ -190,8 +190,8 @@ fn bpf_mode_keeps_nftables_rules_with_nftables_mode_enabled() {
         allow, nft_allow,
         "BPF mode's nftables rules use the nftables settings"
     );
-    assert_eq!(mode(&[("NFTablesMode", "Enabled")]).1, true);
-    assert_eq!(mode(&[]).1, false);
+    assert!(mode(&[("NFTablesMode", "Enabled")]).1);
+    assert!(!mode(&[]).1);
 }
 
 #[test]

@@ -56,7 +56,7 @@ use crate::model::{
 };
 use felix_netns::{self as netns, Netns};
 
-const HOST: &str = "bench-node";
+pub(super) const HOST: &str = "bench-node";
 const NUM_PROFILES: usize = 10;
 const SET_LABEL: &str = "bench-set";
 const APP_LABEL: &str = "app";
@@ -249,7 +249,7 @@ fn peer(n: usize) -> String {
     format!("pbench{n:05}")
 }
 
-fn net32(ip: u32) -> IpNet {
+pub(super) fn net32(ip: u32) -> IpNet {
     IpNet::V4(Ipv4Net::new(Ipv4Addr::from(ip), 32).unwrap_or_default())
 }
 
@@ -282,7 +282,7 @@ fn workload(n: usize, sizes: &Sizes) -> Update {
     )
 }
 
-fn policy(i: usize, sizes: &Sizes, port_shift: u16) -> Update {
+pub(super) fn policy(i: usize, sizes: &Sizes, port_shift: u16) -> Update {
     let rule = |j: usize, inbound: bool| {
         let k = i * sizes.rules + j;
         let sel = format!("{SET_LABEL} == 'set-{}'", k % sizes.ip_sets.max(1));
@@ -320,7 +320,7 @@ fn policy(i: usize, sizes: &Sizes, port_shift: u16) -> Update {
     )
 }
 
-fn network_set(k: usize, sizes: &Sizes) -> Update {
+pub(super) fn network_set(k: usize, sizes: &Sizes) -> Update {
     // Every other address, so that nftables' interval sets cannot merge
     // neighbours into ranges (real network sets are not contiguous).
     let base = 0x6440_0000u32 + (2 * k * sizes.members) as u32;
@@ -341,7 +341,7 @@ fn network_set(k: usize, sizes: &Sizes) -> Update {
     )
 }
 
-fn profile(i: usize) -> Update {
+pub(super) fn profile(i: usize) -> Update {
     let allow = Rule {
         action: Action::Allow,
         ..Default::default()
@@ -382,7 +382,7 @@ struct Recorded {
 
 /// The real command seam, with every request and its wall time recorded.
 #[derive(Debug, Default)]
-struct RecordingCommands {
+pub(super) struct RecordingCommands {
     inner: SystemCommands,
     log: Mutex<Vec<Recorded>>,
 }
@@ -493,7 +493,7 @@ fn is_write(backend: Backend, req: &CommandRequest) -> bool {
 /// Time to convergence, applies it took, time per apply step.
 type Converged = (Duration, u64, Vec<(String, Duration)>);
 
-struct Running {
+pub(super) struct Running {
     addr: Addr<Supervisor<Payload>>,
     status: StatusHandle,
     events: mpsc::Receiver<(ApplyEvent, Instant)>,
@@ -505,7 +505,7 @@ struct Running {
 }
 
 impl Running {
-    fn start(cfg: &Config, seam: Arc<RecordingCommands>) -> Result<Running, BenchError> {
+    pub(super) fn start(cfg: &Config, seam: Arc<RecordingCommands>) -> Result<Running, BenchError> {
         let (tx, rx) = mpsc::channel();
         let (fin_tx, events) = mpsc::channel();
         let cfg = cfg.clone();
@@ -566,7 +566,7 @@ impl Running {
     /// started after the send finished successfully with nothing dirty.
     /// Returns the time from the send to the end of that apply, how many
     /// applies it took and the time spent in each apply step.
-    fn send_and_converge(
+    pub(super) fn send_and_converge(
         &self,
         payloads: Vec<Payload>,
         in_sync: bool,
@@ -648,14 +648,18 @@ impl Drop for Running {
 // The run.
 
 fn config(backend: Backend) -> Result<Config, BenchError> {
-    let mut env = BTreeMap::new();
     let nft = if backend == Backend::Nftables {
         "Enabled"
     } else {
         "Disabled"
     };
+    config_with(&[("NFTablesMode", nft)])
+}
+
+/// The benchmarks' configuration with `extra` settings (the mode) on top.
+pub(super) fn config_with(extra: &[(&str, &str)]) -> Result<Config, BenchError> {
+    let mut env = BTreeMap::new();
     for (k, v) in [
-        ("NFTablesMode", nft),
         ("Ipv6Support", "false"),
         // Auto detection may pick legacy when its modules are loaded; the
         // raw replay must use the same backend, so name it.
@@ -665,7 +669,10 @@ fn config(backend: Backend) -> Result<Config, BenchError> {
         ("NftablesRefreshInterval", "3600"),
         ("IpsetsRefreshInterval", "3600"),
         ("RouteRefreshInterval", "3600"),
-    ] {
+    ]
+    .iter()
+    .chain(extra)
+    {
         env.insert(k.to_string(), v.to_string());
     }
     let (cfg, errs) = Config::build(&[(Source::Environment, env)]);
@@ -686,7 +693,7 @@ fn create_veths(n: usize) -> Result<(), BenchError> {
     Ok(())
 }
 
-fn calc_step(
+pub(super) fn calc_step(
     graph: &mut CalcGraph,
     view: &mut DataplaneView,
     updates: Vec<Update>,

@@ -6,6 +6,7 @@
 pub mod calc;
 pub mod dataplane;
 pub mod routes;
+pub mod traffic;
 
 /// Peak resident set size of this process, in MiB (`VmHWM`).
 pub fn peak_rss_mib() -> f64 {

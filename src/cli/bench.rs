@@ -68,6 +68,19 @@ pub(crate) enum BenchWhat {
         #[command(flatten)]
         sizes: bench::routes::Sizes,
     },
+    /// What policy costs real traffic (issue 22): TCP throughput and connection rate between
+    /// two workloads through N policies in each dataplane mode, beside no felix at all, in
+    /// one run. Runs in throwaway network namespaces (needs root, `ip`, the modes' tools).
+    Traffic {
+        /// Mode to measure (repeatable; default: none, iptables, nftables, bpf).
+        #[arg(long, value_enum)]
+        mode: Vec<bench::traffic::Mode>,
+        /// Internal: run one mode in this process (already inside its namespace).
+        #[arg(long, hide = true)]
+        inner: bool,
+        #[command(flatten)]
+        sizes: bench::traffic::TrafficSizes,
+    },
 }
 
 /// Runs `felix bench`.
@@ -119,6 +132,25 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             print!("{r}");
             Ok(())
         }
+        BenchWhat::Traffic { mode, inner, sizes } => {
+            if inner {
+                let [m] = mode.as_slice() else {
+                    return Err(CliError::Input("--inner needs one --mode".to_string()));
+                };
+                init_stderr_logs();
+                let f = bench::traffic::run_inner(*m, &sizes)
+                    .map_err(|e| CliError::Runtime(e.into()))?;
+                bench::traffic::print_line(*m, &f);
+                return Ok(());
+            }
+            let modes = if mode.is_empty() {
+                use bench::traffic::Mode;
+                vec![Mode::None, Mode::Iptables, Mode::Nftables, Mode::Bpf]
+            } else {
+                mode
+            };
+            bench::traffic::run_outer(&modes, &sizes).map_err(CliError::Runtime)
+        }
         BenchWhat::Dataplane {
             backend,
             inner,
@@ -126,14 +158,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             sizes,
         } => match (inner, backend, replay_netns) {
             (true, Some(b), Some(ns)) => {
-                // Driver warnings (failed applies, retries) go to stderr.
-                let _ = tracing_subscriber::fmt()
-                    .with_writer(std::io::stderr)
-                    .with_env_filter(
-                        tracing_subscriber::EnvFilter::try_from_default_env()
-                            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-                    )
-                    .try_init();
+                init_stderr_logs();
                 let r = bench::dataplane::run_inner(b, &ns, &sizes)
                     .map_err(|e| CliError::Runtime(e.into()))?;
                 print!("{r}");
@@ -152,6 +177,17 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             }
         },
     }
+}
+
+/// Driver warnings (failed applies, retries) of an inner benchmark run go to stderr.
+fn init_stderr_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .try_init();
 }
 
 /// A temporary directory removed on drop.
