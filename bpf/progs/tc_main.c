@@ -6,6 +6,7 @@
 // generic programs map (debug at PROG_DEBUG_OFFSET).
 
 #include "cali.h"
+#include "state.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -88,6 +89,10 @@ int cali_tc_main(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if (rc < 0) {
 		CALI_LOG("malformed packet: drop");
+		return TC_ACT_SHOT;
+	}
+	if (cali_state_fill(skb)) {
+		CALI_LOG("no packet state: drop");
 		return TC_ACT_SHOT;
 	}
 	// The caller's continuation for policy: this path's accepted / drop.

@@ -7,6 +7,9 @@
 //! * [`maps`]: map specs (versioned `cali_*` names), pinned map handles, the slot allocator,
 //!   bpffs mount and old-version removal.
 //! * [`attach`]: `BPFAttachType`, kernel probes, mechanism selection.
+//! * [`policy`]: the policy interpreter's records (`progs/pol_rules.c`) and their assembler.
+//! * [`polmaps`]: the interpreter's pinned maps (rule records, policy index, endpoint lists,
+//!   IP sets) and its loader.
 //! * [`dataplane`]: [`BpfDataplane`], which loads and attaches (see its module doc for the
 //!   design and the pin layout).
 //!
@@ -17,6 +20,8 @@ pub mod dataplane;
 pub mod layout;
 pub mod maps;
 pub mod ops;
+pub mod policy;
+pub mod polmaps;
 
 pub use attach::{BpfAttachType, DeviceKind, FeatureProbe, KernelProbe, KernelSupport, Mechanism};
 pub use dataplane::{
@@ -25,3 +30,4 @@ pub use dataplane::{
 };
 pub use layout::{Hook, IfaceState, TcGlobals};
 pub use ops::{BpfError, BpfOps};
+pub use polmaps::{PolicyMaps, PolicyProgram};

@@ -161,6 +161,11 @@ impl PinnedMap {
         &self.path
     }
 
+    /// The open map (for this crate's typed handles).
+    pub(crate) fn handle(&self) -> &MapHandle {
+        &self.handle
+    }
+
     /// The map's fd (for reuse by a loading object).
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.handle.as_fd()
@@ -172,20 +177,20 @@ impl PinnedMap {
         Ok(info.info.id)
     }
 
-    fn update(&self, ops: &BpfOps, key: &[u8], value: &[u8]) -> Result<(), BpfError> {
+    pub(crate) fn update(&self, ops: &BpfOps, key: &[u8], value: &[u8]) -> Result<(), BpfError> {
         ops.lib(op::MAP_UPDATE, self.path.display(), || {
             self.handle.update(key, value, MapFlags::ANY)
         })
     }
 
-    fn lookup(&self, ops: &BpfOps, key: &[u8]) -> Result<Option<Vec<u8>>, BpfError> {
+    pub(crate) fn lookup(&self, ops: &BpfOps, key: &[u8]) -> Result<Option<Vec<u8>>, BpfError> {
         ops.lib(op::MAP_LOOKUP, self.path.display(), || {
             self.handle.lookup(key, MapFlags::ANY)
         })
     }
 
     /// Deletes `key`; a missing key is not an error.
-    fn delete(&self, ops: &BpfOps, key: &[u8]) -> Result<(), BpfError> {
+    pub(crate) fn delete(&self, ops: &BpfOps, key: &[u8]) -> Result<(), BpfError> {
         match ops.lib(op::MAP_DELETE, self.path.display(), || {
             self.handle.delete(key)
         }) {
