@@ -53,8 +53,10 @@
 #define POL_DIR_INGRESS 0
 #define POL_DIR_EGRESS  1
 
-// Most records one packet may visit before the walk fails closed.
+// Most loop iterations one packet may take before the walk fails closed (each
+// walks up to INNER_STEPS records of a policy, or one endpoint-list record).
 #define MAX_STEPS (1u << 20)
+#define INNER_STEPS 8
 
 #define POL_OPS_SIZE  (1u << 18)
 #define POL_IDX_SIZE  65536
@@ -251,26 +253,37 @@ static long step(__u32 i, void *ctx)
 	struct cali_op *op;
 	__u32 idx;
 
+#if CALI_DEBUG
 	w->steps++;
+#endif
 	if (w->in_pol) {
-		__u32 next;
+		// Up to INNER_STEPS records of the policy per loop iteration: fewer callback
+		// round trips per record.
+		__u32 cur = w->pol_cur;
+		int k;
 
-		if (w->pol_cur >= w->pol_len) {
-			policy_done(w, T_NEXT);
-			return 0;
+		for (k = 0; k < INNER_STEPS; k++) {
+			__u32 next;
+
+			if (cur >= w->pol_len) {
+				policy_done(w, T_NEXT);
+				return 0;
+			}
+			idx = w->pol_base + cur;
+			op = bpf_map_lookup_elem(&cali_pol_ops2, &idx);
+			if (!op) {
+				w->verdict = V_DENY;
+				return 1;
+			}
+			next = eval(w, op) ? op->t : op->f;
+			if (next >= T_FIRST) {
+				policy_done(w, next);
+				return w->verdict != V_NONE;
+			}
+			cur = next;
 		}
-		idx = w->pol_base + w->pol_cur;
-		op = bpf_map_lookup_elem(&cali_pol_ops2, &idx);
-		if (!op) {
-			w->verdict = V_DENY;
-			return 1;
-		}
-		next = eval(w, op) ? op->t : op->f;
-		if (next >= T_FIRST)
-			policy_done(w, next);
-		else
-			w->pol_cur = next;
-		return w->verdict != V_NONE;
+		w->pol_cur = cur;
+		return 0;
 	}
 	if (w->ep_cur >= w->ep_len) {
 		w->verdict = V_DENY;

@@ -602,16 +602,12 @@ pub fn assemble_endpoint(tiers: &[TierIr], profiles: &[u32]) -> Vec<Op> {
 }
 
 /// Answers an IP-set lookup for [`eval_stream`]: (set id, address, protocol, port).
-pub type MemberFn = dyn Fn(u64, &[u8; 16], u8, u16) -> bool;
+pub type MemberFn<'a> = dyn Fn(u64, &[u8; 16], u8, u16) -> bool + 'a;
 
 /// A policy stream's verdict for a packet, evaluated in Rust exactly as the interpreter does
 /// (for tests and `felix explain`-style tooling): `T_ALLOW`, `T_DENY`, `T_PASS` or `T_NEXT`.
 /// `member` answers set lookups.
-pub fn eval_stream(
-    ops: &[Op],
-    st: &PacketState,
-    member: &MemberFn,
-) -> Result<u32, BpfError> {
+pub fn eval_stream(ops: &[Op], st: &PacketState, member: &MemberFn<'_>) -> Result<u32, BpfError> {
     let mut cur: u32 = 0;
     for _ in 0..MAX_STEPS {
         let Some(op) = ops.get(cur as usize) else {

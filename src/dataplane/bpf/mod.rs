@@ -17,6 +17,7 @@ pub mod cleanup;
 pub mod desired;
 pub mod driver;
 pub mod manager;
+pub mod policy;
 pub mod ready;
 pub mod tables;
 
