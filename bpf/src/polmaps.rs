@@ -205,6 +205,55 @@ impl PolicyMaps {
         self.idx.delete(ops, &handle.to_ne_bytes())
     }
 
+    /// Every policy index entry (start of day: what a previous run left).
+    pub fn policies(&self, ops: &BpfOps) -> Result<Vec<(u32, PolicyIndex)>, BpfError> {
+        let keys: Vec<Vec<u8>> = ops.run(op::MAP_LOOKUP, self.idx.path().display(), || {
+            Ok(self.idx.handle().keys().collect())
+        })?;
+        let mut out = Vec::new();
+        for k in keys {
+            let Some(handle) = k
+                .get(..4)
+                .and_then(|b| b.try_into().ok())
+                .map(u32::from_ne_bytes)
+            else {
+                continue;
+            };
+            if let Some(idx) = self.policy(ops, handle)? {
+                out.push((handle, idx));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every endpoint list entry of `mech` (start of day).
+    pub fn endpoints(
+        &self,
+        ops: &BpfOps,
+        mech: Mechanism,
+    ) -> Result<Vec<(EndpointKey, EndpointList)>, BpfError> {
+        let map = self.ep(mech)?;
+        let keys: Vec<Vec<u8>> = ops.run(op::MAP_LOOKUP, map.path().display(), || {
+            Ok(map.handle().keys().collect())
+        })?;
+        let mut out = Vec::new();
+        for k in keys {
+            let field = |i: usize| {
+                k.get(i..i + 4)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u32::from_ne_bytes)
+            };
+            let (Some(slot), Some(dir)) = (field(0), field(4)) else {
+                continue;
+            };
+            let key = EndpointKey { slot, dir };
+            if let Some(list) = self.endpoint(ops, mech, key)? {
+                out.push((key, list));
+            }
+        }
+        Ok(out)
+    }
+
     /// Points the endpoint `key` of `mech` at `list` (an atomic swap).
     pub fn set_endpoint(
         &self,
@@ -428,4 +477,31 @@ pub fn test_run_repeat(
             avg: Duration::from_nanos(u64::from(opts.duration)),
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_map_of_the_interpreter_is_named_cali_and_versioned_as_its_spec() {
+        for bytes in [objects::POL_RULES, objects::POL_RULES_DEBUG] {
+            let mut builder = ObjectBuilder::default();
+            builder.name("cali_polr").expect("name");
+            let open = builder.open_memory(bytes).expect("object parses");
+            let names: Vec<String> = open
+                .maps()
+                .map(|m| m.name().to_string_lossy().into_owned())
+                .collect();
+            assert!(names.iter().all(|n| n.starts_with("cali_")), "{names:?}");
+            for spec in ROOT_SPECS.iter().chain([&POL_EP_MAP, &STATE_MAP]) {
+                assert!(
+                    names.contains(&spec.versioned_name()),
+                    "{} in {names:?}",
+                    spec.versioned_name()
+                );
+                assert!(spec.versioned_name().len() <= 15);
+            }
+        }
+    }
 }

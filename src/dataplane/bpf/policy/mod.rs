@@ -29,4 +29,6 @@ mod tests;
 
 pub use compile::{compile_rules, Unrenderable};
 pub use setid::SetIdAllocator;
-pub use writer::{BpfPolicyStore, PolicyDir, PolicyStore, PolicyWriteError, PolicyWriter};
+pub use writer::{
+    BpfPolicyStore, Existing, PolicyDir, PolicyStore, PolicyWriteError, PolicyWriter,
+};

@@ -574,3 +574,77 @@ impl Case {
         )
     }
 }
+
+#[test]
+fn a_restarted_writer_never_writes_over_the_previous_runs_records() {
+    let mut g = Gen(77);
+    let case = gen_case(&mut g, 1);
+    let mut a = PolicyWriter::with_space(FakeStore::default(), 4096);
+    case.write(&mut a, 1);
+    a.apply_policy(&pid("gone"), &policy(vec![rule("allow")]))
+        .expect("gone");
+    a.set_endpoint(
+        MECH,
+        9,
+        PolicyDir::Ingress,
+        &[tier("t", &["gone"], "Deny")],
+        &[],
+    )
+    .expect("ep 9");
+    let store = std::mem::take(a.store_mut());
+    let existing = Existing {
+        policies: store.idx.iter().map(|(h, i)| (*h, *i)).collect(),
+        endpoints: store.eps.iter().map(|((m, k), l)| (*m, *k, *l)).collect(),
+    };
+    let old_records: BTreeSet<u32> = existing
+        .policies
+        .iter()
+        .flat_map(|(_, i)| (0..2).flat_map(move |f| i.base[f]..i.base[f] + i.len[f]))
+        .chain(
+            existing
+                .endpoints
+                .iter()
+                .flat_map(|(_, _, l)| l.base..l.base + l.len),
+        )
+        .collect();
+    let mut b = PolicyWriter::with_space(store, 4096);
+    b.adopt(&existing);
+    b.store_mut().writes.clear();
+    case.write(&mut b, 1);
+    for w in &b.store().writes {
+        if let Some(rest) = w.strip_prefix("records ") {
+            let (base, len) = rest.split_once('+').expect("base+len");
+            let base: u32 = base.parse().expect("base");
+            let len: u32 = len.parse().expect("len");
+            assert!(
+                (base..base + len).all(|i| !old_records.contains(&i)),
+                "{w} overlaps the previous run's records"
+            );
+        }
+    }
+    // The previous run's handles are not reused before the sweep.
+    for (h, _) in &existing.policies {
+        assert!(b.store().idx.contains_key(h));
+    }
+    for _ in 0..20 {
+        let p = gen_pkt(&mut g);
+        let want = case.reference(&p, &BTreeMap::new());
+        assert_eq!(
+            model_allows(b.store(), MECH, ep_key(1), &state_of(&p)),
+            want
+        );
+    }
+    b.sweep().expect("sweep");
+    assert!(
+        !b.store().eps.contains_key(&(MECH, ep_key(9))),
+        "unclaimed endpoint removed"
+    );
+    let live: u64 = b
+        .store()
+        .idx
+        .values()
+        .map(|i| u64::from(i.len[0] + i.len[1]))
+        .chain(b.store().eps.values().map(|l| u64::from(l.len)))
+        .sum();
+    assert_eq!(b.free_records() + live, 4096, "everything else freed");
+}

@@ -21,6 +21,32 @@
 //! * IP sets are written as member adds and deletes only: a full `IPSetUpdate` of a known
 //!   set is turned into the delta against the members written before.
 //!
+//! # Restart
+//! The maps are pinned and outlive the daemon. A new writer first [`PolicyWriter::adopt`]s
+//! what the previous run left: the record ranges its index and endpoint entries point at
+//! and its handle numbers are reserved, so nothing this run writes lands under a packet
+//! still walking the old records. Rewriting an endpoint swaps its entry as usual (the old
+//! range is freed); after the first full apply, [`PolicyWriter::sweep`] deletes whatever the
+//! new run did not rewrite.
+//!
+//! # Invariants (each with its test)
+//! * A policy change writes its records into free space and swaps one index entry; no
+//!   endpoint list is rewritten
+//!   (`a_policy_change_is_one_record_write_and_one_index_swap_that_every_sharing_endpoint_follows`).
+//! * An unchanged policy or endpoint writes nothing (`an_unchanged_policy_or_endpoint_writes_nothing`).
+//! * An endpoint change is one list write and one swap; the old list's space is freed
+//!   (`an_endpoint_change_is_one_list_write_and_one_swap`).
+//! * IP sets change only by member adds and deletes (`a_full_ip_set_update_is_written_as_member_deltas`).
+//! * A failed write leaves the old records in force and frees the new range
+//!   (`a_failed_write_keeps_the_old_records_and_reports_the_operation`).
+//! * A handle lives while an endpoint list refers to it or its policy is written
+//!   (`handles_are_released_once_unreferenced_and_unwritten_and_staged_policies_never_written`).
+//! * After a restart, nothing is written over records the previous run's entries point at
+//!   until they are swapped away (`a_restarted_writer_never_writes_over_the_previous_runs_records`).
+//! * The compiled records decide as the *tables renderer does
+//!   (`compiled_records_agree_with_the_reference_semantics`, and in the kernel
+//!   `bpf_verdicts_agree_with_the_reference_semantics`).
+//!
 //! # Thread safety
 //! Not shared: one owner calls it from its blocking apply step.
 
@@ -103,6 +129,31 @@ impl PolicyStore for BpfPolicyStore {
     fn delete_member(&mut self, key: &IpSetKey) -> Result<(), BpfError> {
         self.maps.delete_member(&self.ops, key)
     }
+}
+
+impl BpfPolicyStore {
+    /// What the pinned maps hold (a previous run's entries), for [`PolicyWriter::adopt`].
+    pub fn existing(&self) -> Result<Existing, BpfError> {
+        let mut endpoints = Vec::new();
+        for mech in [Mechanism::Tc, Mechanism::Tcx] {
+            for (k, l) in self.maps.endpoints(&self.ops, mech)? {
+                endpoints.push((mech, k, l));
+            }
+        }
+        Ok(Existing {
+            policies: self.maps.policies(&self.ops)?,
+            endpoints,
+        })
+    }
+}
+
+/// The entries a previous run left in the maps.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Existing {
+    /// Policy index entries: handle -> streams.
+    pub policies: Vec<(u32, PolicyIndex)>,
+    /// Endpoint entries.
+    pub endpoints: Vec<(Mechanism, EndpointKey, EndpointList)>,
 }
 
 /// A failed writer operation: which one, on what, and why.
@@ -217,6 +268,10 @@ pub struct PolicyWriter<S> {
     free_handles: Vec<u32>,
     next_handle: u32,
     endpoints: BTreeMap<(Mechanism, EndpointKey), EndpointState>,
+    /// A previous run's handles (not reused until [`PolicyWriter::sweep`]) and their ranges.
+    stale_handles: BTreeMap<u32, Vec<Range>>,
+    /// A previous run's endpoint entries not rewritten yet.
+    stale_endpoints: BTreeMap<(Mechanism, EndpointKey), Range>,
 }
 
 /// The owner string of a policy.
@@ -246,7 +301,74 @@ impl<S: PolicyStore> PolicyWriter<S> {
             free_handles: Vec::new(),
             next_handle: 1,
             endpoints: BTreeMap::new(),
+            stale_handles: BTreeMap::new(),
+            stale_endpoints: BTreeMap::new(),
         }
+    }
+
+    /// Start of day over maps a previous run wrote: reserves the record ranges its entries
+    /// point at and its handle numbers (see the module doc). Call before any write.
+    pub fn adopt(&mut self, existing: &Existing) {
+        for (handle, idx) in &existing.policies {
+            let ranges: Vec<Range> = (0..2)
+                .map(|f| Range {
+                    base: idx.base[f],
+                    len: idx.len[f],
+                })
+                .filter(|r| r.len > 0 && self.space.reserve(*r))
+                .collect();
+            self.stale_handles.insert(*handle, ranges);
+            self.next_handle = self.next_handle.max(handle.saturating_add(1));
+        }
+        for (mech, key, list) in &existing.endpoints {
+            let r = Range {
+                base: list.base,
+                len: list.len,
+            };
+            if self.space.reserve(r) {
+                self.stale_endpoints.insert((*mech, *key), r);
+            } else {
+                self.stale_endpoints
+                    .insert((*mech, *key), Range { base: 0, len: 0 });
+            }
+        }
+    }
+
+    /// After the first full apply of a restarted run: deletes the previous run's endpoint
+    /// and index entries this run did not rewrite, and frees their records and handles.
+    pub fn sweep(&mut self) -> Result<(), PolicyWriteError> {
+        let eps: Vec<_> = std::mem::take(&mut self.stale_endpoints)
+            .into_iter()
+            .collect();
+        for ((mech, key), r) in eps {
+            if let Err(source) = self.store.delete_endpoint(mech, key) {
+                self.stale_endpoints.insert((mech, key), r);
+                return Err(PolicyWriteError::Bpf {
+                    op: "sweep",
+                    what: format!("{} slot {} dir {}", mech.dir_name(), key.slot, key.dir),
+                    source,
+                });
+            }
+            self.space.free(r);
+        }
+        let handles: Vec<_> = std::mem::take(&mut self.stale_handles)
+            .into_iter()
+            .collect();
+        for (h, ranges) in handles {
+            if let Err(source) = self.store.delete_policy(h) {
+                self.stale_handles.insert(h, ranges);
+                return Err(PolicyWriteError::Bpf {
+                    op: "sweep",
+                    what: format!("policy handle {h}"),
+                    source,
+                });
+            }
+            for r in ranges {
+                self.space.free(r);
+            }
+            self.free_handles.insert(0, h);
+        }
+        Ok(())
     }
 
     /// The store.
@@ -278,6 +400,9 @@ impl<S: PolicyStore> PolicyWriter<S> {
         let handle = if let Some(h) = self.free_handles.pop() {
             h
         } else if self.next_handle < POL_IDX_SIZE {
+            while self.stale_handles.contains_key(&self.next_handle) {
+                self.next_handle += 1;
+            }
             self.next_handle += 1;
             self.next_handle - 1
         } else {
@@ -555,6 +680,9 @@ impl<S: PolicyStore> PolicyWriter<S> {
                 h.refs += 1;
             }
         }
+        if let Some(r) = self.stale_endpoints.remove(&ep) {
+            self.space.free(r);
+        }
         if let Some(old) = self.endpoints.insert(
             ep,
             EndpointState {
@@ -615,7 +743,9 @@ impl<S: PolicyStore> PolicyWriter<S> {
             slot,
             dir: dir.number(),
         };
-        if !self.endpoints.contains_key(&(mech, key)) {
+        if !self.endpoints.contains_key(&(mech, key))
+            && !self.stale_endpoints.contains_key(&(mech, key))
+        {
             return Ok(());
         }
         self.store
@@ -627,6 +757,9 @@ impl<S: PolicyStore> PolicyWriter<S> {
             })?;
         if let Some(old) = self.endpoints.remove(&(mech, key)) {
             self.drop_endpoint_state(old);
+        }
+        if let Some(r) = self.stale_endpoints.remove(&(mech, key)) {
+            self.space.free(r);
         }
         Ok(())
     }
