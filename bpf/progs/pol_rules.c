@@ -69,7 +69,7 @@ struct cali_op {
 	__u8 arg;
 	__u16 lo;
 	__u16 hi;
-	__u16 pad;
+	__u16 pre; // 0, or protocol + 1: the test misses unless the packet has it
 	__u32 t;
 	__u32 f;
 	__u8 data[16];
@@ -275,7 +275,10 @@ static long step(__u32 i, void *ctx)
 				w->verdict = V_DENY;
 				return 1;
 			}
-			next = eval(w, op) ? op->t : op->f;
+			if (op->pre && op->pre != (__u16)w->st->proto + 1)
+				next = op->f;
+			else
+				next = eval(w, op) ? op->t : op->f;
 			if (next >= T_FIRST) {
 				policy_done(w, next);
 				return w->verdict != V_NONE;

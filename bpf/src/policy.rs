@@ -98,6 +98,9 @@ pub struct Op {
     pub lo: u16,
     /// Port range end or ICMP code.
     pub hi: u16,
+    /// Protocol precondition: 0, or the protocol number + 1; a packet of another protocol
+    /// misses the test (a rule's protocol fused into its next single-test group).
+    pub pre: u16,
     /// Where to continue on match (relative index or `T_*`); for [`OP_EP_REF`], the list
     /// index to continue at on Pass.
     pub t: u32,
@@ -118,6 +121,7 @@ impl Op {
         b[1] = self.arg;
         b[2..4].copy_from_slice(&self.lo.to_ne_bytes());
         b[4..6].copy_from_slice(&self.hi.to_ne_bytes());
+        b[6..8].copy_from_slice(&self.pre.to_ne_bytes());
         b[8..12].copy_from_slice(&self.t.to_ne_bytes());
         b[12..16].copy_from_slice(&self.f.to_ne_bytes());
         b[16..32].copy_from_slice(&self.data);
@@ -136,6 +140,7 @@ impl Op {
             arg: b[1],
             lo: u16_at(2),
             hi: u16_at(4),
+            pre: u16_at(6),
             t: u32_at(8),
             f: u32_at(12),
             data,
@@ -479,32 +484,58 @@ fn terminal(a: RuleAction) -> u32 {
     }
 }
 
+/// A rule's groups with the protocol test fused away: a positive single-test `Proto(p)`
+/// group is folded into the first other positive single-test group as its precondition
+/// (`Op::pre`), saving one record per rule on the common "protocol and port" rule. Returns
+/// the groups and the precondition of each.
+fn fuse_proto(groups: Vec<&Group>) -> (Vec<&Group>, Vec<u16>) {
+    let single = |g: &Group| !g.negate && g.any_of.len() == 1;
+    let proto_at = groups
+        .iter()
+        .position(|g| single(g) && matches!(g.any_of[0], Test::Proto(_)));
+    let mut pre = vec![0u16; groups.len()];
+    if let Some(pi) = proto_at {
+        let target = groups
+            .iter()
+            .enumerate()
+            .position(|(i, g)| i != pi && single(g) && !matches!(g.any_of[0], Test::Proto(_)));
+        if let (Some(ti), Test::Proto(p)) = (target, groups[pi].any_of[0]) {
+            pre[ti] = u16::from(p) + 1;
+            let mut out = groups;
+            out.remove(pi);
+            pre.remove(pi);
+            return (out, pre);
+        }
+    }
+    (groups, pre)
+}
+
 /// Assembles a policy's rules (for one IP version and direction) into a stream: the first
 /// rule's first record is index 0, every target is a stream index or a terminal, and a packet
 /// no rule decides reaches [`T_NEXT`]. Rules that can never match (an empty positive group)
 /// are left out; empty negated groups are dropped.
 pub fn assemble_policy(rules: &[RuleIr]) -> Result<Vec<Op>, AssembleError> {
-    // Each kept rule: its groups (non-empty) and its record count.
-    let kept: Vec<(Vec<&Group>, RuleAction)> = rules
+    // Each kept rule: its groups (non-empty, protocol fused), their preconditions, the action.
+    type Kept<'a> = (Vec<&'a Group>, Vec<u16>, RuleAction);
+    let kept: Vec<Kept<'_>> = rules
         .iter()
         .filter(|r| r.groups.iter().all(|g| g.negate || !g.any_of.is_empty()))
         .map(|r| {
-            (
-                r.groups.iter().filter(|g| !g.any_of.is_empty()).collect(),
-                r.action,
-            )
+            let (groups, pre) =
+                fuse_proto(r.groups.iter().filter(|g| !g.any_of.is_empty()).collect());
+            (groups, pre, r.action)
         })
         .collect();
     let size = |groups: &[&Group], action: RuleAction| -> usize {
         let tests: usize = groups.iter().map(|g| g.any_of.len()).sum();
         tests + usize::from(action == RuleAction::Log || groups.is_empty())
     };
-    let total: usize = kept.iter().map(|(g, a)| size(g, *a)).sum();
+    let total: usize = kept.iter().map(|(g, _, a)| size(g, *a)).sum();
     if total >= MAX_STREAM {
         return Err(AssembleError::TooLong(total));
     }
     let mut out: Vec<Op> = Vec::with_capacity(total);
-    for (i, (groups, action)) in kept.iter().enumerate() {
+    for (i, (groups, pre, action)) in kept.iter().enumerate() {
         let start = out.len();
         let end = start + size(groups, *action);
         let next_rule = if i + 1 == kept.len() {
@@ -542,6 +573,7 @@ pub fn assemble_policy(rules: &[RuleIr]) -> Result<Vec<Op>, AssembleError> {
                     Some((at + ti + 1) as u32)
                 };
                 let mut op = test.op();
+                op.pre = pre[gi];
                 if g.negate {
                     op.t = next_rule;
                     op.f = next_member.unwrap_or(after);
@@ -614,34 +646,36 @@ pub fn eval_stream(ops: &[Op], st: &PacketState, member: &MemberFn<'_>) -> Resul
             return Ok(T_NEXT);
         };
         let prefix_ok = |a: &[u8; 16]| mask_addr(*a, op.arg) == op.data;
-        let hit = match op.code {
-            OP_TRUE | OP_LOG => true,
-            OP_PROTO => st.proto == op.arg,
-            OP_NET_SRC => prefix_ok(&st.src),
-            OP_NET_DST => prefix_ok(&st.dst),
-            OP_PORT_SRC => {
-                st.flags & PacketState::PORTS != 0 && (op.lo..=op.hi).contains(&st.sport)
-            }
-            OP_PORT_DST => {
-                st.flags & PacketState::PORTS != 0 && (op.lo..=op.hi).contains(&st.dport)
-            }
-            OP_SET_SRC | OP_SET_DST => {
-                let mut id = [0u8; 8];
-                id.copy_from_slice(&op.data[..8]);
-                let (a, p) = if op.code == OP_SET_DST {
-                    (&st.dst, st.dport)
-                } else {
-                    (&st.src, st.sport)
-                };
-                member(u64::from_be_bytes(id), a, st.proto, p)
-            }
-            OP_ICMP => {
-                st.flags & PacketState::ICMP != 0
-                    && u16::from(st.icmp_type) == op.lo
-                    && (op.hi == ICMP_ANY_CODE || u16::from(st.icmp_code) == op.hi)
-            }
-            _ => false,
-        };
+        let pre_ok = op.pre == 0 || op.pre == u16::from(st.proto) + 1;
+        let hit = pre_ok
+            && match op.code {
+                OP_TRUE | OP_LOG => true,
+                OP_PROTO => st.proto == op.arg,
+                OP_NET_SRC => prefix_ok(&st.src),
+                OP_NET_DST => prefix_ok(&st.dst),
+                OP_PORT_SRC => {
+                    st.flags & PacketState::PORTS != 0 && (op.lo..=op.hi).contains(&st.sport)
+                }
+                OP_PORT_DST => {
+                    st.flags & PacketState::PORTS != 0 && (op.lo..=op.hi).contains(&st.dport)
+                }
+                OP_SET_SRC | OP_SET_DST => {
+                    let mut id = [0u8; 8];
+                    id.copy_from_slice(&op.data[..8]);
+                    let (a, p) = if op.code == OP_SET_DST {
+                        (&st.dst, st.dport)
+                    } else {
+                        (&st.src, st.sport)
+                    };
+                    member(u64::from_be_bytes(id), a, st.proto, p)
+                }
+                OP_ICMP => {
+                    st.flags & PacketState::ICMP != 0
+                        && u16::from(st.icmp_type) == op.lo
+                        && (op.hi == ICMP_ANY_CODE || u16::from(st.icmp_code) == op.hi)
+                }
+                _ => false,
+            };
         let next = if hit { op.t } else { op.f };
         if next >= T_ALLOW {
             return Ok(next);
@@ -676,6 +710,7 @@ mod tests {
             arg: 3,
             lo: 80,
             hi: 90,
+            pre: 7,
             t: 7,
             f: T_NEXT,
             data: [9; 16],
@@ -794,6 +829,52 @@ mod tests {
             action: RuleAction::Allow,
         };
         assert!(assemble_policy(&[never]).expect("ok").is_empty());
+    }
+
+    #[test]
+    fn a_rules_protocol_is_fused_into_its_next_single_test_group() {
+        let no_sets = |_: u64, _: &[u8; 16], _: u8, _: u16| false;
+        let port80 = Test::Ports {
+            dst: true,
+            lo: 80,
+            hi: 80,
+        };
+        let fused = assemble_policy(&[RuleIr {
+            groups: vec![
+                Group {
+                    negate: false,
+                    any_of: vec![Test::Proto(6)],
+                },
+                Group {
+                    negate: false,
+                    any_of: vec![port80],
+                },
+            ],
+            action: RuleAction::Allow,
+        }])
+        .expect("ok");
+        assert_eq!(fused.len(), 1, "one record for tcp and port 80");
+        assert_eq!((fused[0].code, fused[0].pre), (OP_PORT_DST, 7));
+        let v = |s: &PacketState| eval_stream(&fused, s, &no_sets).expect("eval");
+        assert_eq!(v(&st(6, 80)), T_ALLOW);
+        assert_eq!(v(&st(17, 80)), T_NEXT, "udp to port 80 misses");
+        // A multi-test or negated group takes no precondition.
+        let kept = assemble_policy(&[RuleIr {
+            groups: vec![
+                Group {
+                    negate: false,
+                    any_of: vec![Test::Proto(6)],
+                },
+                Group {
+                    negate: true,
+                    any_of: vec![port80],
+                },
+            ],
+            action: RuleAction::Allow,
+        }])
+        .expect("ok");
+        assert_eq!(kept.len(), 2);
+        assert!(kept.iter().all(|o| o.pre == 0));
     }
 
     #[test]
