@@ -108,24 +108,29 @@ fn bpf_verdicts_agree_with_the_reference_semantics() {
                 })
                 .expect("set");
             }
-            let case = gen_case(&mut g, round);
+            let mut case = gen_case(&mut g, round);
             case.write(&mut w, slot);
-            for _ in 0..25 {
-                let p = gen_pkt(&mut g);
-                let want = case.reference(&p, &sets);
-                let r = pre
-                    .test_run(&ops, &frame(&p), SkbCtx::default())
-                    .expect("run");
-                let got = match r.verdict {
-                    TC_ACT_OK => true,
-                    TC_ACT_SHOT => false,
-                    v => panic!("verdict {v}"),
-                };
-                assert_eq!(got, want, "round {round}: {p:?}\n{case:#?}");
-                checked += 1;
+            let mut sets = sets;
+            for phase in 0..2 {
+                for _ in 0..13 {
+                    let p = gen_pkt(&mut g);
+                    let want = case.reference(&p, &sets);
+                    let r = pre
+                        .test_run(&ops, &frame(&p), SkbCtx::default())
+                        .expect("run");
+                    let got = match r.verdict {
+                        TC_ACT_OK => true,
+                        TC_ACT_SHOT => false,
+                        v => panic!("verdict {v}"),
+                    };
+                    assert_eq!(got, want, "round {round} phase {phase}: {p:?}\n{case:#?}");
+                    checked += 1;
+                }
+                // A policy rewritten and the sets changed, incrementally.
+                sets = case.mutate(&mut g, &mut w);
             }
         }
-        assert_eq!(checked, 40 * 25);
+        assert_eq!(checked, 40 * 26);
     })
     .join()
     .expect("test thread")

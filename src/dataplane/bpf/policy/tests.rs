@@ -493,14 +493,19 @@ fn compiled_records_agree_with_the_reference_semantics() {
             })
             .expect("set");
         }
-        let case = gen_case(&mut g, round);
+        let mut case = gen_case(&mut g, round);
         case.write(&mut w, 1);
-        for _ in 0..40 {
-            let p = gen_pkt(&mut g);
-            let want = case.reference(&p, &sets);
-            let got = model_allows(w.store(), MECH, ep_key(1), &state_of(&p));
-            assert_eq!(got, want, "round {round}: {p:?}\n{case:#?}");
-            checked += 1;
+        let mut sets = sets;
+        for phase in 0..2 {
+            for _ in 0..20 {
+                let p = gen_pkt(&mut g);
+                let want = case.reference(&p, &sets);
+                let got = model_allows(w.store(), MECH, ep_key(1), &state_of(&p));
+                assert_eq!(got, want, "round {round} phase {phase}: {p:?}\n{case:#?}");
+                checked += 1;
+            }
+            // Incremental changes: one policy rewritten, the sets replaced (as deltas).
+            sets = case.mutate(&mut g, &mut w);
         }
     }
     assert_eq!(checked, 150 * 40);
@@ -560,6 +565,30 @@ impl Case {
         }
         w.set_endpoint(MECH, slot, PolicyDir::Ingress, &self.tiers, &self.profiles)
             .expect("endpoint");
+    }
+
+    /// Rewrites one policy (if any) with new random rules and replaces every set with new
+    /// random members, through `w`; returns the new sets.
+    pub fn mutate<S: PolicyStore>(&mut self, g: &mut Gen, w: &mut PolicyWriter<S>) -> RefSets {
+        let names: Vec<String> = self.policies.keys().cloned().collect();
+        if !names.is_empty() {
+            let name = names[g.below(names.len() as u64) as usize].clone();
+            let rules: Vec<Rule> = (0..g.below(4)).map(|_| gen_rule(g)).collect();
+            let id = pid(name.trim_start_matches("gnp/"));
+            w.apply_policy(&id, &policy(rules.clone()))
+                .expect("rewrite");
+            self.policies.insert(name, rules);
+        }
+        let sets = gen_sets(g);
+        for (id, ms) in &sets {
+            w.ipset_update(&IpSetUpdate {
+                id: id.clone(),
+                members: ms.clone(),
+                r#type: 0,
+            })
+            .expect("set");
+        }
+        sets
     }
 
     pub fn reference(&self, p: &RefPkt, sets: &RefSets) -> bool {
