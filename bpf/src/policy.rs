@@ -300,6 +300,26 @@ impl IpSetKey {
     }
 }
 
+impl IpSetKey {
+    /// Parses the C struct (as [`IpSetKey::to_bytes`] writes it).
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        let b: &[u8; Self::SIZE] = b.get(..Self::SIZE)?.try_into().ok()?;
+        let prefix = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&b[4..12]);
+        let mut addr = [0u8; 16];
+        addr.copy_from_slice(&b[12..28]);
+        let port =
+            (prefix == IPSET_FULL_PREFIX).then(|| (b[30], u16::from_ne_bytes([b[28], b[29]])));
+        Some(Self {
+            set_id: u64::from_be_bytes(id),
+            addr,
+            addr_prefix: u8::try_from(prefix.checked_sub(64)?.min(128)).ok()?,
+            port,
+        })
+    }
+}
+
 /// `addr` with the bits after `prefix` cleared.
 pub fn mask_addr(addr: [u8; 16], prefix: u8) -> [u8; 16] {
     let mut out = addr;
@@ -742,6 +762,12 @@ mod tests {
             addr_prefix: 128,
             ..cidr
         };
+        let masked = IpSetKey {
+            addr: mask_addr(cidr.addr, cidr.addr_prefix),
+            ..cidr
+        };
+        assert_eq!(IpSetKey::from_bytes(&cidr.to_bytes()), Some(masked));
+        assert_eq!(IpSetKey::from_bytes(&ipport.to_bytes()), Some(ipport));
         let b = ipport.to_bytes();
         assert_eq!(
             u32::from_ne_bytes([b[0], b[1], b[2], b[3]]),

@@ -305,6 +305,18 @@ impl PolicyMaps {
         Ok(self.ipsets.lookup(ops, &key.to_bytes())?.is_some())
     }
 
+    /// Every IP-set member (start of day: what a previous run left).
+    pub fn members(&self, ops: &BpfOps) -> Result<Vec<IpSetKey>, BpfError> {
+        ops.run(op::MAP_LOOKUP, self.ipsets.path().display(), || {
+            Ok(self
+                .ipsets
+                .handle()
+                .keys()
+                .filter_map(|k| IpSetKey::from_bytes(&k))
+                .collect())
+        })
+    }
+
     /// Log hits counted for `handle` (summed over CPUs).
     pub fn log_hits(&self, ops: &BpfOps, handle: u32) -> Result<u64, BpfError> {
         let key = (handle % LOG_SLOTS).to_ne_bytes();

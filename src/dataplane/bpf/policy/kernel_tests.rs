@@ -16,7 +16,8 @@ use super::reference::*;
 use super::tests::gen_case;
 use super::*;
 
-fn frame(p: &RefPkt) -> Vec<u8> {
+/// An Ethernet frame carrying `p`.
+pub(crate) fn frame(p: &RefPkt) -> Vec<u8> {
     let l4 = match p.proto {
         6 => {
             let mut t = vec![0u8; 20];

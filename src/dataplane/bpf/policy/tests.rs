@@ -624,6 +624,7 @@ fn a_restarted_writer_never_writes_over_the_previous_runs_records() {
     let existing = Existing {
         policies: store.idx.iter().map(|(h, i)| (*h, *i)).collect(),
         endpoints: store.eps.iter().map(|((m, k), l)| (*m, *k, *l)).collect(),
+        members: store.members.iter().copied().collect(),
     };
     let old_records: BTreeSet<u32> = existing
         .policies
@@ -676,4 +677,35 @@ fn a_restarted_writer_never_writes_over_the_previous_runs_records() {
         .chain(b.store().eps.values().map(|l| u64::from(l.len)))
         .sum();
     assert_eq!(b.free_records() + live, 4096, "everything else freed");
+}
+
+#[test]
+fn a_restarted_writer_deletes_members_removed_while_it_was_down() {
+    let mut a = PolicyWriter::new(FakeStore::default());
+    let up = |id: &str, members: &[&str]| IpSetUpdate {
+        id: id.into(),
+        members: members.iter().map(|m| (*m).to_string()).collect(),
+        r#type: 0,
+    };
+    a.ipset_update(&up("s:kept", &["10.0.0.1", "10.0.0.2"]))
+        .expect("set");
+    a.ipset_update(&up("s:gone", &["10.9.0.0/16"]))
+        .expect("set");
+    let store = std::mem::take(a.store_mut());
+    let existing = Existing {
+        members: store.members.iter().copied().collect(),
+        ..Existing::default()
+    };
+    let mut b = PolicyWriter::new(store);
+    b.adopt(&existing);
+    b.store_mut().writes.clear();
+    b.ipset_update(&up("s:kept", &["10.0.0.1", "10.0.0.3"]))
+        .expect("set");
+    assert_eq!(
+        b.store().writes,
+        vec!["add member".to_string(), "delete member".into()],
+        "only the delta against what the previous run wrote"
+    );
+    b.sweep().expect("sweep");
+    assert_eq!(b.store().members.len(), 2, "the unsent set's member swept");
 }

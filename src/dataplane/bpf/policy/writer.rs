@@ -26,8 +26,10 @@
 //! what the previous run left: the record ranges its index and endpoint entries point at
 //! and its handle numbers are reserved, so nothing this run writes lands under a packet
 //! still walking the old records. Rewriting an endpoint swaps its entry as usual (the old
-//! range is freed); after the first full apply, [`PolicyWriter::sweep`] deletes whatever the
-//! new run did not rewrite.
+//! range is freed); a set's members left by the previous run are the baseline of its first
+//! update, so members removed while the daemon was down are deleted. After the first full
+//! apply, [`PolicyWriter::sweep`] deletes whatever the new run did not rewrite or claim
+//! (including the members of sets no longer sent).
 //!
 //! # Invariants (each with its test)
 //! * A policy change writes its records into free space and swaps one index entry; no
@@ -42,7 +44,9 @@
 //! * A handle lives while an endpoint list refers to it or its policy is written
 //!   (`handles_are_released_once_unreferenced_and_unwritten_and_staged_policies_never_written`).
 //! * After a restart, nothing is written over records the previous run's entries point at
-//!   until they are swapped away (`a_restarted_writer_never_writes_over_the_previous_runs_records`).
+//!   until they are swapped away (`a_restarted_writer_never_writes_over_the_previous_runs_records`),
+//!   and a set's members left by the previous run are the baseline of its deltas
+//!   (`a_restarted_writer_deletes_members_removed_while_it_was_down`).
 //! * The compiled records decide as the *tables renderer does
 //!   (`compiled_records_agree_with_the_reference_semantics`, and in the kernel
 //!   `bpf_verdicts_agree_with_the_reference_semantics`).
@@ -143,6 +147,7 @@ impl BpfPolicyStore {
         Ok(Existing {
             policies: self.maps.policies(&self.ops)?,
             endpoints,
+            members: self.maps.members(&self.ops)?,
         })
     }
 }
@@ -154,6 +159,8 @@ pub struct Existing {
     pub policies: Vec<(u32, PolicyIndex)>,
     /// Endpoint entries.
     pub endpoints: Vec<(Mechanism, EndpointKey, EndpointList)>,
+    /// IP-set members.
+    pub members: Vec<IpSetKey>,
 }
 
 /// A failed writer operation: which one, on what, and why.
@@ -272,6 +279,8 @@ pub struct PolicyWriter<S> {
     stale_handles: BTreeMap<u32, Vec<Range>>,
     /// A previous run's endpoint entries not rewritten yet.
     stale_endpoints: BTreeMap<(Mechanism, EndpointKey), Range>,
+    /// A previous run's IP-set members, by set id, of sets not seen yet this run.
+    stale_members: BTreeMap<u64, BTreeSet<IpSetKey>>,
 }
 
 /// The owner string of a policy.
@@ -303,6 +312,7 @@ impl<S: PolicyStore> PolicyWriter<S> {
             endpoints: BTreeMap::new(),
             stale_handles: BTreeMap::new(),
             stale_endpoints: BTreeMap::new(),
+            stale_members: BTreeMap::new(),
         }
     }
 
@@ -319,6 +329,9 @@ impl<S: PolicyStore> PolicyWriter<S> {
                 .collect();
             self.stale_handles.insert(*handle, ranges);
             self.next_handle = self.next_handle.max(handle.saturating_add(1));
+        }
+        for k in &existing.members {
+            self.stale_members.entry(k.set_id).or_default().insert(*k);
         }
         for (mech, key, list) in &existing.endpoints {
             let r = Range {
@@ -350,6 +363,21 @@ impl<S: PolicyStore> PolicyWriter<S> {
                 });
             }
             self.space.free(r);
+        }
+        let sets: Vec<_> = std::mem::take(&mut self.stale_members)
+            .into_iter()
+            .collect();
+        for (id, keys) in sets {
+            for k in &keys {
+                if let Err(source) = self.store.delete_member(k) {
+                    self.stale_members.insert(id, keys.clone());
+                    return Err(PolicyWriteError::Bpf {
+                        op: "sweep",
+                        what: format!("IP set id {id:#x}"),
+                        source,
+                    });
+                }
+            }
         }
         let handles: Vec<_> = std::mem::take(&mut self.stale_handles)
             .into_iter()
@@ -771,6 +799,12 @@ impl<S: PolicyStore> PolicyWriter<S> {
         members: &[String],
     ) -> Result<Vec<IpSetKey>, PolicyWriteError> {
         let id = self.sets.get_or_alloc(set);
+        if !self.members.contains_key(set) {
+            // First sight this run: what a previous run wrote for this id is the baseline
+            // of the deltas.
+            let old = self.stale_members.remove(&id).unwrap_or_default();
+            self.members.insert(set.to_string(), old);
+        }
         members
             .iter()
             .map(|m| {
