@@ -12,6 +12,8 @@ const OBJECTS: &[(&str, &str, u8)] = &[
     ("tc_main.c", "tc_main_debug.o", 1),
     ("policy.c", "policy.o", 0),
     ("policy.c", "policy_debug.o", 1),
+    ("pol_rules.c", "pol_rules.o", 0),
+    ("pol_rules.c", "pol_rules_debug.o", 1),
 ];
 
 fn main() {

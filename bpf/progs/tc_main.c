@@ -7,6 +7,7 @@
 
 #include "cali.h"
 #include "conntrack.h"
+#include "state.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -119,6 +120,10 @@ int cali_tc_main(struct __sk_buff *skb)
 			bpf_tail_call(skb, &cali_progs, PROG_PATH(PROG_INDEX_ALLOWED));
 			return TC_ACT_SHOT;
 		}
+	}
+	if (cali_state_fill(skb)) {
+		CALI_LOG("no packet state: drop");
+		return TC_ACT_SHOT;
 	}
 	// The caller's continuation for policy: this path's accepted / drop.
 	skb->cb[CB_ALLOW] = PROG_PATH(PROG_INDEX_ALLOWED);

@@ -404,6 +404,14 @@ impl Conntrack {
         Ok(out)
     }
 
+    /// Deletes every entry (tests that judge each packet as a new flow).
+    pub fn clear(&self, ops: &BpfOps) -> Result<(), BpfError> {
+        for k in self.map.keys(ops)? {
+            self.map.delete(ops, &k)?;
+        }
+        Ok(())
+    }
+
     /// Writes an entry (tests and migration tooling).
     pub fn put(&self, ops: &BpfOps, k: &CtKey, v: &CtValue) -> Result<(), BpfError> {
         self.map.update(ops, &k.to_bytes(), &v.to_bytes())

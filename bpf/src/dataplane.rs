@@ -327,6 +327,7 @@ fn expected_attach(mech: Mechanism, hook: Hook) -> Option<ProgramAttachType> {
 /// `.rodata` to `rodata`, gives every program `attach` as expected attach type and loads it.
 fn load_object(
     ops: &BpfOps,
+    pin_root: &Path,
     bytes: &[u8],
     name: &str,
     (mech, hook): (Mechanism, Hook),
@@ -336,6 +337,8 @@ fn load_object(
     ops.lib(op::PROG_LOAD, name, || {
         let mut builder = ObjectBuilder::default();
         builder.name(name)?;
+        // Maps pinned by name (the packet state `cali_state2`) live under felix's root.
+        builder.pin_root_path(pin_root)?;
         let mut open = builder.open_memory(bytes)?;
         for mut m in open.maps_mut() {
             let mname = m.name().to_string_lossy().into_owned();
@@ -594,6 +597,7 @@ impl BpfDataplane {
     /// with the match-all log filter) into the generic map of `(mech, hook)`, once per run.
     pub fn ensure_generic(&mut self, mech: Mechanism, hook: Hook) -> Result<(), BpfError> {
         let debug = self.opts.debug;
+        let root = self.opts.root.clone();
         let ops = self.ops.clone();
         if self.set(mech, hook)?.generic_loaded {
             return Ok(());
@@ -616,7 +620,7 @@ impl BpfDataplane {
             variants.push((objects::TC_MAIN_DEBUG, PROG_DEBUG_OFFSET));
         }
         for (bytes, offset) in variants {
-            let obj = load_object(&ops, bytes, "cali_main", attach, &maps, None)?;
+            let obj = load_object(&ops, &root, bytes, "cali_main", attach, &maps, None)?;
             for (name, slot) in [
                 ("cali_tc_main", PROG_INDEX_MAIN),
                 ("cali_tc_accepted", PROG_INDEX_ALLOWED),
@@ -627,7 +631,15 @@ impl BpfDataplane {
             }
         }
         if debug {
-            let obj = load_object(&ops, objects::POLICY_DEBUG, "cali_pol", attach, &maps, None)?;
+            let obj = load_object(
+                &ops,
+                &root,
+                objects::POLICY_DEBUG,
+                "cali_pol",
+                attach,
+                &maps,
+                None,
+            )?;
             let prog = find_prog(&obj, "cali_log_all")?;
             set.jump.set(&ops, LOG_FILTER_ALL_SLOT, prog.as_fd())?;
         }
@@ -647,6 +659,7 @@ impl BpfDataplane {
         kind: PolicyKind,
     ) -> Result<(), BpfError> {
         let ops = self.ops.clone();
+        let root = self.opts.root.clone();
         let bytes = if self.opts.debug {
             objects::POLICY_DEBUG
         } else {
@@ -658,7 +671,7 @@ impl BpfDataplane {
                 ("cali_progs", set.progs.map().fd()),
                 ("cali_jump", set.jump.map().fd()),
             ];
-            let obj = load_object(&ops, bytes, "cali_pol", (mech, hook), &maps, None)?;
+            let obj = load_object(&ops, &root, bytes, "cali_pol", (mech, hook), &maps, None)?;
             let mut ids = BTreeMap::new();
             for name in ["cali_pol_allow", "cali_pol_deny"] {
                 let prog = find_prog(&obj, name)?;
@@ -747,6 +760,7 @@ impl BpfDataplane {
         globals: &TcGlobals,
     ) -> Result<Preamble, BpfError> {
         let ops = self.ops.clone();
+        let root = self.opts.root.clone();
         let set = self.set(mech, hook)?;
         let maps = [
             ("cali_progs", set.progs.map().fd()),
@@ -754,6 +768,7 @@ impl BpfDataplane {
         ];
         let obj = load_object(
             &ops,
+            &root,
             objects::TC_PREAMBLE,
             "cali_pre",
             (mech, hook),
@@ -1294,8 +1309,10 @@ mod tests {
             dp.set(loaded_for.0, loaded_for.1).expect("maps");
             let own = &dp.sets[&loaded_for];
             let (p, j) = (own.progs.map().fd(), own.jump.map().fd());
+            let root = dp.options().root.clone();
             let obj = load_object(
                 &ops,
+                &root,
                 objects::POLICY,
                 "cali_pol",
                 loaded_for,

@@ -9,6 +9,9 @@
 //! * [`attach`]: `BPFAttachType`, kernel probes, mechanism selection.
 //! * [`conntrack`]: the `cali_ct` map, its layouts, expiry scan and timeouts.
 //! * [`migrate`]: copy-on-upgrade (and resize) of a pinned map that must keep its contents.
+//! * [`policy`]: the policy interpreter's records (`progs/pol_rules.c`) and their assembler.
+//! * [`polmaps`]: the interpreter's pinned maps (rule records, policy index, endpoint lists,
+//!   IP sets) and its loader.
 //! * [`dataplane`]: [`BpfDataplane`], which loads and attaches (see its module doc for the
 //!   design and the pin layout).
 //!
@@ -21,6 +24,8 @@ pub mod layout;
 pub mod maps;
 pub mod migrate;
 pub mod ops;
+pub mod policy;
+pub mod polmaps;
 
 pub use attach::{BpfAttachType, DeviceKind, FeatureProbe, KernelProbe, KernelSupport, Mechanism};
 pub use dataplane::{
@@ -29,3 +34,4 @@ pub use dataplane::{
 };
 pub use layout::{Hook, IfaceState, TcGlobals};
 pub use ops::{BpfError, BpfOps};
+pub use polmaps::{PolicyMaps, PolicyProgram};

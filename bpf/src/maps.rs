@@ -166,6 +166,11 @@ impl PinnedMap {
         &self.path
     }
 
+    /// The open map (for this crate's typed handles).
+    pub(crate) fn handle(&self) -> &MapHandle {
+        &self.handle
+    }
+
     /// The map's fd (for reuse by a loading object).
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.handle.as_fd()

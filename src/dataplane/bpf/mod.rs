@@ -19,6 +19,7 @@ pub mod ct_scan;
 pub mod desired;
 pub mod driver;
 pub mod manager;
+pub mod policy;
 pub mod ready;
 pub mod tables;
 

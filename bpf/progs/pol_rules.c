@@ -1,0 +1,380 @@
+// SPDX-License-Identifier: Apache-2.0 OR GPL-2.0
+//
+// The policy interpreter: one compiled program for every endpoint. It reads
+// the packet facts main stashed (state.h), finds the endpoint's policy list
+// by (policy slot, policy direction), and walks it with bpf_loop, one record
+// per iteration:
+//
+//   endpoint list (cali_pol_ops2[ep.base ..]):  REF(policy or profile
+//   handle, pass target) ... TIER_END(default action) ... END
+//   policy/profile stream (cali_pol_ops2[idx.base[fam] ..]): test records,
+//   each with a target on match (t) and on miss (f): another record of the
+//   same stream (relative index) or a terminal (T_ALLOW, T_DENY, T_PASS,
+//   T_NEXT = no rule of this policy decided).
+//
+// A policy is reached through one cali_pol_idx2 entry (hash: an update swaps
+// the value atomically for readers), so a policy change is new records
+// elsewhere plus one swap; an endpoint's list likewise. It ends like
+// cali_pol_allow/deny: tail call cb[0] on allow, cb[1] on deny, and drops if
+// that fails. Every missing record fails closed (deny). Built twice; the
+// debug build logs each decision.
+//
+// The layouts are mirrored by bpf/src/layout.rs (policy records).
+
+#include "cali.h"
+#include "state.h"
+
+// Record codes.
+#define OP_TRUE     0  // always matches (a rule with no match criteria)
+#define OP_PROTO    1  // arg: protocol number
+#define OP_NET_SRC  2  // data: 16-byte address, arg: prefix length (0..128)
+#define OP_NET_DST  3
+#define OP_PORT_SRC 4  // lo..hi inclusive; no ports: no match
+#define OP_PORT_DST 5
+#define OP_SET_SRC  6  // data[0..8]: set id; (addr, proto, port) in the set
+#define OP_SET_DST  7
+#define OP_ICMP     8  // lo: type, hi: code or ICMP_ANY_CODE; not ICMP: no match
+#define OP_LOG      9  // counts a log hit for the policy, always matches
+#define OP_EP_REF      16 // endpoint list: data[0..4] handle, t: list index on Pass
+#define OP_EP_TIER_END 17 // endpoint list: arg = ACT_PASS continues, else deny
+#define OP_EP_END      18 // endpoint list: default deny
+
+#define ICMP_ANY_CODE 0xffff
+#define ACT_DENY 0
+#define ACT_PASS 1
+
+// Terminal targets.
+#define T_ALLOW 0xfffffff0u
+#define T_DENY  0xfffffff1u
+#define T_PASS  0xfffffff2u
+#define T_NEXT  0xfffffff3u
+#define T_FIRST T_ALLOW
+
+#define POL_DIR_INGRESS 0
+#define POL_DIR_EGRESS  1
+
+// Most loop iterations one packet may take before the walk fails closed (each
+// walks up to INNER_STEPS records of a policy, or one endpoint-list record).
+#define MAX_STEPS (1u << 20)
+#define INNER_STEPS 8
+
+#define POL_OPS_SIZE  (1u << 18)
+#define POL_IDX_SIZE  65536
+#define POL_EP_SIZE   65536
+#define IPSETS_SIZE   (1u << 20)
+#define LOG_SLOTS     65536
+
+struct cali_op {
+	__u8 code;
+	__u8 arg;
+	__u16 lo;
+	__u16 hi;
+	__u16 pre; // 0, or protocol + 1: the test misses unless the packet has it
+	__u32 t;
+	__u32 f;
+	__u8 data[16];
+};
+
+struct cali_pol_idx {
+	__u32 base[2]; // [0] IPv4 stream, [1] IPv6 stream
+	__u32 len[2];
+};
+
+struct cali_ep_key {
+	__u32 slot; // the endpoint's policy slot (cb[CB_POLICY])
+	__u32 dir;  // POL_DIR_*
+};
+
+struct cali_ep_val {
+	__u32 base;
+	__u32 len;
+};
+
+struct cali_ipset_key {
+	__u32 prefixlen; // bits after this field that must match
+	__u8 set_id[8];  // big endian
+	__u8 addr[16];   // IPv4-mapped for IPv4
+	__u16 port;      // host order; 0 for CIDR members
+	__u8 proto;      // 0 for CIDR members
+	__u8 pad;
+};
+
+#define IPSET_FULL_PREFIX (64 + 128 + 16 + 8)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct cali_op);
+	__uint(max_entries, POL_OPS_SIZE);
+} cali_pol_ops2 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct cali_pol_idx);
+	__uint(max_entries, POL_IDX_SIZE);
+} cali_pol_idx2 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct cali_ep_key);
+	__type(value, struct cali_ep_val);
+	__uint(max_entries, POL_EP_SIZE);
+} cali_pol_ep2 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct cali_ipset_key);
+	__type(value, __u32);
+	__uint(max_entries, IPSETS_SIZE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} cali_ipsets2 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, LOG_SLOTS);
+} cali_pol_log2 SEC(".maps");
+
+#define V_NONE  -1
+#define V_ALLOW 0
+#define V_DENY  1
+
+struct walk {
+	struct cali_state *st;
+	__u32 fam;
+	__u32 ep_base, ep_len, ep_cur;
+	__u32 in_pol;
+	__u32 pol_handle, pol_base, pol_len, pol_cur;
+	__u32 pass_target;
+	__u32 steps;
+	int verdict;
+};
+
+static __always_inline int prefix_match(const __u8 *a, const __u8 *b, __u32 plen)
+{
+	const __u32 *x = (const __u32 *)a;
+	const __u32 *y = (const __u32 *)b;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 4; i++) {
+		__u32 bits, mask;
+
+		if (plen <= (__u32)i * 32)
+			break;
+		bits = plen - i * 32;
+		mask = bits >= 32 ? 0xffffffffu : bpf_htonl(~0u << (32 - bits));
+		if ((x[i] ^ y[i]) & mask)
+			return 0;
+	}
+	return 1;
+}
+
+static __always_inline int set_member(struct cali_state *st, const struct cali_op *op, int dst)
+{
+	struct cali_ipset_key k = {};
+
+	k.prefixlen = IPSET_FULL_PREFIX;
+	__builtin_memcpy(k.set_id, op->data, 8);
+	if (dst) {
+		__builtin_memcpy(k.addr, st->dst, 16);
+		k.port = st->dport;
+	} else {
+		__builtin_memcpy(k.addr, st->src, 16);
+		k.port = st->sport;
+	}
+	k.proto = st->proto;
+	return bpf_map_lookup_elem(&cali_ipsets2, &k) != NULL;
+}
+
+static __always_inline int eval(struct walk *w, const struct cali_op *op)
+{
+	struct cali_state *st = w->st;
+
+	switch (op->code) {
+	case OP_TRUE:
+		return 1;
+	case OP_PROTO:
+		return st->proto == op->arg;
+	case OP_NET_SRC:
+		return prefix_match(st->src, op->data, op->arg);
+	case OP_NET_DST:
+		return prefix_match(st->dst, op->data, op->arg);
+	case OP_PORT_SRC:
+		return (st->flags & CALI_ST_PORTS) && st->sport >= op->lo && st->sport <= op->hi;
+	case OP_PORT_DST:
+		return (st->flags & CALI_ST_PORTS) && st->dport >= op->lo && st->dport <= op->hi;
+	case OP_SET_SRC:
+		return set_member(st, op, 0);
+	case OP_SET_DST:
+		return set_member(st, op, 1);
+	case OP_ICMP:
+		return (st->flags & CALI_ST_ICMP) && st->icmp_type == op->lo &&
+		       (op->hi == ICMP_ANY_CODE || st->icmp_code == op->hi);
+	case OP_LOG: {
+		__u32 slot = w->pol_handle % LOG_SLOTS;
+		__u64 *n = bpf_map_lookup_elem(&cali_pol_log2, &slot);
+		if (n)
+			*n += 1;
+		CALI_LOG("policy %d: log rule matched", w->pol_handle);
+		return 1;
+	}
+	default:
+		return 0; // unknown test: no match (fails closed at the policy's end)
+	}
+}
+
+// The policy (or profile) being walked decided `t` (a terminal target).
+static __always_inline void policy_done(struct walk *w, __u32 t)
+{
+	w->in_pol = 0;
+	switch (t) {
+	case T_ALLOW:
+		w->verdict = V_ALLOW;
+		break;
+	case T_PASS:
+		w->ep_cur = w->pass_target;
+		break;
+	case T_NEXT:
+		w->ep_cur++;
+		break;
+	default:
+		w->verdict = V_DENY;
+		break;
+	}
+	CALI_LOG("policy %d: target %x", w->pol_handle, t);
+}
+
+static long step(__u32 i, void *ctx)
+{
+	struct walk *w = ctx;
+	struct cali_op *op;
+	__u32 idx;
+
+#if CALI_DEBUG
+	w->steps++;
+#endif
+	if (w->in_pol) {
+		// Up to INNER_STEPS records of the policy per loop iteration: fewer callback
+		// round trips per record.
+		__u32 cur = w->pol_cur;
+		int k;
+
+		for (k = 0; k < INNER_STEPS; k++) {
+			__u32 next;
+
+			if (cur >= w->pol_len) {
+				policy_done(w, T_NEXT);
+				return 0;
+			}
+			idx = w->pol_base + cur;
+			op = bpf_map_lookup_elem(&cali_pol_ops2, &idx);
+			if (!op) {
+				w->verdict = V_DENY;
+				return 1;
+			}
+			if (op->pre && op->pre != (__u16)w->st->proto + 1)
+				next = op->f;
+			else
+				next = eval(w, op) ? op->t : op->f;
+			if (next >= T_FIRST) {
+				policy_done(w, next);
+				return w->verdict != V_NONE;
+			}
+			cur = next;
+		}
+		w->pol_cur = cur;
+		return 0;
+	}
+	if (w->ep_cur >= w->ep_len) {
+		w->verdict = V_DENY;
+		return 1;
+	}
+	idx = w->ep_base + w->ep_cur;
+	op = bpf_map_lookup_elem(&cali_pol_ops2, &idx);
+	if (!op) {
+		w->verdict = V_DENY;
+		return 1;
+	}
+	switch (op->code) {
+	case OP_EP_REF: {
+		__u32 handle;
+		struct cali_pol_idx *p;
+
+		__builtin_memcpy(&handle, op->data, 4);
+		p = bpf_map_lookup_elem(&cali_pol_idx2, &handle);
+		if (!p) {
+			CALI_LOG("policy %d missing: deny", handle);
+			w->verdict = V_DENY;
+			return 1;
+		}
+		w->pol_handle = handle;
+		w->pass_target = op->t;
+		w->pol_cur = 0;
+		if (w->fam) {
+			w->pol_base = p->base[1];
+			w->pol_len = p->len[1];
+		} else {
+			w->pol_base = p->base[0];
+			w->pol_len = p->len[0];
+		}
+		w->in_pol = 1;
+		return 0;
+	}
+	case OP_EP_TIER_END:
+		if (op->arg == ACT_PASS) {
+			w->ep_cur++;
+			return 0;
+		}
+		CALI_LOG("end of tier: deny");
+		w->verdict = V_DENY;
+		return 1;
+	default:
+		CALI_LOG("end of endpoint list: deny");
+		w->verdict = V_DENY;
+		return 1;
+	}
+}
+
+SEC("tc")
+int cali_pol_rules(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	__u32 flags = skb->cb[CB_FLAGS];
+	struct cali_ep_key key = {};
+	struct cali_ep_val *ep;
+	struct walk w = {};
+
+	w.st = bpf_map_lookup_elem(&cali_state2, &zero);
+	if (!w.st)
+		goto deny;
+	// A workload's host-side TC ingress carries what the workload sends:
+	// its egress policy; a host endpoint's TC ingress is its ingress.
+	if (flags & GLOBALS_F_WEP)
+		key.dir = (flags & GLOBALS_F_INGRESS) ? POL_DIR_EGRESS : POL_DIR_INGRESS;
+	else
+		key.dir = (flags & GLOBALS_F_INGRESS) ? POL_DIR_INGRESS : POL_DIR_EGRESS;
+	key.slot = skb->cb[CB_POLICY];
+	ep = bpf_map_lookup_elem(&cali_pol_ep2, &key);
+	if (!ep) {
+		CALI_LOG("no policy list for slot %d dir %d: deny", key.slot, key.dir);
+		goto deny;
+	}
+	w.fam = w.st->ip_ver == 6;
+	w.ep_base = ep->base;
+	w.ep_len = ep->len;
+	w.verdict = V_NONE;
+	bpf_loop(MAX_STEPS, step, &w, 0);
+	CALI_LOG("policy walk: verdict %d after %d steps", w.verdict, w.steps);
+	if (w.verdict == V_ALLOW) {
+		bpf_tail_call(skb, &cali_progs, skb->cb[CB_ALLOW]);
+		return TC_ACT_SHOT;
+	}
+deny:
+	bpf_tail_call(skb, &cali_progs, skb->cb[CB_DENY]);
+	return TC_ACT_SHOT;
+}
+
+char LICENSE[] SEC("license") = "GPL";
