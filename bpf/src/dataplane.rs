@@ -87,6 +87,9 @@ pub enum PolicyKind {
     Allow,
     /// Continue at `cb[1]` (deny).
     Deny,
+    /// The policy interpreter, installed by the caller's hook (see
+    /// [`BpfDataplane::apply_with`]): the loader leaves the slot to it.
+    Rules,
 }
 
 /// What an endpoint is.
@@ -665,6 +668,9 @@ impl BpfDataplane {
         } else {
             objects::POLICY
         };
+        if kind == PolicyKind::Rules {
+            return Ok(());
+        }
         let set = self.set(mech, hook)?;
         if set.policy.is_none() {
             let maps = [
@@ -683,6 +689,7 @@ impl BpfDataplane {
         let name = match kind {
             PolicyKind::Allow => "cali_pol_allow",
             PolicyKind::Deny => "cali_pol_deny",
+            PolicyKind::Rules => return Ok(()),
         };
         let Some((obj, ids)) = &set.policy else {
             return Err(missing(name));
@@ -797,14 +804,29 @@ impl BpfDataplane {
     /// Programs one hook: generic programs, the endpoint's policy in its slot, and the
     /// preamble (re-loaded and re-attached only if its globals differ or it is not attached).
     pub fn apply(&mut self, ap: &AttachPoint) -> Result<AttachOutcome, BpfError> {
-        let out = self.apply_hook(ap)?;
+        self.apply_with(ap, &mut |_| Ok(()))
+    }
+
+    /// [`BpfDataplane::apply`], calling `fill(slot)` once the hook's policy slot is known and
+    /// before any preamble that uses it is attached: a [`PolicyKind::Rules`] caller installs
+    /// the interpreter there, so a new or re-attached preamble never meets an empty slot.
+    pub fn apply_with(
+        &mut self,
+        ap: &AttachPoint,
+        fill: &mut dyn FnMut(u32) -> Result<(), BpfError>,
+    ) -> Result<AttachOutcome, BpfError> {
+        let out = self.apply_hook(ap, fill)?;
         if self.stale.remove(&(ap.ifindex, ap.hook)) {
             self.retire_set_aside()?;
         }
         Ok(out)
     }
 
-    fn apply_hook(&mut self, ap: &AttachPoint) -> Result<AttachOutcome, BpfError> {
+    fn apply_hook(
+        &mut self,
+        ap: &AttachPoint,
+        fill: &mut dyn FnMut(u32) -> Result<(), BpfError>,
+    ) -> Result<AttachOutcome, BpfError> {
         self.ensure_generic(ap.mechanism, ap.hook)?;
         let old = self.hooks.get(&(ap.ifindex, ap.hook)).copied();
         // The endpoint keeps its slot, also across a mechanism move (slots are per direction).
@@ -814,7 +836,7 @@ impl BpfDataplane {
             Some(slot) => slot,
             None => self.alloc_slot(ap.mechanism, ap.hook)?,
         };
-        let result = self.apply_with_slot(ap, old, slot);
+        let result = self.apply_with_slot(ap, old, slot, fill);
         if result.is_err() && kept.is_none() {
             // A slot allocated for an attempt that failed goes back to the pool.
             self.slot_alloc(ap.hook).free(slot);
@@ -827,9 +849,11 @@ impl BpfDataplane {
         ap: &AttachPoint,
         old: Option<HookRecord>,
         slot: u32,
+        fill: &mut dyn FnMut(u32) -> Result<(), BpfError>,
     ) -> Result<AttachOutcome, BpfError> {
         let key = (ap.ifindex, ap.hook);
         self.set_policy(ap.mechanism, ap.hook, slot, ap.policy)?;
+        fill(slot)?;
         let globals = self.globals_for(ap, slot);
         let stale = self.stale.contains(&key);
         if let Some(r) = old {

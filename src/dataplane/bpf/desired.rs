@@ -2,8 +2,10 @@
 //! reads.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use felix_bpf::{BpfAttachType, EndpointKind, Hook, PolicyKind};
+use felix_proto::{Policy, Profile, WorkloadEndpoint};
 
 /// What one interface should carry: a preamble on both TC hooks, each direction's policy
 /// program, and (once both hooks are attached) a READY `cali_iface` entry.
@@ -32,7 +34,7 @@ impl IfaceDesired {
 ///
 /// Invariant: every interface felix has attached to and that is not a key of `ifaces` is
 /// removed by the driver's sweep (after in-sync); nothing else is.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct BpfDesired {
     /// The configured `BPFAttachType`; the driver turns it into a mechanism per interface
     /// with `felix_bpf::attach::select_mechanism` and the kernel's probed support.
@@ -42,4 +44,15 @@ pub struct BpfDesired {
     /// The endpoint addresses of each interface (its `ipv4Nets`/`ipv6Nets`): when an
     /// interface goes, the conntrack entries of its addresses go with it.
     pub addrs: BTreeMap<String, Vec<std::net::IpAddr>>,
+    /// The workload endpoint of each interface (its tiers and profiles make its lists).
+    pub endpoints: BTreeMap<String, Arc<WorkloadEndpoint>>,
+    /// Active policies by (name, namespace, kind).
+    pub policies: BTreeMap<PolicyKey, Arc<Policy>>,
+    /// Active profiles by name.
+    pub profiles: BTreeMap<String, Arc<Profile>>,
+    /// Active IP sets by calc-graph set ID: their members.
+    pub ipsets: BTreeMap<String, Arc<Vec<String>>>,
 }
+
+/// A policy's identity: (name, namespace, kind).
+pub type PolicyKey = (String, String, String);

@@ -49,9 +49,13 @@ use felix_bpf::{
 
 use super::ct_scan::{self, CtScanner};
 use super::desired::{BpfDesired, IfaceDesired};
+use super::policy::PolicySync;
 use super::ready::BpfReady;
 use crate::dataplane::ifacemon::IfaceSubscription;
 use felix_actors::clock::SharedClock;
+use felix_bpf::PolicyKind;
+use felix_proto::WorkloadEndpoint;
+use std::sync::Arc;
 
 /// How `driver/bpf` is set up.
 #[derive(Debug, Clone)]
@@ -102,6 +106,10 @@ pub struct BpfDriver {
     ct_gone_addrs: BTreeSet<std::net::IpAddr>,
     /// The last desired addresses per interface.
     addrs: BTreeMap<String, Vec<std::net::IpAddr>>,
+    /// The policy engine (started with the loader).
+    policy: Option<PolicySync>,
+    /// The endpoint each interface's lists were last written for.
+    written_eps: BTreeMap<String, Option<Arc<WorkloadEndpoint>>>,
 }
 
 /// A BPF error as a driver error: the failed operation's name (one of
@@ -130,6 +138,8 @@ impl BpfDriver {
             metrics: seam.shared().metrics().clone(),
             ct_gone_addrs: BTreeSet::new(),
             addrs: BTreeMap::new(),
+            policy: None,
+            written_eps: BTreeMap::new(),
             ops: BpfOps::new(seam.clone()),
             opts,
             dp: None,
@@ -197,6 +207,12 @@ impl BpfDriver {
     fn start(&mut self) -> Result<(), BpfError> {
         if self.dp.is_none() {
             let dp = BpfDataplane::start(self.ops.clone(), self.opts.loader.clone())?;
+            let policy = PolicySync::start(
+                self.ops.clone(),
+                &self.opts.loader.root,
+                self.opts.loader.debug,
+            )?;
+            self.policy = Some(policy);
             self.support = KernelProbe::new(self.ops.clone()).probe();
             tracing::info!(
                 tcx = self.support.tcx,
@@ -210,15 +226,32 @@ impl BpfDriver {
         Ok(())
     }
 
-    /// Detaches both hooks of `ifindex` and removes its `cali_iface` entry.
-    fn remove_iface(dp: &mut BpfDataplane, ifindex: u32) -> Result<(), BpfError> {
+    /// Detaches both hooks of `ifindex`, removes their endpoint lists and its `cali_iface`
+    /// entry.
+    fn remove_iface(
+        dp: &mut BpfDataplane,
+        policy: &mut PolicySync,
+        ifindex: u32,
+    ) -> Result<(), BpfError> {
         for hook in Hook::ALL {
+            let rec = dp
+                .record(ifindex, hook)
+                .map(|r| (r.mechanism, r.globals.policy_slot));
             dp.remove(ifindex, hook)?;
+            if let Some((mech, slot)) = rec {
+                policy.forget(mech, hook, slot)?;
+            }
         }
         dp.iface_map().delete(dp.ops(), ifindex)
     }
 
-    fn program(dp: &mut BpfDataplane, name: &str, a: &Applied) -> Result<(), BpfError> {
+    fn program(
+        dp: &mut BpfDataplane,
+        policy: &mut PolicySync,
+        name: &str,
+        a: &Applied,
+        ep: Option<&WorkloadEndpoint>,
+    ) -> Result<(), BpfError> {
         let both = Hook::ALL.iter().all(|h| dp.record(a.ifindex, *h).is_some());
         if !both {
             // Not ready until both hooks run (the attach gap).
@@ -233,7 +266,17 @@ impl BpfDriver {
                 kind: a.want.kind,
                 policy: a.want.policy(hook),
             };
-            dp.apply(&ap)?;
+            let rules = ap.policy == PolicyKind::Rules;
+            let mech = a.mechanism;
+            // The endpoint's list and the interpreter are in the slot before a preamble
+            // that uses it is attached.
+            dp.apply_with(&ap, &mut |slot| {
+                if rules {
+                    policy.fill(mech, hook, slot, ep)
+                } else {
+                    Ok(())
+                }
+            })?;
         }
         dp.set_iface(a.ifindex, name, a.want.kind, true)
     }
@@ -296,9 +339,11 @@ impl BpfDriver {
             }
         }
         let keep: BTreeSet<u32> = resolved.values().map(|a| a.ifindex).collect();
-        let Some(dp) = self.dp.as_mut() else {
+        let (Some(dp), Some(policy)) = (self.dp.as_mut(), self.policy.as_mut()) else {
             return Ok(());
         };
+        // IP sets, then policies and profiles, before any endpoint refers to them.
+        policy.add_and_change(desired)?;
         let mut first_err: Option<BpfError> = None;
         // Sweep: interfaces no longer desired (or re-created under another ifindex).
         let gone: Vec<(String, u32)> = self
@@ -311,7 +356,7 @@ impl BpfDriver {
             let r = if keep.contains(&ifindex) {
                 Ok(())
             } else {
-                Self::remove_iface(dp, ifindex)
+                Self::remove_iface(dp, policy, ifindex)
             };
             match r {
                 Ok(()) => {
@@ -341,24 +386,37 @@ impl BpfDriver {
                     ifindex,
                     "removing BPF programs of an interface felix no longer programs"
                 );
-                if let Err(e) = Self::remove_iface(dp, ifindex) {
+                if let Err(e) = Self::remove_iface(dp, policy, ifindex) {
                     first_err.get_or_insert(e);
                 }
             }
         }
         for (name, a) in resolved {
-            if !self.resync && self.applied.get(&name) == Some(&a) {
+            let ep = desired.endpoints.get(&name);
+            let ep_same = self.written_eps.get(&name) == Some(&ep.cloned());
+            if !self.resync && self.applied.get(&name) == Some(&a) && ep_same {
                 continue;
             }
-            match Self::program(dp, &name, &a) {
+            match Self::program(dp, policy, &name, &a, ep.map(|e| e.as_ref())) {
                 Ok(()) => {
-                    self.applied.insert(name, a);
+                    self.applied.insert(name.clone(), a);
+                    self.written_eps.insert(name, ep.cloned());
                 }
                 Err(e) => {
                     tracing::warn!(iface = %name, error = %e, "programming BPF failed; retried");
                     self.applied.remove(&name);
+                    self.written_eps.remove(&name);
                     first_err.get_or_insert(e);
                 }
+            }
+        }
+        self.written_eps.retain(|n, _| self.applied.contains_key(n));
+        // Policies, profiles and then IP sets nobody refers to any more.
+        if first_err.is_none() {
+            policy.remove_unwanted(desired)?;
+            // The first complete apply: what a previous run left and nobody rewrote goes.
+            if self.waiting.is_empty() {
+                policy.sweep_once()?;
             }
         }
         self.resync = false;

@@ -1,41 +1,36 @@
-//! `manager/bpf-endpoints`: per local workload interface, which policy program each direction
-//! gets (part 1's simple policy, see [`crate::dataplane::bpf`]), written into
-//! [`BpfDesired`].
+//! `manager/bpf-endpoints`: the desired state of eBPF mode ([`BpfDesired`]): per local
+//! workload interface its kind and the policy interpreter on both hooks, with the endpoint
+//! (tiers, profiles, addresses), and the policies, profiles and IP sets the calc graph has
+//! made active, which `driver/bpf` compiles into the interpreter's maps.
 //!
-//! Consumes `WorkloadEndpointUpdate/Remove` and `ActivePolicyUpdate/Remove`,
-//! `ActiveProfileUpdate/Remove` (only whether they allow, per direction). No kernel access.
+//! Consumes `WorkloadEndpointUpdate/Remove`, `ActivePolicyUpdate/Remove`,
+//! `ActiveProfileUpdate/Remove` and `IPSetUpdate/DeltaUpdate/Remove`. No kernel access.
 //! Several endpoints claiming one interface name: the last update wins (as the iptables
 //! endpoint manager's newest claim).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use felix_actors::{ApplyCtx, ApplyError, DesiredInput, Manager};
 use felix_bpf::{BpfAttachType, EndpointKind, PolicyKind};
-use felix_proto::{Rule, WorkloadEndpoint};
+use felix_proto::WorkloadEndpoint;
 
-use super::desired::{BpfDesired, IfaceDesired};
+use super::desired::{BpfDesired, IfaceDesired, PolicyKey};
 use crate::dataplane::managers::Payload;
 
 type WepKey = (String, String, String);
-type PolicyKey = (String, String, String);
-
-/// Whether rules allow anything: a rule with action `allow` (or none, which means allow).
-fn allows(rules: &[Rule]) -> bool {
-    rules
-        .iter()
-        .any(|r| r.action.is_empty() || r.action.eq_ignore_ascii_case("allow"))
-}
-
-/// Per direction: (inbound allows, outbound allows).
-type Allows = (bool, bool);
 
 /// See the module docs.
 pub struct BpfEndpointManager {
     out: DesiredInput<BpfDesired>,
     attach_type: BpfAttachType,
-    workloads: BTreeMap<WepKey, (u64, WorkloadEndpoint)>,
-    policies: BTreeMap<PolicyKey, Allows>,
-    profiles: BTreeMap<String, Allows>,
+    workloads: BTreeMap<WepKey, (u64, Arc<WorkloadEndpoint>)>,
+    policies: BTreeMap<PolicyKey, Arc<felix_proto::Policy>>,
+    profiles: BTreeMap<String, Arc<felix_proto::Profile>>,
+    ipsets: BTreeMap<String, BTreeSet<String>>,
+    /// The shared member lists last published (rebuilt only for changed sets).
+    published_sets: BTreeMap<String, Arc<Vec<String>>>,
+    dirty_sets: BTreeSet<String>,
     next_seq: u64,
     dirty: bool,
 }
@@ -49,6 +44,9 @@ impl BpfEndpointManager {
             workloads: BTreeMap::new(),
             policies: BTreeMap::new(),
             profiles: BTreeMap::new(),
+            ipsets: BTreeMap::new(),
+            published_sets: BTreeMap::new(),
+            dirty_sets: BTreeSet::new(),
             next_seq: 0,
             dirty: true,
         }
@@ -64,40 +62,30 @@ impl BpfEndpointManager {
                 | Payload::ActivePolicyRemove(_)
                 | Payload::ActiveProfileUpdate(_)
                 | Payload::ActiveProfileRemove(_)
+                | Payload::IpsetUpdate(_)
+                | Payload::IpsetDeltaUpdate(_)
+                | Payload::IpsetRemove(_)
         )
     }
 
-    /// The policy kind of one direction of `ep` (`inbound`: what it receives).
-    fn kind_of(&self, ep: &WorkloadEndpoint, inbound: bool) -> PolicyKind {
-        let pick = |a: &Allows| if inbound { a.0 } else { a.1 };
-        let by_policy = ep.tiers.iter().any(|t| {
-            let ids = if inbound {
-                &t.ingress_policies
-            } else {
-                &t.egress_policies
-            };
-            ids.iter().any(|id| {
-                let k = (id.name.clone(), id.namespace.clone(), id.kind.clone());
-                self.policies.get(&k).is_some_and(pick)
-            })
-        });
-        let by_profile = ep
-            .profile_ids
-            .iter()
-            .any(|p| self.profiles.get(p).is_some_and(pick));
-        if by_policy || by_profile {
-            PolicyKind::Allow
-        } else {
-            PolicyKind::Deny
-        }
-    }
-
     /// The desired state for the current view.
-    pub fn desired(&self) -> BpfDesired {
-        let mut claims: Vec<&(u64, WorkloadEndpoint)> = self.workloads.values().collect();
+    pub fn desired(&mut self) -> BpfDesired {
+        for id in std::mem::take(&mut self.dirty_sets) {
+            match self.ipsets.get(&id) {
+                Some(m) => {
+                    self.published_sets
+                        .insert(id, Arc::new(m.iter().cloned().collect()));
+                }
+                None => {
+                    self.published_sets.remove(&id);
+                }
+            }
+        }
+        let mut claims: Vec<&(u64, Arc<WorkloadEndpoint>)> = self.workloads.values().collect();
         claims.sort_by_key(|(seq, _)| *seq);
         let mut ifaces = BTreeMap::new();
         let mut addrs = BTreeMap::new();
+        let mut endpoints = BTreeMap::new();
         for (_, ep) in claims {
             if ep.name.is_empty() {
                 continue;
@@ -110,12 +98,13 @@ impl BpfEndpointManager {
                 .filter_map(|n| n.split('/').next()?.parse().ok())
                 .collect();
             addrs.insert(ep.name.clone(), ips);
+            endpoints.insert(ep.name.clone(), ep.clone());
             ifaces.insert(
                 ep.name.clone(),
                 IfaceDesired {
                     kind: EndpointKind::Workload,
-                    from_endpoint: self.kind_of(ep, false),
-                    to_endpoint: self.kind_of(ep, true),
+                    from_endpoint: PolicyKind::Rules,
+                    to_endpoint: PolicyKind::Rules,
                 },
             );
         }
@@ -123,6 +112,10 @@ impl BpfEndpointManager {
             attach_type: self.attach_type,
             ifaces,
             addrs,
+            endpoints,
+            policies: self.policies.clone(),
+            profiles: self.profiles.clone(),
+            ipsets: self.published_sets.clone(),
         }
     }
 }
@@ -137,7 +130,7 @@ impl Manager<Payload> for BpfEndpointManager {
                     id.workload_id.clone(),
                     id.endpoint_id.clone(),
                 );
-                let ep = u.endpoint.clone().unwrap_or_default();
+                let ep = Arc::new(u.endpoint.clone().unwrap_or_default());
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 self.workloads.insert(key, (seq, ep));
@@ -153,10 +146,9 @@ impl Manager<Payload> for BpfEndpointManager {
             }
             Payload::ActivePolicyUpdate(u) => {
                 let Some(id) = &u.id else { return };
-                let p = u.policy.clone().unwrap_or_default();
                 let k = (id.name.clone(), id.namespace.clone(), id.kind.clone());
                 self.policies
-                    .insert(k, (allows(&p.inbound_rules), allows(&p.outbound_rules)));
+                    .insert(k, Arc::new(u.policy.clone().unwrap_or_default()));
             }
             Payload::ActivePolicyRemove(r) => {
                 let Some(id) = &r.id else { return };
@@ -165,15 +157,31 @@ impl Manager<Payload> for BpfEndpointManager {
             }
             Payload::ActiveProfileUpdate(u) => {
                 let Some(id) = &u.id else { return };
-                let p = u.profile.clone().unwrap_or_default();
                 self.profiles.insert(
                     id.name.clone(),
-                    (allows(&p.inbound_rules), allows(&p.outbound_rules)),
+                    Arc::new(u.profile.clone().unwrap_or_default()),
                 );
             }
             Payload::ActiveProfileRemove(r) => {
                 let Some(id) = &r.id else { return };
                 self.profiles.remove(&id.name);
+            }
+            Payload::IpsetUpdate(u) => {
+                self.ipsets
+                    .insert(u.id.clone(), u.members.iter().cloned().collect());
+                self.dirty_sets.insert(u.id.clone());
+            }
+            Payload::IpsetDeltaUpdate(d) => {
+                let set = self.ipsets.entry(d.id.clone()).or_default();
+                for m in &d.removed_members {
+                    set.remove(m);
+                }
+                set.extend(d.added_members.iter().cloned());
+                self.dirty_sets.insert(d.id.clone());
+            }
+            Payload::IpsetRemove(r) => {
+                self.ipsets.remove(&r.id);
+                self.dirty_sets.insert(r.id.clone());
             }
             _ => return,
         }
@@ -197,7 +205,7 @@ impl Manager<Payload> for BpfEndpointManager {
 mod tests {
     use super::*;
     use felix_proto::{
-        ActiveProfileUpdate, Profile, ProfileId, WorkloadEndpointId, WorkloadEndpointRemove,
+        ActiveProfileUpdate, Profile, ProfileId, Rule, WorkloadEndpointId, WorkloadEndpointRemove,
         WorkloadEndpointUpdate,
     };
 
@@ -242,38 +250,48 @@ mod tests {
     }
 
     #[test]
-    fn a_profile_that_allows_gets_allow_and_no_policy_gets_deny() {
+    fn every_workload_gets_the_interpreter_and_the_active_policy_content_is_carried() {
         let out = DesiredInput::new(BpfDesired::default());
         let mut m = BpfEndpointManager::new(out, BpfAttachType::Tc);
         m.on_update(&profile("open", &["allow"], &["allow"]));
-        m.on_update(&profile("ingress-only", &["allow"], &["deny"]));
-        m.on_update(&profile("closed", &[], &[]));
         m.on_update(&wep("a", "cali-a", &["open"]));
-        m.on_update(&wep("b", "cali-b", &["closed"]));
-        m.on_update(&wep("c", "cali-c", &["ingress-only"]));
-        m.on_update(&wep("d", "cali-d", &["unknown-profile"]));
+        m.on_update(&Payload::IpsetUpdate(felix_proto::IpSetUpdate {
+            id: "s:1".into(),
+            members: vec!["10.0.0.1".into(), "10.0.0.2".into()],
+            r#type: 0,
+        }));
+        m.on_update(&Payload::IpsetDeltaUpdate(felix_proto::IpSetDeltaUpdate {
+            id: "s:1".into(),
+            added_members: vec!["10.0.0.3".into()],
+            removed_members: vec!["10.0.0.1".into()],
+        }));
         let d = pass(&mut m);
         assert_eq!(d.attach_type, BpfAttachType::Tc);
-        let kinds = |n: &str| {
-            let i = d.ifaces[n];
-            (i.from_endpoint, i.to_endpoint)
-        };
-        use PolicyKind::{Allow, Deny};
-        assert_eq!(kinds("cali-a"), (Allow, Allow));
-        assert_eq!(kinds("cali-b"), (Deny, Deny));
-        assert_eq!(kinds("cali-c"), (Deny, Allow));
-        assert_eq!(kinds("cali-d"), (Deny, Deny));
+        let i = d.ifaces["cali-a"];
+        assert_eq!(
+            (i.from_endpoint, i.to_endpoint),
+            (PolicyKind::Rules, PolicyKind::Rules)
+        );
+        assert_eq!(d.endpoints["cali-a"].profile_ids, vec!["open".to_string()]);
+        assert!(d.profiles.contains_key("open"));
+        assert_eq!(
+            d.ipsets["s:1"].as_slice(),
+            &["10.0.0.2".to_string(), "10.0.0.3".to_string()]
+        );
+        m.on_update(&Payload::IpsetRemove(felix_proto::IpSetRemove {
+            id: "s:1".into(),
+        }));
+        assert!(pass(&mut m).ipsets.is_empty());
     }
 
     #[test]
-    fn a_removed_endpoint_leaves_the_desired_state_and_a_profile_change_flips_the_kind() {
+    fn a_removed_endpoint_leaves_the_desired_state_and_nothing_changed_writes_nothing() {
         let out = DesiredInput::new(BpfDesired::default());
         let mut m = BpfEndpointManager::new(out, BpfAttachType::Tcx);
         m.on_update(&profile("p", &[], &[]));
         m.on_update(&wep("a", "cali-a", &["p"]));
         m.on_update(&wep("b", "cali-b", &["p"]));
-        assert_eq!(pass(&mut m).ifaces["cali-a"].to_endpoint, PolicyKind::Deny);
-        m.on_update(&profile("p", &["allow"], &[]));
+        assert_eq!(pass(&mut m).ifaces.len(), 2);
         m.on_update(&Payload::WorkloadEndpointRemove(WorkloadEndpointRemove {
             id: Some(WorkloadEndpointId {
                 orchestrator_id: "k8s".into(),
@@ -283,7 +301,7 @@ mod tests {
         }));
         let d = pass(&mut m);
         assert_eq!(d.ifaces.keys().collect::<Vec<_>>(), vec!["cali-a"]);
-        assert_eq!(d.ifaces["cali-a"].to_endpoint, PolicyKind::Allow);
+        assert!(!d.endpoints.contains_key("cali-b"));
         // Nothing changed: no write.
         let v = m.out.version();
         pass(&mut m);

@@ -10,6 +10,7 @@
 //! | [`setid`] | set ids derived from the calc graph's set ID exactly as upstream (`felix/idalloc`) |
 //! | [`members`] | IP-set members (address, CIDR, `addr,proto:port`) as LPM keys |
 //! | [`alloc`] | free space of the record array |
+//! | [`sync`] | [`PolicySync`]: `driver/bpf`'s ordered sync of sets, policies, profiles and endpoint lists |
 //!
 //! The daemon's BPF driver owns one [`BpfPolicyEngine`]: a [`PolicyWriter`] over a
 //! [`BpfPolicyStore`] and the interpreter loaded once per (attach mechanism, TC direction)
@@ -20,6 +21,7 @@ pub mod compile;
 pub mod engine;
 pub mod members;
 pub mod setid;
+pub mod sync;
 pub mod writer;
 
 #[cfg(test)]
@@ -32,6 +34,7 @@ mod tests;
 pub use compile::{compile_rules, Unrenderable};
 pub use engine::BpfPolicyEngine;
 pub use setid::SetIdAllocator;
+pub use sync::PolicySync;
 pub use writer::{
     BpfPolicyStore, Existing, PolicyDir, PolicyStore, PolicyWriteError, PolicyWriter,
 };
