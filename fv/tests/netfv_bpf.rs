@@ -22,6 +22,7 @@ use felix_bpf::conntrack::Conntrack;
 use felix_bpf::layout::{PROG_DEBUG_OFFSET, PROG_INDEX_MAIN};
 use felix_bpf::maps::{jump_map, progs_map, JumpMap};
 use felix_bpf::{BpfOps, Hook};
+use felix_fv::netfv::daemon::BpfFs as Bpffs;
 use felix_fv::netfv::kernel::{iptables_calico_state, nft_calico_tables, nft_chains};
 use felix_fv::netfv::topology::{ip4, ip6, wep, PORTS};
 use felix_fv::netfv::traffic::Conn;
@@ -42,31 +43,6 @@ spec:\n  order: 100\n  selector: app == 'backend'\n  types: [Ingress]
 /// Egress allowed, ingress denied: what the workload opens works both ways (conntrack),
 /// nothing can open a connection to it.
 const OUTONLY_PROFILE: &str = "apiVersion: projectcalico.org/v3\nkind: Profile\nmetadata:\n  name: outonly\nspec:\n  egress:\n  - action: Allow\n";
-
-/// A bpffs mounted for one test, unmounted (which frees every pin in it) on drop.
-struct Bpffs(PathBuf);
-
-impl Bpffs {
-    fn new(tag: &str) -> Result<Bpffs> {
-        let dir = PathBuf::from(format!("/run/felix-fv-bpffs-{}-{tag}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let path = dir.to_string_lossy().into_owned();
-        felix_netns::run("mount", &["-t", "bpf", "bpffs", &path]).context("mounting a bpffs")?;
-        Ok(Bpffs(dir))
-    }
-
-    fn root(&self) -> PathBuf {
-        self.0.join("cali")
-    }
-}
-
-impl Drop for Bpffs {
-    fn drop(&mut self) {
-        let path = self.0.to_string_lossy().into_owned();
-        let _ = felix_netns::run("umount", &["-l", &path]);
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
 
 /// The dataplane mode a daemon is started in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,7 +71,7 @@ fn start(fv: &mut Fv, fs: &Bpffs, mode: Mode, env: &[(&str, &str)]) -> Result<()
         fv.ds.scratch(),
         backend,
         &all,
-        &fs.0,
+        fs.path(),
     )?;
     d.wait_converged(0)?;
     let st = d.status().unwrap_or_default();

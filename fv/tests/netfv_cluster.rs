@@ -818,6 +818,18 @@ fn cross_node_policy_nftables() {
     );
 }
 
+#[test]
+fn cross_node_policy_bpf() {
+    felix_netns::require!(netns CLUSTER_TOOLS);
+    scenario(ClusterOpts::new(Backend::Bpf, "Always"), cross_node_policy);
+}
+
+#[test]
+fn vxlan_always_all_pairs_bpf() {
+    felix_netns::require!(netns CLUSTER_TOOLS);
+    scenario(ClusterOpts::new(Backend::Bpf, "Always"), vxlan_always);
+}
+
 // ------------------------------------- block moving, node removal
 
 fn block_move_then_node_removal(c: &mut Cluster) -> Result<()> {

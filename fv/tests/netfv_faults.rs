@@ -35,7 +35,7 @@ fn seam_errors(metrics: &str, actor: &str) -> f64 {
 fn faults(backend: Backend) -> Result<()> {
     let mut fv = Fv::standard(backend, &[])?;
     fv.start(&[])?;
-    let driver = backend.filter_driver();
+    let driver = backend.policy_driver();
     fv.sandbox.expect_traffic(
         "before faults",
         &[
@@ -135,4 +135,10 @@ fn admin_faults_iptables() {
 fn admin_faults_nftables() {
     felix_netns::require!(netns TOOLS);
     run(Backend::Nftables);
+}
+
+#[test]
+fn admin_faults_bpf() {
+    felix_netns::require!(netns TOOLS);
+    run(Backend::Bpf);
 }

@@ -157,3 +157,9 @@ fn workload_route_survives_endpoint_identity_change_nftables() {
     felix_netns::require!(netns TOOLS);
     run("nftables", || identity_change(Backend::Nftables));
 }
+
+#[test]
+fn workload_route_survives_endpoint_identity_change_bpf() {
+    felix_netns::require!(netns TOOLS);
+    run("bpf", || identity_change(Backend::Bpf));
+}

@@ -145,3 +145,9 @@ fn late_and_recreated_interface_nftables() {
     felix_netns::require!(netns TOOLS);
     run("nftables", || late_interface(Backend::Nftables));
 }
+
+#[test]
+fn late_and_recreated_interface_bpf() {
+    felix_netns::require!(netns TOOLS);
+    run("bpf", || late_interface(Backend::Bpf));
+}

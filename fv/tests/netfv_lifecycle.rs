@@ -122,6 +122,7 @@ fn lifecycle(backend: Backend) -> Result<()> {
     let stale_iface = "calistale0";
     let chains_before = calico_chains(&fv.sandbox.node, backend)?;
     let sets_before = calico_sets(&fv.sandbox.node, backend)?;
+    let bpf_before = bpf_policy_state(&fv)?;
     ensure!(
         chains_before.iter().any(|c| c.contains(stale_iface)),
         "no chain for {stale_iface} in {chains_before:?}"
@@ -157,16 +158,27 @@ fn lifecycle(backend: Backend) -> Result<()> {
         stale_chains.is_empty(),
         "stale endpoint chains left: {stale_chains:?}"
     );
-    let gone: BTreeSet<&String> = chains_before.difference(&chains_after).collect();
-    ensure!(
-        gone.iter().any(|c| !c.contains(stale_iface)),
-        "the stale policy's chains were not swept (gone: {gone:?})"
-    );
-    let sets_after = calico_sets(node, backend)?;
-    ensure!(
-        !sets_before.is_subset(&sets_after),
-        "the stale policy's IP set was not swept: before {sets_before:?}, after {sets_after:?}"
-    );
+    if backend == Backend::Bpf {
+        // eBPF mode: policies and IP sets live in the interpreter's maps. The stale
+        // policy's set selects nobody: an empty set has no entry there to sweep.
+        let after = bpf_policy_state(&fv)?;
+        ensure!(
+            after.0 < bpf_before.0 && after.1.is_subset(&bpf_before.1),
+            "the stale policy (and its IP set) was not swept from the BPF maps: \
+             (policy entries, set ids) before {bpf_before:?}, after {after:?}"
+        );
+    } else {
+        let gone: BTreeSet<&String> = chains_before.difference(&chains_after).collect();
+        ensure!(
+            gone.iter().any(|c| !c.contains(stale_iface)),
+            "the stale policy's chains were not swept (gone: {gone:?})"
+        );
+        let sets_after = calico_sets(node, backend)?;
+        ensure!(
+            !sets_before.is_subset(&sets_after),
+            "the stale policy's IP set was not swept: before {sets_before:?}, after {sets_after:?}"
+        );
+    }
     poll(SETTLE, || {
         let r = workload_routes(node, "-4").ok()?;
         (!r.iter().any(|l| l.starts_with("10.65.0.15 "))
@@ -187,6 +199,18 @@ fn lifecycle(backend: Backend) -> Result<()> {
     fv.sandbox
         .expect_traffic("after the sweep", &open, SETTLE)?;
     fv.stop()
+}
+
+/// eBPF mode: (entries of the policy index, ids of the IP sets with members) in the
+/// interpreter's maps; nothing in the other modes.
+fn bpf_policy_state(fv: &Fv) -> Result<(usize, BTreeSet<u64>)> {
+    let Some(fs) = &fv.bpffs else {
+        return Ok((0, BTreeSet::new()));
+    };
+    let ops = felix_bpf::BpfOps::default();
+    let maps = felix_bpf::PolicyMaps::open_or_create(&ops, &fs.root())?;
+    let sets = maps.members(&ops)?.iter().map(|k| k.set_id).collect();
+    Ok((maps.policies(&ops)?.len(), sets))
 }
 
 fn backend_switch() -> Result<()> {
@@ -266,4 +290,10 @@ fn lifecycle_nftables() {
 fn backend_switch_iptables_nftables_and_back() {
     felix_netns::require!(netns TOOLS);
     run("switch", backend_switch);
+}
+
+#[test]
+fn lifecycle_bpf() {
+    felix_netns::require!(netns TOOLS);
+    run("bpf", || lifecycle(Backend::Bpf));
 }

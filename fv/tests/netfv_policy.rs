@@ -211,3 +211,9 @@ fn policy_on_real_traffic_nftables() {
     felix_netns::require!(netns TOOLS);
     run(Backend::Nftables);
 }
+
+#[test]
+fn policy_on_real_traffic_bpf() {
+    felix_netns::require!(netns TOOLS);
+    run(Backend::Bpf);
+}

@@ -23,13 +23,50 @@ pub enum Backend {
     Iptables,
     /// nftables (`FELIX_NFTABLESMODE=Enabled`).
     Nftables,
+    /// eBPF mode (`FELIX_BPFENABLED=true`; the rules it keeps are iptables rules). The
+    /// daemon needs a bpffs ([`BpfFs`]), which [`crate::netfv::topology::Fv`] provides.
+    Bpf,
+}
+
+/// A bpffs mounted for one test, unmounted on drop (which frees every pin in it: maps,
+/// programs and links felix left).
+#[derive(Debug)]
+pub struct BpfFs(PathBuf);
+
+impl BpfFs {
+    /// Mounts a fresh bpffs under `/run` named after the process and `tag`.
+    pub fn new(tag: &str) -> Result<BpfFs> {
+        let dir = PathBuf::from(format!("/run/felix-fv-bpffs-{}-{tag}", std::process::id()));
+        fs::create_dir_all(&dir)?;
+        let path = dir.to_string_lossy().into_owned();
+        felix_netns::run("mount", &["-t", "bpf", "bpffs", &path]).context("mounting a bpffs")?;
+        Ok(BpfFs(dir))
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// felix's pin root in it (`cali`).
+    pub fn root(&self) -> PathBuf {
+        self.0.join("cali")
+    }
+}
+
+impl Drop for BpfFs {
+    fn drop(&mut self) {
+        let path = self.0.to_string_lossy().into_owned();
+        let _ = felix_netns::run("umount", &["-l", &path]);
+        let _ = fs::remove_dir(&self.0);
+    }
 }
 
 impl Backend {
     /// `FELIX_NFTABLESMODE` for this backend.
     pub fn nftables_mode(self) -> &'static str {
         match self {
-            Backend::Iptables => "Disabled",
+            Backend::Iptables | Backend::Bpf => "Disabled",
             Backend::Nftables => "Enabled",
         }
     }
@@ -39,13 +76,22 @@ impl Backend {
         match self {
             Backend::Iptables => "iptables",
             Backend::Nftables => "nftables",
+            Backend::Bpf => "bpf",
+        }
+    }
+
+    /// The driver that programs policy: the IPv4 filter-table driver, or `driver/bpf`.
+    pub fn policy_driver(self) -> &'static str {
+        match self {
+            Backend::Bpf => "driver/bpf",
+            other => other.filter_driver(),
         }
     }
 
     /// The IPv4 filter-table driver's actor name.
     pub fn filter_driver(self) -> &'static str {
         match self {
-            Backend::Iptables => "driver/iptables-filter-v4",
+            Backend::Iptables | Backend::Bpf => "driver/iptables-filter-v4",
             Backend::Nftables => "driver/nftables-v4",
         }
     }
@@ -179,6 +225,14 @@ impl Daemon {
             .env_remove("FELIX_REQUIRE_KERNEL_TESTS")
             .env_remove("FELIX_KERNEL_TEST_LOG")
             .env("FELIX_NFTABLESMODE", backend.nftables_mode())
+            .env(
+                "FELIX_BPFENABLED",
+                if backend == Backend::Bpf {
+                    "true"
+                } else {
+                    "false"
+                },
+            )
             .env("FELIX_HEALTHENABLED", "false")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

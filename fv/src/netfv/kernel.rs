@@ -90,7 +90,7 @@ pub fn nft_sets(node: &Netns, family: &str) -> Result<BTreeSet<String>> {
 pub fn calico_chains(node: &Netns, backend: Backend) -> Result<BTreeSet<String>> {
     match backend {
         Backend::Nftables => nft_chains(node, "ip"),
-        Backend::Iptables => Ok(iptables_calico_state(node)
+        Backend::Iptables | Backend::Bpf => Ok(iptables_calico_state(node)
             .into_iter()
             .filter(|(t, _)| !t.starts_with("ip6"))
             .flat_map(|(_, (c, _))| c)
@@ -102,7 +102,7 @@ pub fn calico_chains(node: &Netns, backend: Backend) -> Result<BTreeSet<String>>
 pub fn calico_sets(node: &Netns, backend: Backend) -> Result<BTreeSet<String>> {
     match backend {
         Backend::Nftables => nft_sets(node, "ip"),
-        Backend::Iptables => Ok(node
+        Backend::Iptables | Backend::Bpf => Ok(node
             .exec("ipset", &["list", "-n"])?
             .lines()
             .filter(|l| l.starts_with("cali4"))
@@ -129,7 +129,7 @@ pub fn workload_routes(node: &Netns, family: &str) -> Result<Vec<String>> {
 pub fn rule_counters(node: &Netns, backend: Backend) -> Result<BTreeMap<String, u64>> {
     let mut out = BTreeMap::new();
     match backend {
-        Backend::Iptables => {
+        Backend::Iptables | Backend::Bpf => {
             // The flavour the daemon programs: the one holding our chains.
             let tool = iptables_calico_state(node)
                 .into_keys()

@@ -14,7 +14,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use anyhow::Result;
 
-use super::daemon::{Backend, Daemon};
+use super::daemon::{Backend, BpfFs, Daemon};
 use super::datastore::{cluster_yaml, namespace_yaml, Datastore, Wep};
 use super::sandbox::Sandbox;
 
@@ -65,6 +65,9 @@ pub struct Fv {
     pub backend: Backend,
     /// The workload endpoints plugged so far, in order.
     pub weps: Vec<Wep>,
+    /// The bpffs of eBPF-mode daemons (mounted on the first BPF start, kept across
+    /// restarts so pins survive them as on a node).
+    pub bpffs: Option<BpfFs>,
 }
 
 impl Fv {
@@ -87,6 +90,7 @@ impl Fv {
             ds,
             backend,
             weps: Vec::new(),
+            bpffs: None,
         };
         for w in standard_weps() {
             fv.plug(w)?;
@@ -118,13 +122,32 @@ impl Fv {
     /// Starts the daemon with `backend` and waits for convergence.
     pub fn start_with(&mut self, backend: Backend, env: &[(&str, &str)]) -> Result<()> {
         anyhow::ensure!(self.daemon.is_none(), "daemon already running");
-        let mut d = Daemon::start(
-            &self.sandbox.node,
-            &self.ds.path(),
-            self.ds.scratch(),
-            backend,
-            env,
-        )?;
+        if backend == Backend::Bpf && self.bpffs.is_none() {
+            let tag = self
+                .ds
+                .path()
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "fv".into());
+            self.bpffs = Some(BpfFs::new(&tag)?);
+        }
+        let mut d = match &self.bpffs {
+            Some(fs) => Daemon::start_with_bpffs(
+                &self.sandbox.node,
+                &self.ds.path(),
+                self.ds.scratch(),
+                backend,
+                env,
+                fs.path(),
+            )?,
+            None => Daemon::start(
+                &self.sandbox.node,
+                &self.ds.path(),
+                self.ds.scratch(),
+                backend,
+                env,
+            )?,
+        };
         d.wait_converged(0)?;
         let st = d.status().unwrap_or_default();
         anyhow::ensure!(
