@@ -280,7 +280,10 @@ static __always_inline enum ct_verdict ct_lookup(const struct ct_pkt *p, __u32 f
 			return CT_ESTABLISHED;
 		return CT_UNAPPROVED;
 	}
-	v->last_seen = now;
+	// Both directions' CPUs share the entry: refresh the time at most every
+	// 100 ms rather than bounce its cache line on every packet.
+	if (now - v->last_seen > 100000000ULL)
+		v->last_seen = now;
 	if (p->key.proto == IPPROTO_TCP) {
 		sender = p->src_is_a ? &v->a : &v->b;
 		__u32 add = ct_tcp_leg_flags(p->tcp_flags);
@@ -298,15 +301,18 @@ static __always_inline enum ct_verdict ct_lookup(const struct ct_pkt *p, __u32 f
 }
 
 // Policy allowed the packet at this hook: approve the hook endpoint's leg,
-// creating the flow if it is new.
-static __always_inline void ct_approve(const struct ct_pkt *p, __u32 flags, __u32 ifindex)
+// creating the flow if it is new. Returns the host-side ifindex of the hook
+// that approved the receiving end's leg, if the flow is past its opening
+// TCP SYN (0 otherwise): a forward may skip the receiver's own program only
+// into exactly that interface (the seed's converging-routes rule).
+static __always_inline __u32 ct_approve(const struct ct_pkt *p, __u32 flags, __u32 ifindex)
 {
 	struct ct_value *v;
-	struct ct_leg *leg;
+	struct ct_leg *leg, *recv;
 
 	// Allowing an ICMP error approves nothing of the flow it is about.
 	if (p->related)
-		return;
+		return 0;
 	v = bpf_map_lookup_elem(&cali_ct, &p->key);
 
 	if (!v) {
@@ -327,16 +333,20 @@ static __always_inline void ct_approve(const struct ct_pkt *p, __u32 flags, __u3
 		leg->ifindex = ifindex;
 		// Another CPU may have created it meanwhile: then approve that one.
 		if (bpf_map_update_elem(&cali_ct, &p->key, &nv, BPF_NOEXIST) == 0)
-			return;
+			return 0;
 		v = bpf_map_lookup_elem(&cali_ct, &p->key);
 		if (!v)
-			return;
+			return 0;
 	}
 	leg = ct_hook_leg(v, p, flags);
 	if (!(leg->flags & CT_LEG_APPROVED) || leg->ifindex != ifindex) {
 		leg->ifindex = ifindex;
 		leg->flags |= CT_LEG_APPROVED;
 	}
+	if (p->key.proto == IPPROTO_TCP && (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN)
+		return 0;
+	recv = p->src_is_a ? &v->b : &v->a;
+	return (recv->flags & CT_LEG_APPROVED) ? recv->ifindex : 0;
 }
 
 #endif

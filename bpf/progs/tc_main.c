@@ -165,11 +165,12 @@ int cali_tc_accepted(struct __sk_buff *skb)
 
 	skb->mark |= CALI_SKB_MARK_SEEN;
 	// Policy allowed it (or conntrack did): the hook endpoint's leg is approved.
+	__u32 peer_ok = 0;
 	{
 		struct ct_pkt ct;
 		ct_parse(skb, &ct);
 		if (ct.valid)
-			ct_approve(&ct, flags, skb->cb[CB_HOSTIF] ? skb->cb[CB_HOSTIF] : skb->ifindex);
+			peer_ok = ct_approve(&ct, flags, skb->cb[CB_HOSTIF] ? skb->cb[CB_HOSTIF] : skb->ifindex);
 	}
 	// Only traffic leaving a workload (its TC ingress) is forwarded here.
 	if (!(flags & GLOBALS_F_WEP) || !(flags & GLOBALS_F_INGRESS))
@@ -218,7 +219,6 @@ int cali_tc_accepted(struct __sk_buff *skb)
 	}
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return TC_ACT_OK;
-	// Never bpf_redirect_peer: the destination's own program must run.
 	data = (void *)(long)skb->data;
 	end = (void *)(long)skb->data_end;
 	eth = data;
@@ -226,6 +226,13 @@ int cali_tc_accepted(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	// The receiving workload approved this flow on exactly this interface, and it
+	// is past its opening SYN: straight into its namespace (its own program, which
+	// would only bypass policy, is skipped). Otherwise its program must run.
+	if (peer_ok && peer_ok == fib.ifindex) {
+		CALI_LOG("redirect to the peer of ifindex %d", fib.ifindex);
+		return bpf_redirect_peer(fib.ifindex, 0);
+	}
 	CALI_LOG("redirect to ifindex %d", fib.ifindex);
 	return bpf_redirect(fib.ifindex, 0);
 }

@@ -5,7 +5,9 @@
 //! in each dataplane mode, beside the same traffic with no felix at all, in one run:
 //!
 //! * throughput: one TCP stream A -> B for `--seconds`;
-//! * connection rate: sequential connect / one byte / close from A to B for `--seconds`.
+//! * connection rate: sequential connect / one byte / close from A to B for `--seconds`;
+//!
+//! each the median of three rounds (throughput and connections alternating).
 //!
 //! Each mode runs in a child process inside its own throwaway namespace (the outer process
 //! owns and deletes it); the child prints one `TRAFFIC` line, the outer prints the table with
@@ -69,6 +71,8 @@ pub struct TrafficSizes {
 pub const NETNS_PREFIX: &str = "felix-bench-tr-";
 
 const PORT: u16 = 5201;
+/// Rounds of each measurement; the median is reported.
+const ROUNDS: usize = 3;
 const WORKLOAD_A: Ipv4Addr = Ipv4Addr::new(10, 65, 0, 1);
 const WORKLOAD_B: Ipv4Addr = Ipv4Addr::new(10, 65, 0, 2);
 
@@ -334,8 +338,20 @@ pub fn run_inner(mode: Mode, sizes: &TrafficSizes) -> Result<Figures, BenchError
     }
     let stop = Arc::new(AtomicBool::new(false));
     let srv = server(&topo.b, stop.clone())?;
-    let result = throughput(&topo.a, sizes.seconds)
-        .and_then(|gbps| Ok((gbps, conn_rate(&topo.a, sizes.seconds)?)));
+    // Median of three rounds of each: one stream on a 2-core machine is noisy.
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let mut rounds = || -> Result<(f64, f64), BenchError> {
+        let (mut g, mut c) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            g.push(throughput(&topo.a, sizes.seconds)?);
+            c.push(conn_rate(&topo.a, sizes.seconds)?);
+        }
+        Ok((median(g), median(c)))
+    };
+    let result = rounds();
     stop.store(true, Ordering::Relaxed);
     let _ = srv.join();
     drop(running);
@@ -388,7 +404,7 @@ pub fn run_outer(modes: &[Mode], sizes: &TrafficSizes) -> anyhow::Result<()> {
 fn table(rows: &[(String, Figures)], sizes: &TrafficSizes) -> String {
     let base = rows.iter().find(|(m, _)| m == "none").map(|(_, f)| *f);
     let mut out = format!(
-        "traffic: two workloads, {} policies applying to both (+1 allowing), {} s per figure\n  {:<10} {:>10} {:>8} {:>12} {:>8} {:>12}\n",
+        "traffic: two workloads, {} policies applying to both (+1 allowing), median of 3 rounds of {} s\n  {:<10} {:>10} {:>8} {:>12} {:>8} {:>12}\n",
         sizes.policies, sizes.seconds, "mode", "Gbit/s", "vs none", "conns/s", "vs none", "program s"
     );
     for (m, f) in rows {
