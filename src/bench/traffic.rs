@@ -343,7 +343,7 @@ pub fn run_inner(mode: Mode, sizes: &TrafficSizes) -> Result<Figures, BenchError
         v.sort_by(f64::total_cmp);
         v.get(v.len() / 2).copied().unwrap_or(0.0)
     };
-    let mut rounds = || -> Result<(f64, f64), BenchError> {
+    let rounds = || -> Result<(f64, f64), BenchError> {
         let (mut g, mut c) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             g.push(throughput(&topo.a, sizes.seconds)?);
