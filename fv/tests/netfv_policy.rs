@@ -7,10 +7,13 @@
 //! connections through a deny-all ingress, a label change that flips
 //! reachability (both ways), IPv6 throughout.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{anyhow, Result};
 use felix_fv::netfv::topology::wep;
+use felix_fv::netfv::traffic::{probe_all, Server};
+use felix_fv::netfv::wait::poll;
 use felix_fv::netfv::{Backend, Check, Fv, TOOLS};
 
 const SETTLE: Duration = Duration::from_secs(20);
@@ -192,6 +195,64 @@ fn policy_walkthrough(backend: Backend) -> Result<()> {
         SETTLE,
     )?;
     fv.stop()
+}
+
+/// Workload -> the host itself: after the workload's egress policy (the standard profiles
+/// allow everything), `DefaultEndpointToHostAction` decides, in every mode (eBPF mode through
+/// the rules it keeps).
+fn endpoint_to_host(backend: Backend) -> Result<()> {
+    for (action, reach) in [("Drop", false), ("Accept", true)] {
+        let mut fv = Fv::standard(backend, &[("defaultEndpointToHostAction", action)])?;
+        let node = fv.sandbox.node.name().to_string();
+        let _host = Server::start(&node, "host", &[7777])?;
+        fv.start(&[])?;
+        let fe = fv.sandbox.workload("frontend")?.ns.name().to_string();
+        let host: IpAddr = "192.0.2.1".parse()?;
+        let reached = || {
+            matches!(
+                probe_all(&[(fe.clone(), host, 7777)]).first(),
+                Some(Ok(Some(_)))
+            )
+        };
+        poll(SETTLE, || (reached() == reach).then_some(())).map_err(|e| {
+            anyhow!(
+                "{action}: workload -> host {} ({e})",
+                if reach { "blocked" } else { "allowed" }
+            )
+        })?;
+        // The workloads still reach each other.
+        fv.sandbox.expect_traffic(
+            "workload to workload",
+            &[v4("frontend", "backend", 8080, true)],
+            SETTLE,
+        )?;
+        fv.stop()?;
+    }
+    Ok(())
+}
+
+fn run_to_host(backend: Backend) {
+    if let Err(e) = endpoint_to_host(backend) {
+        panic!("{backend:?}: {e:#}");
+    }
+}
+
+#[test]
+fn default_endpoint_to_host_action_iptables() {
+    felix_netns::require!(netns TOOLS);
+    run_to_host(Backend::Iptables);
+}
+
+#[test]
+fn default_endpoint_to_host_action_nftables() {
+    felix_netns::require!(netns TOOLS);
+    run_to_host(Backend::Nftables);
+}
+
+#[test]
+fn default_endpoint_to_host_action_bpf() {
+    felix_netns::require!(netns TOOLS);
+    run_to_host(Backend::Bpf);
 }
 
 fn run(backend: Backend) {
