@@ -528,14 +528,27 @@ where
         }
     });
     if let Some(mut ping) = ping {
-        match tokio::time::timeout(timeout, ping.ping(h2::Ping::opaque())).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(failed("ping", e.to_string())),
-            Err(_) => return Err(failed("ping", "no answer".into())),
+        let e = match tokio::time::timeout(timeout, ping.ping(h2::Ping::opaque())).await {
+            Ok(Ok(_)) => return Ok(send),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "no answer".into(),
+        };
+        // A server refusing our client certificate (TLS 1.3) sends its alert after the
+        // handshake; our ping's write can fail (broken pipe) before the connection task has
+        // read that alert. Give the reader a moment so the error names the real cause.
+        for _ in 0..TLS_ALERT_WAIT_STEPS {
+            if slot.lock().is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        return Err(failed("ping", e));
     }
     Ok(send)
 }
+
+/// How many 10 ms steps a failed connection check waits for a TLS alert to be read.
+const TLS_ALERT_WAIT_STEPS: usize = 30;
 
 /// One gRPC unary exchange on `send`.
 async fn unary(
