@@ -185,7 +185,6 @@ int cali_tc_accepted(struct __sk_buff *skb)
 		fib.family = AF_INET;
 		fib.tos = ip->tos;
 		fib.l4_protocol = ip->protocol;
-		fib.tot_len = bpf_ntohs(ip->tot_len);
 		fib.ipv4_src = ip->saddr;
 		fib.ipv4_dst = ip->daddr;
 	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
@@ -195,12 +194,15 @@ int cali_tc_accepted(struct __sk_buff *skb)
 		v6 = 1;
 		fib.family = AF_INET6;
 		fib.l4_protocol = ip6->nexthdr;
-		fib.tot_len = bpf_ntohs(ip6->payload_len);
 		__builtin_memcpy(fib.ipv6_src, &ip6->saddr, sizeof(fib.ipv6_src));
 		__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, sizeof(fib.ipv6_dst));
 	} else {
 		return TC_ACT_OK;
 	}
+	// No tot_len: the helper then checks the skb itself against the egress
+	// device's MTU, which lets GSO packets (larger than the MTU until they are
+	// segmented) through; with tot_len set it compares that length and answers
+	// FRAG_NEEDED for every GSO packet, sending bulk TCP the slow way.
 	fib.ifindex = skb->cb[CB_HOSTIF] ? skb->cb[CB_HOSTIF] : skb->ifindex;
 	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
 	CALI_LOG("fib rc %d out ifindex %d", rc, fib.ifindex);

@@ -530,6 +530,14 @@ fn fuse_proto(groups: Vec<&Group>) -> (Vec<&Group>, Vec<u16>) {
     (groups, pre)
 }
 
+/// A rule's groups (an AND, so any order gives the same verdict) with the groups that test
+/// IP-set membership last: a packet failing a protocol, port, ICMP or net test then never
+/// pays for an LPM lookup. Stable, so the order is otherwise the compiler's.
+fn cheap_first(mut groups: Vec<&Group>) -> Vec<&Group> {
+    groups.sort_by_key(|g| g.any_of.iter().any(|t| matches!(t, Test::Set { .. })));
+    groups
+}
+
 /// Assembles a policy's rules (for one IP version and direction) into a stream: the first
 /// rule's first record is index 0, every target is a stream index or a terminal, and a packet
 /// no rule decides reaches [`T_NEXT`]. Rules that can never match (an empty positive group)
@@ -541,8 +549,9 @@ pub fn assemble_policy(rules: &[RuleIr]) -> Result<Vec<Op>, AssembleError> {
         .iter()
         .filter(|r| r.groups.iter().all(|g| g.negate || !g.any_of.is_empty()))
         .map(|r| {
-            let (groups, pre) =
-                fuse_proto(r.groups.iter().filter(|g| !g.any_of.is_empty()).collect());
+            let (groups, pre) = fuse_proto(cheap_first(
+                r.groups.iter().filter(|g| !g.any_of.is_empty()).collect(),
+            ));
             (groups, pre, r.action)
         })
         .collect();
@@ -901,6 +910,46 @@ mod tests {
         .expect("ok");
         assert_eq!(kept.len(), 2);
         assert!(kept.iter().all(|o| o.pre == 0));
+    }
+
+    #[test]
+    fn set_membership_tests_run_after_every_cheaper_test_of_the_rule() {
+        let port80 = Test::Ports {
+            dst: true,
+            lo: 80,
+            hi: 80,
+        };
+        let set = Test::Set { dst: false, id: 9 };
+        let g = |t: Test| Group {
+            negate: false,
+            any_of: vec![t],
+        };
+        // As the compiler emits a "tcp from set S to port 80" rule: protocol, source set,
+        // destination port.
+        let ops = assemble_policy(&[RuleIr {
+            groups: vec![g(Test::Proto(6)), g(set), g(port80)],
+            action: RuleAction::Allow,
+        }])
+        .expect("ok");
+        let codes: Vec<u8> = ops.iter().map(|o| o.code).collect();
+        assert_eq!(
+            codes,
+            vec![OP_PORT_DST, OP_SET_SRC],
+            "port (with tcp fused) first"
+        );
+        assert_eq!(ops[0].pre, 7);
+        // Same verdicts as the compiler's order: only tcp to 80 from a member is allowed.
+        let member = |id: u64, a: &[u8; 16], _: u8, _: u16| id == 9 && a[15] == 1;
+        let v = |s: &PacketState| eval_stream(&ops, s, &member).expect("eval");
+        let mut from_member = st(6, 80);
+        from_member.src = v4([10, 0, 0, 1]);
+        let mut from_other = st(6, 80);
+        from_other.src = v4([10, 0, 0, 2]);
+        assert_eq!(v(&from_member), T_ALLOW);
+        assert_eq!(v(&from_other), T_NEXT);
+        let mut wrong_port = from_member;
+        wrong_port.dport = 81;
+        assert_eq!(v(&wrong_port), T_NEXT);
     }
 
     #[test]

@@ -450,6 +450,7 @@ fn conntrack_semantics() -> Result<()> {
         SETTLE,
     )?;
     conn.roundtrip("the established connection survives")?;
+    bulk_bypasses_the_host_stack(&fv, &mut conn)?;
     drop(conn);
 
     // The workload goes: the next scan removes its flows.
@@ -491,6 +492,39 @@ fn conntrack_semantics() -> Result<()> {
         ensure!(metrics.contains(want), "{want} missing from /metrics");
     }
     fv.stop()
+}
+
+/// Bytes the node has sent out of `iface` (its host-side workload device).
+fn tx_bytes(fv: &Fv, iface: &str) -> Result<u64> {
+    let p = format!("/sys/class/net/{iface}/statistics/tx_bytes");
+    let t = fv.sandbox.node.exec("cat", &[&p])?;
+    t.trim()
+        .parse()
+        .map_err(|e| anyhow!("tx_bytes of {iface}: {e}"))
+}
+
+/// Invariant: bulk TCP of an established flow goes straight from one workload into the
+/// other's namespace (`bpf_redirect_peer`), GSO packets included: the host stack never
+/// transmits it on either workload's host-side device. (The FIB lookup once answered
+/// FRAG_NEEDED for every packet larger than the MTU, sending bulk data through the host's
+/// forward path: slower, and through its netfilter rules.)
+fn bulk_bypasses_the_host_stack(fv: &Fv, conn: &mut Conn) -> Result<()> {
+    let server = fv.sandbox.workload(&conn.server)?.iface.clone();
+    let client = fv.sandbox.workload("out")?.iface.clone();
+    let before = (tx_bytes(fv, &server)?, tx_bytes(fv, &client)?);
+    let line = "x".repeat(256 * 1024);
+    for _ in 0..16 {
+        conn.roundtrip(&line)?;
+    }
+    let after = (tx_bytes(fv, &server)?, tx_bytes(fv, &client)?);
+    let (to_server, to_client) = (after.0 - before.0, after.1 - before.1);
+    // 4 MiB each way; the host may send a little of its own (neighbour probes).
+    ensure!(
+        to_server < 256 * 1024 && to_client < 256 * 1024,
+        "4 MiB each way went through the host stack: {to_server} bytes out of {server}, \
+         {to_client} out of {client}"
+    );
+    Ok(())
 }
 
 fn no_bpf_left(fv: &Fv, fs: &Bpffs) -> Result<()> {
