@@ -57,6 +57,9 @@
 #define GLOBALS_F_WEP     0x1  // a workload interface
 #define GLOBALS_F_HEP     0x2  // a host endpoint
 #define GLOBALS_F_INGRESS 0x4  // attached at TC ingress (else TC egress)
+// Set in cb[CB_FLAGS] by the chain itself (never a global): untracked policy
+// allowed the packet, so accepted creates and approves no conntrack entry.
+#define CB_F_NOTRACK      0x100
 
 // skb->mark bits (felix's mark space).
 #define CALI_SKB_MARK_SEEN     0x01000000u // accepted by the chain

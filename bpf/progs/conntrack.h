@@ -31,6 +31,12 @@
 #define CT_LEG_RST      0x08 // ... a RST
 #define CT_LEG_APPROVED 0x10 // this end's endpoint policy allowed the flow
 #define CT_LEG_OPENER   0x20 // this end sent the first packet we saw
+// A host endpoint's policy allowed the flow for this end. The end's own
+// workload (if any) keeps its approval and ifindex: a flow from a workload
+// out through a host endpoint needs both. The host endpoint's ifindex (low
+// 16 bits) sits in the flags' top half.
+#define CT_LEG_HEP_APPROVED 0x40
+#define CT_LEG_HEP_SHIFT    16
 
 struct ct_key {
 	__u8 proto;
@@ -257,6 +263,29 @@ static __always_inline __u32 ct_tcp_leg_flags(__u8 tcp)
 	return f;
 }
 
+// Whether the hook (of host-side ifindex `ifindex`, a host endpoint's if
+// flags say so) approved this leg.
+static __always_inline int ct_leg_approved(const struct ct_leg *leg, __u32 flags, __u32 ifindex)
+{
+	if (flags & GLOBALS_F_HEP)
+		return (leg->flags & CT_LEG_HEP_APPROVED) &&
+		       (leg->flags >> CT_LEG_HEP_SHIFT) == (ifindex & 0xffff);
+	return (leg->flags & CT_LEG_APPROVED) && leg->ifindex == ifindex;
+}
+
+// Approves the leg for the hook.
+static __always_inline void ct_leg_approve(struct ct_leg *leg, __u32 flags, __u32 ifindex)
+{
+	if (ct_leg_approved(leg, flags, ifindex))
+		return;
+	if (flags & GLOBALS_F_HEP) {
+		leg->flags = (leg->flags & 0xffff) | CT_LEG_HEP_APPROVED | ((ifindex & 0xffff) << CT_LEG_HEP_SHIFT);
+	} else {
+		leg->ifindex = ifindex;
+		leg->flags |= CT_LEG_APPROVED;
+	}
+}
+
 // Looks the packet's flow up, records the sender's TCP flags and the time,
 // and says whether this hook (of host-side ifindex `ifindex`) may bypass
 // policy: only if its endpoint's leg was approved on this very hook. A leg
@@ -276,7 +305,7 @@ static __always_inline enum ct_verdict ct_lookup(const struct ct_pkt *p, __u32 f
 		// An error about a flow this hook's endpoint approved passes; it changes
 		// nothing in the flow.
 		mine = ct_hook_leg(v, p, flags);
-		if ((mine->flags & CT_LEG_APPROVED) && mine->ifindex == ifindex)
+		if (ct_leg_approved(mine, flags, ifindex))
 			return CT_ESTABLISHED;
 		return CT_UNAPPROVED;
 	}
@@ -295,7 +324,7 @@ static __always_inline enum ct_verdict ct_lookup(const struct ct_pkt *p, __u32 f
 			return CT_SYN;
 	}
 	mine = ct_hook_leg(v, p, flags);
-	if ((mine->flags & CT_LEG_APPROVED) && mine->ifindex == ifindex)
+	if (ct_leg_approved(mine, flags, ifindex))
 		return CT_ESTABLISHED;
 	return CT_UNAPPROVED;
 }
@@ -329,8 +358,7 @@ static __always_inline __u32 ct_approve(const struct ct_pkt *p, __u32 flags, __u
 				nv.rst_seen = now;
 		}
 		leg = ct_hook_leg(&nv, p, flags);
-		leg->flags |= CT_LEG_APPROVED;
-		leg->ifindex = ifindex;
+		ct_leg_approve(leg, flags, ifindex);
 		// Another CPU may have created it meanwhile: then approve that one.
 		if (bpf_map_update_elem(&cali_ct, &p->key, &nv, BPF_NOEXIST) == 0)
 			return 0;
@@ -339,10 +367,7 @@ static __always_inline __u32 ct_approve(const struct ct_pkt *p, __u32 flags, __u
 			return 0;
 	}
 	leg = ct_hook_leg(v, p, flags);
-	if (!(leg->flags & CT_LEG_APPROVED) || leg->ifindex != ifindex) {
-		leg->ifindex = ifindex;
-		leg->flags |= CT_LEG_APPROVED;
-	}
+	ct_leg_approve(leg, flags, ifindex);
 	if (p->key.proto == IPPROTO_TCP && (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN)
 		return 0;
 	recv = p->src_is_a ? &v->b : &v->a;

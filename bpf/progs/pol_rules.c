@@ -22,6 +22,7 @@
 // The layouts are mirrored by bpf/src/layout.rs (policy records).
 
 #include "cali.h"
+#include "routes.h"
 #include "state.h"
 
 // Record codes.
@@ -37,7 +38,7 @@
 #define OP_LOG      9  // counts a log hit for the policy, always matches
 #define OP_EP_REF      16 // endpoint list: data[0..4] handle, t: list index on Pass
 #define OP_EP_TIER_END 17 // endpoint list: arg = ACT_PASS continues, else deny
-#define OP_EP_END      18 // endpoint list: default deny
+#define OP_EP_END      18 // endpoint list: arg EP_END_DENY (default deny) or EP_END_NO_MATCH
 
 #define ICMP_ANY_CODE 0xffff
 #define ACT_DENY 0
@@ -50,8 +51,19 @@
 #define T_NEXT  0xfffffff3u
 #define T_FIRST T_ALLOW
 
-#define POL_DIR_INGRESS 0
-#define POL_DIR_EGRESS  1
+#define EP_END_DENY     0
+#define EP_END_NO_MATCH 1 // the list decided nothing: the next stage decides
+
+// Endpoint-list directions (cali_ep_key.dir). Workloads have the first two;
+// a host endpoint has all seven, its hook walking them in stages (see
+// hep_policy below).
+#define POL_DIR_INGRESS       0 // normal policy, to the endpoint
+#define POL_DIR_EGRESS        1 // normal policy, from the endpoint
+#define POL_DIR_UNTRACKED_IN  2
+#define POL_DIR_UNTRACKED_OUT 3
+#define POL_DIR_PREDNAT_IN    4
+#define POL_DIR_FORWARD_IN    5 // applyOnForward policy, forwarded in through it
+#define POL_DIR_FORWARD_OUT   6 // ... forwarded out through it
 
 // Most loop iterations one packet may take before the walk fails closed (each
 // walks up to INNER_STEPS records of a policy, or one endpoint-list record).
@@ -137,9 +149,10 @@ struct {
 	__uint(max_entries, LOG_SLOTS);
 } cali_pol_log2 SEC(".maps");
 
-#define V_NONE  -1
-#define V_ALLOW 0
-#define V_DENY  1
+#define V_NONE     -1
+#define V_ALLOW    0
+#define V_DENY     1
+#define V_NO_MATCH 2
 
 struct walk {
 	struct cali_state *st;
@@ -332,10 +345,114 @@ static long step(__u32 i, void *ctx)
 		w->verdict = V_DENY;
 		return 1;
 	default:
+		if (op->code == OP_EP_END && op->arg == EP_END_NO_MATCH) {
+			CALI_LOG("end of endpoint list: no match");
+			w->verdict = V_NO_MATCH;
+			return 1;
+		}
 		CALI_LOG("end of endpoint list: deny");
 		w->verdict = V_DENY;
 		return 1;
 	}
+}
+
+// Walks the list of (slot, dir): V_ALLOW, V_DENY or V_NO_MATCH. A missing
+// list denies (fail closed: the driver writes every list of a hook before
+// the hook can run).
+static __always_inline int walk_list(struct cali_state *st, __u32 slot, __u32 dir)
+{
+	struct cali_ep_key key = { .slot = slot, .dir = dir };
+	struct cali_ep_val *ep = bpf_map_lookup_elem(&cali_pol_ep2, &key);
+	struct walk w = {};
+
+	if (!ep) {
+		CALI_LOG("no policy list for slot %d dir %d: deny", slot, dir);
+		return V_DENY;
+	}
+	w.st = st;
+	w.fam = st->ip_ver == 6;
+	w.ep_base = ep->base;
+	w.ep_len = ep->len;
+	w.verdict = V_NONE;
+	bpf_loop(MAX_STEPS, step, &w, 0);
+	CALI_LOG("policy walk of dir %d: verdict %d after %d steps", dir, w.verdict, w.steps);
+	if (w.verdict == V_ALLOW || w.verdict == V_NO_MATCH)
+		return w.verdict;
+	return V_DENY;
+}
+
+#define AF_INET 2
+#define AF_INET6 10
+
+// Whether `addr` is one of this host's addresses: the routes map says so (an
+// entry without RT_LOCAL_HOST says it is not), or, for an address the map does
+// not know (e.g. a second interface's), the kernel's FIB does not forward it.
+static __always_inline int host_addr(struct __sk_buff *skb, const struct cali_state *st, const __u8 *addr)
+{
+	struct cali_route_val *r = route_of(addr);
+	struct bpf_fib_lookup fib = {};
+
+	if (r)
+		return !!(r->flags & RT_LOCAL_HOST);
+	fib.ifindex = skb->ifindex;
+	if (st->ip_ver == 6) {
+		fib.family = AF_INET6;
+		__builtin_memcpy(fib.ipv6_dst, addr, 16);
+	} else {
+		fib.family = AF_INET;
+		__builtin_memcpy(&fib.ipv4_dst, addr + 12, 4);
+	}
+	// NOT_FWDED: a local, broadcast or multicast address, or no route (the host
+	// stack drops it); FWD_DISABLED: the interface does not forward, so what
+	// crosses it is the host's own.
+	switch (bpf_fib_lookup(skb, &fib, sizeof(fib), 0)) {
+	case BPF_FIB_LKUP_RET_NOT_FWDED:
+	case BPF_FIB_LKUP_RET_FWD_DISABLED:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+// A host endpoint's hook, as the iptables renderer's chains order it:
+//   failsafe ports (to or from the host: allowed; forwarded: skip to the
+//   forward stage) -> untracked policy (allow: accepted and not tracked) ->
+//   pre-DNAT policy (ingress only; allow: accepted) -> normal policy for
+//   traffic to or from the host itself (default deny), applyOnForward policy
+//   for traffic forwarded through the interface (no match: allowed).
+static __always_inline int hep_policy(struct __sk_buff *skb, struct cali_state *st, __u32 flags, __u32 slot)
+{
+	int ingress = !!(flags & GLOBALS_F_INGRESS);
+	// Ingress: what arrives for the host or to be forwarded; egress: what the
+	// host sends or forwards.
+	int host = host_addr(skb, st, ingress ? st->dst : st->src);
+	int fsafe = (st->flags & CALI_ST_PORTS) &&
+		    failsafe(ingress ? FSAFE_IN : FSAFE_OUT, st->proto, st->dport,
+			     ingress ? st->src : st->dst);
+	int v;
+
+	CALI_LOG("host endpoint: host %d failsafe %d", host, fsafe);
+	if (fsafe && host)
+		return V_ALLOW;
+	if (!fsafe) {
+		v = walk_list(st, slot, ingress ? POL_DIR_UNTRACKED_IN : POL_DIR_UNTRACKED_OUT);
+		if (v == V_ALLOW) {
+			skb->cb[CB_FLAGS] |= CB_F_NOTRACK;
+			return V_ALLOW;
+		}
+		if (v == V_DENY)
+			return V_DENY;
+		if (ingress) {
+			v = walk_list(st, slot, POL_DIR_PREDNAT_IN);
+			if (v != V_NO_MATCH)
+				return v;
+		}
+	}
+	if (host)
+		v = walk_list(st, slot, ingress ? POL_DIR_INGRESS : POL_DIR_EGRESS);
+	else
+		v = walk_list(st, slot, ingress ? POL_DIR_FORWARD_IN : POL_DIR_FORWARD_OUT);
+	return v == V_DENY ? V_DENY : V_ALLOW;
 }
 
 SEC("tc")
@@ -343,32 +460,23 @@ int cali_pol_rules(struct __sk_buff *skb)
 {
 	__u32 zero = 0;
 	__u32 flags = skb->cb[CB_FLAGS];
-	struct cali_ep_key key = {};
-	struct cali_ep_val *ep;
-	struct walk w = {};
+	struct cali_state *st = bpf_map_lookup_elem(&cali_state2, &zero);
+	int v;
 
-	w.st = bpf_map_lookup_elem(&cali_state2, &zero);
-	if (!w.st)
+	if (!st)
 		goto deny;
-	// A workload's host-side TC ingress carries what the workload sends:
-	// its egress policy; a host endpoint's TC ingress is its ingress.
-	if (flags & GLOBALS_F_WEP)
-		key.dir = (flags & GLOBALS_F_INGRESS) ? POL_DIR_EGRESS : POL_DIR_INGRESS;
-	else
-		key.dir = (flags & GLOBALS_F_INGRESS) ? POL_DIR_INGRESS : POL_DIR_EGRESS;
-	key.slot = skb->cb[CB_POLICY];
-	ep = bpf_map_lookup_elem(&cali_pol_ep2, &key);
-	if (!ep) {
-		CALI_LOG("no policy list for slot %d dir %d: deny", key.slot, key.dir);
-		goto deny;
+	if (flags & GLOBALS_F_HEP) {
+		v = hep_policy(skb, st, flags, skb->cb[CB_POLICY]);
+	} else {
+		// A workload's host-side TC ingress carries what the workload sends: its
+		// egress policy.
+		v = walk_list(st, skb->cb[CB_POLICY],
+			      (flags & GLOBALS_F_INGRESS) ? POL_DIR_EGRESS : POL_DIR_INGRESS);
+		// A workload's lists end in a default deny; "no match" is no allow.
+		if (v == V_NO_MATCH)
+			v = V_DENY;
 	}
-	w.fam = w.st->ip_ver == 6;
-	w.ep_base = ep->base;
-	w.ep_len = ep->len;
-	w.verdict = V_NONE;
-	bpf_loop(MAX_STEPS, step, &w, 0);
-	CALI_LOG("policy walk: verdict %d after %d steps", w.verdict, w.steps);
-	if (w.verdict == V_ALLOW) {
+	if (v == V_ALLOW) {
 		bpf_tail_call(skb, &cali_progs, skb->cb[CB_ALLOW]);
 		return TC_ACT_SHOT;
 	}

@@ -7,6 +7,7 @@
 
 #include "cali.h"
 #include "conntrack.h"
+#include "routes.h"
 #include "state.h"
 
 struct {
@@ -19,6 +20,49 @@ struct {
 
 #define AF_INET 2
 #define AF_INET6 10
+
+// Anti-spoofing: whether a packet a workload sends (its host-side TC
+// ingress, host-side ifindex `hostif`) has a source the routes map gives to
+// that workload (its own address, or a prefix it may use). IPv6 link-local
+// and unspecified sources (neighbour discovery, DHCP) are the interface's own
+// business and pass to policy.
+static __always_inline int source_ok(struct __sk_buff *skb, __u32 hostif)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	__u8 src[16] = {};
+	struct cali_route_val *r;
+
+	if ((void *)(eth + 1) > end)
+		return 0;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+		if ((void *)(ip + 1) > end)
+			return 0;
+		if (ip->saddr == 0)
+			return 1;
+		src[10] = 0xff;
+		src[11] = 0xff;
+		__builtin_memcpy(&src[12], &ip->saddr, 4);
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		if ((void *)(ip6 + 1) > end)
+			return 0;
+		__builtin_memcpy(src, &ip6->saddr, 16);
+		if ((src[0] == 0xfe && (src[1] & 0xc0) == 0x80))
+			return 1;
+		__u32 *w = (__u32 *)src;
+		if ((w[0] | w[1] | w[2] | w[3]) == 0)
+			return 1;
+	} else {
+		return 1;
+	}
+	r = route_of(src);
+	if (!r || !(r->flags & (RT_LOCAL_WORKLOAD | RT_SPOOF_OK)))
+		return 0;
+	return r->ifindex == hostif;
+}
 
 // Parses Ethernet, IPv4/IPv6 and the TCP/UDP/ICMP header. Returns 0 for a
 // packet policy should see, 1 for a non-IP frame (passed, e.g. ARP) and -1
@@ -109,6 +153,12 @@ int cali_tc_main(struct __sk_buff *skb)
 			return TC_ACT_OK;
 		}
 	}
+	__u32 hookif = skb->cb[CB_HOSTIF] ? skb->cb[CB_HOSTIF] : skb->ifindex;
+	__u32 hflags = skb->cb[CB_FLAGS];
+	if ((hflags & GLOBALS_F_WEP) && (hflags & GLOBALS_F_INGRESS) && !source_ok(skb, hookif)) {
+		CALI_LOG("source not the workload's: drop");
+		return TC_ACT_SHOT;
+	}
 	// Conntrack: a flow this hook's endpoint approved bypasses policy.
 	struct ct_pkt ct;
 	ct_parse(skb, &ct);
@@ -166,7 +216,7 @@ int cali_tc_accepted(struct __sk_buff *skb)
 	skb->mark |= CALI_SKB_MARK_SEEN;
 	// Policy allowed it (or conntrack did): the hook endpoint's leg is approved.
 	__u32 peer_ok = 0;
-	{
+	if (!(flags & CB_F_NOTRACK)) {
 		struct ct_pkt ct;
 		ct_parse(skb, &ct);
 		if (ct.valid)

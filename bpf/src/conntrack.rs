@@ -36,6 +36,11 @@ pub const CT_LEG_RST: u32 = 0x08;
 pub const CT_LEG_APPROVED: u32 = 0x10;
 /// The end sent the first packet seen.
 pub const CT_LEG_OPENER: u32 = 0x20;
+/// A host endpoint's policy allowed the flow for this end (the end's own workload keeps its
+/// approval: a flow from a workload out through a host endpoint needs both).
+pub const CT_LEG_HEP_APPROVED: u32 = 0x40;
+/// The approving host endpoint's ifindex (low 16 bits) is `flags >> CT_LEG_HEP_SHIFT`.
+pub const CT_LEG_HEP_SHIFT: u32 = 16;
 
 /// `cali_ct` with `capacity` entries (`BPFMapSizeConntrack`): an LRU hash, both IP families.
 pub fn ct_map(capacity: u32) -> MapSpec {

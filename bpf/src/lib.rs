@@ -26,6 +26,7 @@ pub mod migrate;
 pub mod ops;
 pub mod policy;
 pub mod polmaps;
+pub mod routes;
 
 pub use attach::{BpfAttachType, DeviceKind, FeatureProbe, KernelProbe, KernelSupport, Mechanism};
 pub use dataplane::{

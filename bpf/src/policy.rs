@@ -48,8 +48,13 @@ pub const OP_LOG: u8 = 9;
 pub const OP_EP_REF: u8 = 16;
 /// Endpoint-list code: end of a tier; `arg` [`ACT_PASS`] continues, anything else denies.
 pub const OP_EP_TIER_END: u8 = 17;
-/// Endpoint-list code: end of the list (default deny).
+/// Endpoint-list code: end of the list; `arg` [`EP_END_DENY`] (default deny) or
+/// [`EP_END_NO_MATCH`].
 pub const OP_EP_END: u8 = 18;
+/// [`OP_EP_END`]'s `arg`: the list denies what nothing allowed.
+pub const EP_END_DENY: u8 = 0;
+/// [`OP_EP_END`]'s `arg`: the list decided nothing; a host endpoint's next stage decides.
+pub const EP_END_NO_MATCH: u8 = 1;
 
 /// [`OP_ICMP`]'s `hi` for "any code".
 pub const ICMP_ANY_CODE: u16 = 0xffff;
@@ -86,6 +91,16 @@ pub const MAX_STEPS: u32 = 1 << 20;
 pub const POL_DIR_INGRESS: u32 = 0;
 /// Policy direction: egress rules (traffic from the endpoint).
 pub const POL_DIR_EGRESS: u32 = 1;
+/// Endpoint-list direction: a host endpoint's untracked policy, inbound.
+pub const POL_DIR_UNTRACKED_IN: u32 = 2;
+/// Endpoint-list direction: a host endpoint's untracked policy, outbound.
+pub const POL_DIR_UNTRACKED_OUT: u32 = 3;
+/// Endpoint-list direction: a host endpoint's pre-DNAT policy (inbound only).
+pub const POL_DIR_PREDNAT_IN: u32 = 4;
+/// Endpoint-list direction: a host endpoint's applyOnForward policy, forwarded in.
+pub const POL_DIR_FORWARD_IN: u32 = 5;
+/// Endpoint-list direction: a host endpoint's applyOnForward policy, forwarded out.
+pub const POL_DIR_FORWARD_OUT: u32 = 6;
 
 /// One record of `cali_pol_ops2` (`struct cali_op`, 32 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -639,6 +654,11 @@ pub struct TierIr {
 /// Assembles an endpoint's list: each tier with policies (a tier without any is skipped
 /// entirely, as the *tables renderer does), then the profiles, then the default deny.
 pub fn assemble_endpoint(tiers: &[TierIr], profiles: &[u32]) -> Vec<Op> {
+    assemble_list(tiers, profiles, EP_END_DENY)
+}
+
+/// [`assemble_endpoint`] with the list's end `end` ([`EP_END_DENY`] or [`EP_END_NO_MATCH`]).
+pub fn assemble_list(tiers: &[TierIr], profiles: &[u32], end: u8) -> Vec<Op> {
     let mut out = Vec::new();
     for t in tiers.iter().filter(|t| !t.policies.is_empty()) {
         let after_tier = (out.len() + t.policies.len() + 1) as u32;
@@ -657,6 +677,7 @@ pub fn assemble_endpoint(tiers: &[TierIr], profiles: &[u32]) -> Vec<Op> {
     }
     out.push(Op {
         code: OP_EP_END,
+        arg: end,
         ..Op::default()
     });
     out

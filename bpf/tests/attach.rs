@@ -125,6 +125,10 @@ fn point(
 /// Attaches both hooks of both workloads with `mech` and marks them ready.
 fn attach_all(dp: &mut BpfDataplane, t: &Topo, mech: Mechanism) -> Vec<AttachOutcome> {
     let mut out = Vec::new();
+    route_workloads(
+        dp,
+        &[("10.65.0.1/32", t.cali_a), ("10.65.0.2/32", t.cali_b)],
+    );
     for (ifindex, name) in [(t.cali_a, "caliA"), (t.cali_b, "caliB")] {
         for hook in Hook::ALL {
             out.push(

@@ -301,6 +301,7 @@ fn forward_to_a_workload_that_is_not_ready_is_refused_and_handed_to_the_host_sta
         };
         let pkt = ipv4(IPPROTO_ICMP);
         let ops = dp.ops().clone();
+        route_test_addrs(&dp, src);
         // Unknown to felix: the host stack decides, nothing refused.
         let r = pre.test_run(&ops, &pkt, ctx).expect("run");
         assert_eq!((r.verdict, r.ctx.mark & SKB_MARK_SKIP_FIB), (TC_ACT_OK, 0));
@@ -393,5 +394,87 @@ fn ipv6_neighbour_discovery_skips_policy_and_goes_to_the_host_stack() {
                 .expect("test run");
             assert_eq!(r.verdict, TC_ACT_SHOT, "ICMPv6 type {t}");
         }
+    });
+}
+
+/// Invariant (anti-spoofing): what a workload sends must come from a source the routes map
+/// gives to that very workload (its host-side ifindex), or the chain drops it before
+/// conntrack and policy; another workload's address, an unknown one, or an address of the
+/// host all fail. IPv6 link-local sources (neighbour discovery) pass.
+#[test]
+fn a_workload_sending_from_an_address_that_is_not_its_own_is_dropped() {
+    felix_netns::require!(netns["ip"]);
+    in_netns(|| {
+        let (mut dp, _root) = dataplane(false);
+        let (mut pre, _) = chain(
+            &mut dp,
+            Mechanism::Tcx,
+            Hook::Ingress,
+            GLOBALS_F_WEP | GLOBALS_F_INGRESS,
+            PolicyKind::Allow,
+        );
+        let ops = dp.ops().clone();
+        let run = |pre: &mut felix_bpf::Preamble, pkt: &[u8]| {
+            pre.test_run(&ops, pkt, SkbCtx::default())
+                .expect("run")
+                .verdict
+        };
+        // chain() gave the crafted sources to the loopback (the test run's ifindex).
+        assert_eq!(
+            run(&mut pre, &ipv4(IPPROTO_UDP)),
+            TC_ACT_OK,
+            "own v4 source"
+        );
+        assert_eq!(
+            run(&mut pre, &ipv6(IPPROTO_UDP)),
+            TC_ACT_OK,
+            "own v6 source"
+        );
+        // The same addresses now belong to a workload behind ifindex 77.
+        route_test_addrs(&dp, 77);
+        assert_eq!(
+            run(&mut pre, &ipv4(IPPROTO_UDP)),
+            TC_ACT_SHOT,
+            "another's v4"
+        );
+        assert_eq!(
+            run(&mut pre, &ipv6(IPPROTO_UDP)),
+            TC_ACT_SHOT,
+            "another's v6"
+        );
+        // A host route is no workload's.
+        let maps =
+            felix_bpf::routes::RouteMaps::open_or_create(&ops, &dp.options().root).expect("maps");
+        let host = felix_bpf::routes::RouteVal {
+            flags: felix_bpf::routes::RT_LOCAL_HOST,
+            ifindex: 1,
+        };
+        maps.set_route(&ops, &"10.65.0.1/32".parse().expect("net"), host)
+            .expect("route");
+        assert_eq!(
+            run(&mut pre, &ipv4(IPPROTO_UDP)),
+            TC_ACT_SHOT,
+            "a host address"
+        );
+        // Unknown: removed from the map.
+        maps.delete_route(&ops, &"10.65.0.1/32".parse().expect("net"))
+            .expect("delete");
+        assert_eq!(
+            run(&mut pre, &ipv4(IPPROTO_UDP)),
+            TC_ACT_SHOT,
+            "unknown source"
+        );
+        // A spoof-allowed prefix of this workload passes.
+        let spoof = felix_bpf::routes::RouteVal {
+            flags: felix_bpf::routes::RT_SPOOF_OK,
+            ifindex: 1,
+        };
+        maps.set_route(&ops, &"10.65.0.0/24".parse().expect("net"), spoof)
+            .expect("route");
+        assert_eq!(
+            run(&mut pre, &ipv4(IPPROTO_UDP)),
+            TC_ACT_OK,
+            "allowed prefix"
+        );
     });
 }

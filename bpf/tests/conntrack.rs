@@ -84,6 +84,15 @@ fn hooks(
     a: (PolicyKind, PolicyKind),
     b: (PolicyKind, PolicyKind),
 ) -> Hooks {
+    route_workloads(
+        dp,
+        &[
+            ("10.65.0.1/32", 101),
+            ("fd00::1/128", 101),
+            ("10.65.0.2/32", 102),
+            ("fd00::2/128", 102),
+        ],
+    );
     // Each workload's hooks carry its own host-side ifindex (101 for A, 102 for B).
     let mut one = |hook: Hook, policy, host_ifindex| {
         let flags = GLOBALS_F_WEP

@@ -142,6 +142,8 @@ impl Rig {
         let maps = PolicyMaps::open_or_create(&ops, &root.0).expect("policy maps");
         let prog = PolicyProgram::load(&ops, &maps, mech, hook, debug).expect("interpreter");
         prog.install(&ops, slot).expect("install");
+        // The crafted sources are the workload's own (the test run's loopback).
+        common::route_test_addrs(&dp, 1);
         let pre = Self::preamble(&mut dp, mech, hook, flags, slot);
         Rig {
             dp,
@@ -221,6 +223,26 @@ impl Rig {
         let key = EndpointKey {
             slot,
             dir: self.dir(),
+        };
+        let val = EndpointList {
+            base,
+            len: list.len() as u32,
+        };
+        self.maps
+            .set_endpoint(&self.ops, self.mech, key, &val)
+            .expect("endpoint");
+    }
+
+    /// Writes list `dir` of the rig's slot: `tiers`, `profiles`, then `end`.
+    fn list(&mut self, dir: u32, tiers: &[TierIr], profiles: &[u32], end: u8) {
+        let list = assemble_list(tiers, profiles, end);
+        let base = self.alloc(list.len());
+        self.maps
+            .write_records(&self.ops, base, &list)
+            .expect("list");
+        let key = EndpointKey {
+            slot: self.slot,
+            dir,
         };
         let val = EndpointList {
             base,
@@ -777,12 +799,6 @@ fn the_policy_direction_follows_the_hook_and_endpoint_kind() {
                 POL_DIR_EGRESS,
             ),
             (Mechanism::Tc, Hook::Egress, GLOBALS_F_WEP, POL_DIR_INGRESS),
-            (
-                Mechanism::Tcx,
-                Hook::Ingress,
-                GLOBALS_F_HEP | GLOBALS_F_INGRESS,
-                POL_DIR_INGRESS,
-            ),
         ] {
             let mut rig = Rig::with(false, mech, hook, flags);
             assert_eq!(rig.dir(), dir);
@@ -886,5 +902,130 @@ fn interpreter_figures() {
                 write
             );
         }
+    });
+}
+
+/// Invariant (host endpoints, as the *tables renderer's raw, mangle and filter chains): a
+/// host endpoint's TC ingress walks failsafe ports, untracked policy (an allow is final and
+/// creates no conntrack entry), pre-DNAT policy (an allow is final), then normal policy
+/// (default deny) for traffic to the host or applyOnForward policy (no match: allowed) for
+/// traffic forwarded through it; the routes map says which is the host's.
+#[test]
+fn a_host_endpoint_walks_failsafes_untracked_pre_dnat_then_normal_or_forward_policy() {
+    use felix_bpf::routes::{
+        Failsafe, RouteMaps, RouteVal, FSAFE_IN, RT_LOCAL_HOST, RT_REMOTE_WORKLOAD,
+    };
+    felix_netns::require!(netns["ip"]);
+    common::in_netns(|| {
+        let mut rig = Rig::with(
+            false,
+            Mechanism::Tcx,
+            Hook::Ingress,
+            GLOBALS_F_HEP | GLOBALS_F_INGRESS,
+        );
+        let ops = rig.ops.clone();
+        let routes = RouteMaps::open_or_create(&ops, &rig._root.0).expect("route maps");
+        let dst: ipnet::IpNet = "10.65.0.2/32".parse().expect("net");
+        let set_dst = |flags| {
+            routes
+                .set_route(&ops, &dst, RouteVal { flags, ifindex: 0 })
+                .expect("route")
+        };
+        let allow_all = rule(vec![], RuleAction::Allow);
+        let deny_all = rule(vec![], RuleAction::Deny);
+        rig.rules(1, std::slice::from_ref(&allow_all));
+        rig.rules(2, std::slice::from_ref(&deny_all));
+        let none: &[TierIr] = &[];
+        let lists = |rig: &mut Rig,
+                     untracked: &[TierIr],
+                     prednat: &[TierIr],
+                     normal: &[TierIr],
+                     fwd: &[TierIr]| {
+            rig.list(POL_DIR_UNTRACKED_IN, untracked, &[], EP_END_NO_MATCH);
+            rig.list(POL_DIR_PREDNAT_IN, prednat, &[], EP_END_NO_MATCH);
+            rig.list(POL_DIR_INGRESS, normal, &[], EP_END_DENY);
+            rig.list(POL_DIR_FORWARD_IN, fwd, &[], EP_END_NO_MATCH);
+        };
+        let p = Pkt::v4(TCP);
+        let tracked = |rig: &Rig| rig.dp.conntrack().entries(&rig.ops).expect("ct").len();
+
+        // No policy at all: the host is closed (default deny), forwarding open.
+        lists(&mut rig, none, none, none, none);
+        set_dst(RT_LOCAL_HOST);
+        assert!(!rig.allows(&p), "to the host: default deny");
+        set_dst(RT_REMOTE_WORKLOAD);
+        assert!(
+            rig.allows(&p),
+            "forwarded: no applyOnForward policy, allowed"
+        );
+
+        // A failsafe port opens the host.
+        let fs = Failsafe {
+            dir: FSAFE_IN,
+            proto: TCP,
+            port: 80,
+            net: "0.0.0.0/0".parse().expect("net"),
+        };
+        routes.add_failsafe(&ops, &fs).expect("failsafe");
+        set_dst(RT_LOCAL_HOST);
+        assert!(rig.allows(&p), "failsafe tcp:80 to the host");
+        assert!(!rig.allows(&Pkt { dport: 81, ..p }), "not a failsafe port");
+        routes.retain_failsafes(&ops, &[]).expect("no failsafes");
+        assert!(!rig.allows(&p));
+
+        // Untracked deny is final, untracked allow too (and tracks nothing).
+        lists(
+            &mut rig,
+            &[tier(&[2], false)],
+            none,
+            &[tier(&[1], false)],
+            none,
+        );
+        assert!(!rig.allows(&p), "untracked deny");
+        lists(
+            &mut rig,
+            &[tier(&[1], false)],
+            &[tier(&[2], false)],
+            none,
+            none,
+        );
+        assert!(rig.allows(&p), "untracked allow wins over a pre-DNAT deny");
+        assert_eq!(tracked(&rig), 0, "untracked: no conntrack entry");
+
+        // Pre-DNAT allow is final (normal policy would deny), and tracked.
+        lists(&mut rig, none, &[tier(&[1], false)], none, none);
+        assert!(rig.allows(&p), "pre-DNAT allow");
+        assert_eq!(tracked(&rig), 1);
+        lists(
+            &mut rig,
+            none,
+            &[tier(&[2], false)],
+            &[tier(&[1], false)],
+            none,
+        );
+        assert!(!rig.allows(&p), "pre-DNAT deny");
+
+        // Normal policy for the host, applyOnForward policy for forwarded traffic.
+        lists(
+            &mut rig,
+            none,
+            none,
+            &[tier(&[1], false)],
+            &[tier(&[2], false)],
+        );
+        assert!(rig.allows(&p), "normal allow to the host");
+        set_dst(RT_REMOTE_WORKLOAD);
+        assert!(!rig.allows(&p), "forward deny");
+        lists(
+            &mut rig,
+            none,
+            none,
+            &[tier(&[2], false)],
+            &[tier(&[1], false)],
+        );
+        assert!(
+            rig.allows(&p),
+            "forward allow; the normal deny does not apply"
+        );
     });
 }

@@ -49,7 +49,36 @@ pub fn dataplane(debug: bool) -> (BpfDataplane, PinRoot) {
     (dp, root)
 }
 
-/// Generic programs, a policy slot with `policy`, and a preamble whose globals use it.
+/// Gives each `(prefix, ifindex)` to the workload of that host-side ifindex in the routes
+/// map (main drops what a workload sends from a source that is not its own).
+pub fn route_workloads(dp: &BpfDataplane, routes: &[(&str, u32)]) {
+    use felix_bpf::routes::{RouteMaps, RouteVal, RT_LOCAL_WORKLOAD};
+    let maps = RouteMaps::open_or_create(dp.ops(), &dp.options().root).expect("route maps");
+    for (net, ifindex) in routes {
+        let v = RouteVal {
+            flags: RT_LOCAL_WORKLOAD,
+            ifindex: *ifindex,
+        };
+        maps.set_route(dp.ops(), &net.parse().expect("prefix"), v)
+            .expect("route");
+    }
+}
+
+/// The crafted packets' addresses as workloads behind `ifindex`.
+pub fn route_test_addrs(dp: &BpfDataplane, ifindex: u32) {
+    route_workloads(
+        dp,
+        &[
+            ("10.65.0.1/32", ifindex),
+            ("10.65.0.2/32", ifindex),
+            ("fd00::1/128", ifindex),
+            ("fd00::2/128", ifindex),
+        ],
+    );
+}
+
+/// Generic programs, a policy slot with `policy`, and a preamble whose globals use it. The
+/// crafted packets' addresses are the workload's own (behind the test run's loopback).
 pub fn chain(
     dp: &mut BpfDataplane,
     mech: Mechanism,
@@ -58,6 +87,7 @@ pub fn chain(
     policy: PolicyKind,
 ) -> (Preamble, u32) {
     dp.ensure_generic(mech, hook).expect("generic programs");
+    route_test_addrs(dp, 1);
     let slot = dp.alloc_slot(mech, hook).expect("slot");
     dp.set_policy(mech, hook, slot, policy).expect("policy");
     let mut g = TcGlobals::new(flags, slot);

@@ -4,8 +4,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use felix_bpf::routes::Failsafe;
 use felix_bpf::{BpfAttachType, EndpointKind, Hook, PolicyKind};
-use felix_proto::{Policy, Profile, WorkloadEndpoint};
+use felix_proto::{HostEndpoint, Policy, Profile, WorkloadEndpoint};
+use ipnet::IpNet;
 
 /// What one interface should carry: a preamble on both TC hooks, each direction's policy
 /// program, and (once both hooks are attached) a READY `cali_iface` entry.
@@ -52,6 +54,23 @@ pub struct BpfDesired {
     pub profiles: BTreeMap<String, Arc<Profile>>,
     /// Active IP sets by calc-graph set ID: their members.
     pub ipsets: BTreeMap<String, Arc<Vec<String>>>,
+    /// The host endpoint of each host interface (its untracked, pre-DNAT, normal and forward
+    /// tiers and its profiles make its lists).
+    pub hosts: BTreeMap<String, Arc<HostEndpoint>>,
+    /// The routes map's content.
+    pub routes: Arc<BTreeMap<IpNet, RouteEntry>>,
+    /// The failsafe map's content (`FailsafeInboundHostPorts`, `FailsafeOutboundHostPorts`).
+    pub failsafes: Arc<Vec<Failsafe>>,
+}
+
+/// One prefix of the routes map, as the manager knows it (the driver resolves the interface
+/// to its ifindex).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteEntry {
+    /// `felix_bpf::routes::RT_*`.
+    pub flags: u32,
+    /// The local workload interface the prefix belongs to (or may be used as a source by).
+    pub iface: Option<String>,
 }
 
 /// A policy's identity: (name, namespace, kind).

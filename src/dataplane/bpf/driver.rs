@@ -49,13 +49,37 @@ use felix_bpf::{
 
 use super::ct_scan::{self, CtScanner};
 use super::desired::{BpfDesired, IfaceDesired};
-use super::policy::PolicySync;
+use super::policy::{EndpointRef, PolicySync};
 use super::ready::BpfReady;
+use super::routes::RouteSync;
 use crate::dataplane::ifacemon::IfaceSubscription;
 use felix_actors::clock::SharedClock;
 use felix_bpf::PolicyKind;
-use felix_proto::WorkloadEndpoint;
+use felix_proto::{HostEndpoint, WorkloadEndpoint};
 use std::sync::Arc;
+
+/// The endpoint an interface's lists were written for.
+#[derive(Debug, Clone, PartialEq)]
+enum WrittenEp {
+    Workload(Arc<WorkloadEndpoint>),
+    Host(Arc<HostEndpoint>),
+}
+
+impl WrittenEp {
+    fn of(d: &BpfDesired, name: &str) -> Option<Self> {
+        if let Some(h) = d.hosts.get(name) {
+            return Some(Self::Host(h.clone()));
+        }
+        d.endpoints.get(name).map(|e| Self::Workload(e.clone()))
+    }
+
+    fn as_ref(&self) -> EndpointRef<'_> {
+        match self {
+            Self::Workload(e) => EndpointRef::Workload(e),
+            Self::Host(h) => EndpointRef::Host(h),
+        }
+    }
+}
 
 /// How `driver/bpf` is set up.
 #[derive(Debug, Clone)]
@@ -109,7 +133,9 @@ pub struct BpfDriver {
     /// The policy engine (started with the loader).
     policy: Option<PolicySync>,
     /// The endpoint each interface's lists were last written for.
-    written_eps: BTreeMap<String, Option<Arc<WorkloadEndpoint>>>,
+    written_eps: BTreeMap<String, Option<WrittenEp>>,
+    /// The routes and failsafe maps (started with the loader).
+    routes: Option<RouteSync>,
 }
 
 /// A BPF error as a driver error: the failed operation's name (one of
@@ -140,6 +166,7 @@ impl BpfDriver {
             addrs: BTreeMap::new(),
             policy: None,
             written_eps: BTreeMap::new(),
+            routes: None,
             ops: BpfOps::new(seam.clone()),
             opts,
             dp: None,
@@ -213,6 +240,7 @@ impl BpfDriver {
                 self.opts.loader.debug,
             )?;
             self.policy = Some(policy);
+            self.routes = Some(RouteSync::start(self.ops.clone(), &self.opts.loader.root)?);
             self.support = KernelProbe::new(self.ops.clone()).probe();
             tracing::info!(
                 tcx = self.support.tcx,
@@ -250,7 +278,7 @@ impl BpfDriver {
         policy: &mut PolicySync,
         name: &str,
         a: &Applied,
-        ep: Option<&WorkloadEndpoint>,
+        ep: Option<EndpointRef<'_>>,
     ) -> Result<(), BpfError> {
         let both = Hook::ALL.iter().all(|h| dp.record(a.ifindex, *h).is_some());
         if !both {
@@ -339,9 +367,15 @@ impl BpfDriver {
             }
         }
         let keep: BTreeSet<u32> = resolved.values().map(|a| a.ifindex).collect();
-        let (Some(dp), Some(policy)) = (self.dp.as_mut(), self.policy.as_mut()) else {
+        let (Some(dp), Some(policy), Some(routes)) =
+            (self.dp.as_mut(), self.policy.as_mut(), self.routes.as_mut())
+        else {
             return Ok(());
         };
+        // Routes (a workload's source check) and failsafes before any program uses them.
+        routes.add_and_change(&desired.routes, &desired.failsafes, &|n| {
+            resolved.get(n).map(|a| a.ifindex)
+        })?;
         // IP sets, then policies and profiles, before any endpoint refers to them.
         policy.add_and_change(desired)?;
         let mut first_err: Option<BpfError> = None;
@@ -392,15 +426,15 @@ impl BpfDriver {
             }
         }
         for (name, a) in resolved {
-            let ep = desired.endpoints.get(&name);
-            let ep_same = self.written_eps.get(&name) == Some(&ep.cloned());
+            let ep = WrittenEp::of(desired, &name);
+            let ep_same = self.written_eps.get(&name) == Some(&ep);
             if !self.resync && self.applied.get(&name) == Some(&a) && ep_same {
                 continue;
             }
-            match Self::program(dp, policy, &name, &a, ep.map(|e| e.as_ref())) {
+            match Self::program(dp, policy, &name, &a, ep.as_ref().map(WrittenEp::as_ref)) {
                 Ok(()) => {
                     self.applied.insert(name.clone(), a);
-                    self.written_eps.insert(name, ep.cloned());
+                    self.written_eps.insert(name, ep);
                 }
                 Err(e) => {
                     tracing::warn!(iface = %name, error = %e, "programming BPF failed; retried");
@@ -414,6 +448,7 @@ impl BpfDriver {
         // Policies, profiles and then IP sets nobody refers to any more.
         if first_err.is_none() {
             policy.remove_unwanted(desired)?;
+            routes.remove_unwanted(&desired.routes)?;
             // The first complete apply: what a previous run left and nobody rewrote goes.
             if self.waiting.is_empty() {
                 policy.sweep_once()?;

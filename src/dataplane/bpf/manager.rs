@@ -3,8 +3,15 @@
 //! (tiers, profiles, addresses), and the policies, profiles and IP sets the calc graph has
 //! made active, which `driver/bpf` compiles into the interpreter's maps.
 //!
-//! Consumes `WorkloadEndpointUpdate/Remove`, `ActivePolicyUpdate/Remove`,
-//! `ActiveProfileUpdate/Remove` and `IPSetUpdate/DeltaUpdate/Remove`. No kernel access.
+//! Consumes `WorkloadEndpointUpdate/Remove`, `HostEndpointUpdate/Remove`,
+//! `ActivePolicyUpdate/Remove`, `ActiveProfileUpdate/Remove`, `IPSetUpdate/DeltaUpdate/Remove`
+//! and `RouteUpdate/Remove`. No kernel access.
+//!
+//! Host endpoints resolve to interfaces as in the other modes (named: that interface; by
+//! expected IPs: the non-workload interfaces carrying one, from the interface monitor's
+//! state); an interface that is also a workload's stays the workload's. The routes map is the
+//! calculation graph's routes (flags by route type, pool and NAT-outgoing) with every local
+//! workload's addresses (and the source prefixes it may use) on top, naming its interface.
 //! Several endpoints claiming one interface name: the last update wins (as the iptables
 //! endpoint manager's newest claim).
 
@@ -12,10 +19,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use felix_actors::{ApplyCtx, ApplyError, DesiredInput, Manager};
+use felix_bpf::routes::{self as rt, Failsafe};
 use felix_bpf::{BpfAttachType, EndpointKind, PolicyKind};
-use felix_proto::WorkloadEndpoint;
+use felix_proto::{HostEndpoint, RouteUpdate, WorkloadEndpoint};
+use ipnet::IpNet;
 
-use super::desired::{BpfDesired, IfaceDesired, PolicyKey};
+use super::desired::{BpfDesired, IfaceDesired, PolicyKey, RouteEntry};
+use crate::dataplane::ifacemon::{IfaceSubscription, InterfaceState};
+use crate::dataplane::managers::resolve_host_endpoints;
 use crate::dataplane::managers::Payload;
 
 type WepKey = (String, String, String);
@@ -31,8 +42,44 @@ pub struct BpfEndpointManager {
     /// The shared member lists last published (rebuilt only for changed sets).
     published_sets: BTreeMap<String, Arc<Vec<String>>>,
     dirty_sets: BTreeSet<String>,
+    hosts: BTreeMap<String, HostEndpoint>,
+    /// The calculation graph's routes by destination.
+    calc_routes: BTreeMap<String, RouteUpdate>,
+    failsafes: Arc<Vec<Failsafe>>,
+    /// Interface addresses for host endpoints matched by expected IPs, the subscription to
+    /// their changes, and the workload interface prefixes.
+    iface_state: Option<(InterfaceState, IfaceSubscription, Vec<String>)>,
     next_seq: u64,
     dirty: bool,
+}
+
+/// The routes-map flags of a calculation-graph route.
+pub fn route_flags(r: &RouteUpdate) -> u32 {
+    use felix_proto::{IpPoolType, RouteType};
+    let has = |t: RouteType| r.types & (t as i32) != 0;
+    let mut f = 0;
+    if has(RouteType::LocalHost) {
+        f |= rt::RT_LOCAL_HOST;
+    }
+    if has(RouteType::RemoteHost) {
+        f |= rt::RT_REMOTE_HOST;
+    }
+    if has(RouteType::LocalWorkload) {
+        f |= rt::RT_LOCAL_WORKLOAD;
+    }
+    if has(RouteType::RemoteWorkload) {
+        f |= rt::RT_REMOTE_WORKLOAD;
+    }
+    if has(RouteType::RemoteTunnel) || has(RouteType::LocalTunnel) {
+        f |= rt::RT_TUNNEL;
+    }
+    if r.ip_pool_type != IpPoolType::None as i32 {
+        f |= rt::RT_IN_POOL;
+    }
+    if r.nat_outgoing {
+        f |= rt::RT_NAT_OUT;
+    }
+    f
 }
 
 impl BpfEndpointManager {
@@ -47,9 +94,68 @@ impl BpfEndpointManager {
             ipsets: BTreeMap::new(),
             published_sets: BTreeMap::new(),
             dirty_sets: BTreeSet::new(),
+            hosts: BTreeMap::new(),
+            calc_routes: BTreeMap::new(),
+            failsafes: Arc::default(),
+            iface_state: None,
             next_seq: 0,
             dirty: true,
         }
+    }
+
+    /// The failsafe ports every host endpoint lets through.
+    pub fn with_failsafes(mut self, failsafes: Vec<Failsafe>) -> Self {
+        self.failsafes = Arc::new(failsafes);
+        self
+    }
+
+    /// Resolves host endpoints without an interface name against `state`'s addresses
+    /// (non-workload interfaces, by `workload_prefixes`), again whenever it changes.
+    pub fn with_interfaces(mut self, state: &InterfaceState, workload_prefixes: &[String]) -> Self {
+        self.iface_state = Some((state.clone(), state.subscribe(), workload_prefixes.to_vec()));
+        self
+    }
+
+    fn routes(
+        &self,
+        endpoints: &BTreeMap<String, Arc<WorkloadEndpoint>>,
+    ) -> BTreeMap<IpNet, RouteEntry> {
+        let mut out = BTreeMap::new();
+        for (dst, r) in &self.calc_routes {
+            // A malformed destination is no route (the graph validated it already).
+            let Ok(net) = dst.parse::<IpNet>() else {
+                continue;
+            };
+            out.insert(
+                net.trunc(),
+                RouteEntry {
+                    flags: route_flags(r),
+                    iface: None,
+                },
+            );
+        }
+        for (iface, ep) in endpoints {
+            let nets = ep.ipv4_nets.iter().chain(&ep.ipv6_nets);
+            for n in nets.filter_map(|n| n.parse::<IpNet>().ok()) {
+                let e = out.entry(n.trunc()).or_insert(RouteEntry {
+                    flags: 0,
+                    iface: None,
+                });
+                e.flags |= rt::RT_LOCAL_WORKLOAD;
+                e.iface = Some(iface.clone());
+            }
+            for n in ep
+                .allow_spoofed_source_prefixes
+                .iter()
+                .filter_map(|n| n.parse::<IpNet>().ok())
+            {
+                out.entry(n.trunc()).or_insert(RouteEntry {
+                    flags: rt::RT_SPOOF_OK,
+                    iface: Some(iface.clone()),
+                });
+            }
+        }
+        out
     }
 
     /// True for the messages this manager consumes.
@@ -65,6 +171,10 @@ impl BpfEndpointManager {
                 | Payload::IpsetUpdate(_)
                 | Payload::IpsetDeltaUpdate(_)
                 | Payload::IpsetRemove(_)
+                | Payload::HostEndpointUpdate(_)
+                | Payload::HostEndpointRemove(_)
+                | Payload::RouteUpdate(_)
+                | Payload::RouteRemove(_)
         )
     }
 
@@ -108,6 +218,34 @@ impl BpfEndpointManager {
                 },
             );
         }
+        let mut hosts = BTreeMap::new();
+        let resolved = resolve_host_endpoints(
+            &self.hosts,
+            self.iface_state
+                .as_ref()
+                .map(|(st, _, p)| (st, p.as_slice())),
+        );
+        for (id, names) in resolved {
+            let Some(hep) = self.hosts.get(&id) else {
+                continue;
+            };
+            let hep = Arc::new(hep.clone());
+            for name in names {
+                if ifaces.contains_key(&name) {
+                    continue;
+                }
+                ifaces.insert(
+                    name.clone(),
+                    IfaceDesired {
+                        kind: EndpointKind::Host,
+                        from_endpoint: PolicyKind::Rules,
+                        to_endpoint: PolicyKind::Rules,
+                    },
+                );
+                hosts.insert(name, hep.clone());
+            }
+        }
+        let routes = Arc::new(self.routes(&endpoints));
         BpfDesired {
             attach_type: self.attach_type,
             ifaces,
@@ -116,6 +254,9 @@ impl BpfEndpointManager {
             policies: self.policies.clone(),
             profiles: self.profiles.clone(),
             ipsets: self.published_sets.clone(),
+            hosts,
+            routes,
+            failsafes: self.failsafes.clone(),
         }
     }
 }
@@ -183,12 +324,35 @@ impl Manager<Payload> for BpfEndpointManager {
                 self.ipsets.remove(&r.id);
                 self.dirty_sets.insert(r.id.clone());
             }
+            Payload::HostEndpointUpdate(u) => {
+                let Some(id) = &u.id else { return };
+                self.hosts.insert(
+                    id.endpoint_id.clone(),
+                    u.endpoint.clone().unwrap_or_default(),
+                );
+            }
+            Payload::HostEndpointRemove(r) => {
+                let Some(id) = &r.id else { return };
+                self.hosts.remove(&id.endpoint_id);
+            }
+            Payload::RouteUpdate(u) => {
+                self.calc_routes.insert(u.dst.clone(), u.clone());
+            }
+            Payload::RouteRemove(r) => {
+                self.calc_routes.remove(&r.dst);
+            }
             _ => return,
         }
         self.dirty = true;
     }
 
     fn complete_deferred_work(&mut self, ctx: &mut ApplyCtx) -> Result<(), ApplyError> {
+        // Interface addresses changed: host endpoints by expected IPs may move.
+        if let Some((_, sub, _)) = &self.iface_state {
+            if !sub.take().is_empty() && !self.hosts.is_empty() {
+                self.dirty = true;
+            }
+        }
         if !self.dirty && !ctx.full_rewrite() {
             return Ok(());
         }

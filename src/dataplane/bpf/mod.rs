@@ -21,6 +21,7 @@ pub mod driver;
 pub mod manager;
 pub mod policy;
 pub mod ready;
+pub mod routes;
 pub mod tables;
 
 pub use cleanup::BpfCleanupDriver;

@@ -7,9 +7,9 @@
 //! `cali-to-wl-dispatch`, ending in the drop of unknown interfaces) over the local workload
 //! interfaces that are READY ([`BpfReady`], published by `driver/bpf`), and for each of those
 //! a `cali-fw-`/`cali-tw-` chain that only marks the packet accepted (the BPF programs on the
-//! device applied the policy); plus the host-endpoint dispatch chains (empty trees: no host
-//! endpoints in part 1) the static chains jump to. No policy or profile chain exists in BPF
-//! mode.
+//! device applied the policy); plus the host-endpoint dispatch chains (empty trees: host
+//! endpoint policy, failsafes included, is the BPF programs' on the host interfaces) the
+//! static chains jump to. No policy or profile chain exists in BPF mode.
 //!
 //! Invariant: an interface has an accept chain only while it is both a local workload
 //! endpoint here and READY (its programs run on both hooks). A new interface gets it in the

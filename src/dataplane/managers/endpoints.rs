@@ -158,50 +158,10 @@ impl EndpointManager {
 
     /// Which interfaces each host endpoint applies to (see module docs).
     fn resolve_hosts(&self) -> BTreeMap<Key, Vec<String>> {
-        let mut out: BTreeMap<Key, Vec<String>> = BTreeMap::new();
-        let named: BTreeSet<&str> = self
-            .hosts
-            .values()
-            .filter(|e| !e.name.is_empty())
-            .map(|e| e.name.as_str())
-            .collect();
-        for (k, e) in &self.hosts {
-            if !e.name.is_empty() {
-                out.insert(k.clone(), vec![e.name.clone()]);
-            }
-        }
-        let Some((state, _, prefixes)) = &self.ifaces else {
-            return out;
-        };
-        let by_ip: Vec<(&Key, BTreeSet<std::net::IpAddr>)> = self
-            .hosts
-            .iter()
-            .filter(|(_, e)| e.name.is_empty())
-            .map(|(k, e)| {
-                let ips = e
-                    .expected_ipv4_addrs
-                    .iter()
-                    .chain(&e.expected_ipv6_addrs)
-                    .filter_map(|a| a.parse().ok())
-                    .collect();
-                (k, ips)
-            })
-            .collect();
-        if by_ip.is_empty() {
-            return out;
-        }
-        for (name, view) in state.all() {
-            if named.contains(name.as_str())
-                || prefixes.iter().any(|p| name.starts_with(p.as_str()))
-            {
-                continue;
-            }
-            // `by_ip` is in key order: the lowest ID wins.
-            if let Some((k, _)) = by_ip.iter().find(|(_, ips)| !ips.is_disjoint(&view.addrs)) {
-                out.entry((*k).clone()).or_default().push(name);
-            }
-        }
-        out
+        resolve_host_endpoints(
+            &self.hosts,
+            self.ifaces.as_ref().map(|(st, _, p)| (st, p.as_slice())),
+        )
     }
 
     /// Re-resolves host endpoints; marks the ones whose interfaces changed.
@@ -588,4 +548,53 @@ impl EndpointManager {
         }
         self.dispatch_dirty = false;
     }
+}
+
+/// Which interfaces each host endpoint applies to (see the module docs): named ones to their
+/// interface; the others, by expected IPs, to the non-workload interfaces of `ifaces` (the
+/// interface state and the workload prefixes) carrying one of their addresses.
+pub fn resolve_host_endpoints<K: Ord + Clone>(
+    hosts: &BTreeMap<K, HostEndpoint>,
+    ifaces: Option<(&InterfaceState, &[String])>,
+) -> BTreeMap<K, Vec<String>> {
+    let mut out: BTreeMap<K, Vec<String>> = BTreeMap::new();
+    let named: BTreeSet<&str> = hosts
+        .values()
+        .filter(|e| !e.name.is_empty())
+        .map(|e| e.name.as_str())
+        .collect();
+    for (k, e) in hosts {
+        if !e.name.is_empty() {
+            out.insert(k.clone(), vec![e.name.clone()]);
+        }
+    }
+    let Some((state, prefixes)) = ifaces else {
+        return out;
+    };
+    let by_ip: Vec<(&K, BTreeSet<std::net::IpAddr>)> = hosts
+        .iter()
+        .filter(|(_, e)| e.name.is_empty())
+        .map(|(k, e)| {
+            let ips = e
+                .expected_ipv4_addrs
+                .iter()
+                .chain(&e.expected_ipv6_addrs)
+                .filter_map(|a| a.parse().ok())
+                .collect();
+            (k, ips)
+        })
+        .collect();
+    if by_ip.is_empty() {
+        return out;
+    }
+    for (name, view) in state.all() {
+        if named.contains(name.as_str()) || prefixes.iter().any(|p| name.starts_with(p.as_str())) {
+            continue;
+        }
+        // `by_ip` is in key order: the lowest ID wins.
+        if let Some((k, _)) = by_ip.iter().find(|(_, ips)| !ips.is_disjoint(&view.addrs)) {
+            out.entry((*k).clone()).or_default().push(name);
+        }
+    }
+    out
 }

@@ -34,7 +34,7 @@ pub use chains::{OwnedChains, TablePlan};
 pub use cluster_routes::{
     kernel_has_ipip, ClusterRouteSettings, ClusterRoutesManager, CLUSTER_ROUTE_PROTO,
 };
-pub use endpoints::{EndpointManager, EndpointOutputs};
+pub use endpoints::{resolve_host_endpoints, EndpointManager, EndpointOutputs};
 pub use ipsets::{set_type_of, IpSetsManager};
 pub use masq::{MasqManager, IPSET_ID_ALL_POOLS, IPSET_ID_MASQ_POOLS};
 pub use policy::PolicyManager;

@@ -3,8 +3,8 @@
 //!
 //! Placement is the renderer's: a normal policy goes into the filter table,
 //! an untracked one into raw, a pre-DNAT one into mangle; profiles into
-//! filter. (Normal policies in mangle for host endpoints' egress chains are
-//! not placed yet.) Dirty tracking is per policy / profile; a changed object's
+//! filter; the outbound chains of normal policies and profiles also into
+//! mangle, where host endpoints' egress chain jumps to them. Dirty tracking is per policy / profile; a changed object's
 //! chains are re-rendered and its stale chains removed.
 
 use std::collections::{BTreeMap, BTreeSet};

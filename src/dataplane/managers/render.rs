@@ -8,7 +8,7 @@ use felix_proto::{HostEndpoint, Policy, PolicyId, Profile, ProfileId, WorkloadEn
 
 use crate::dataplane::generictables::{Chain, Rule};
 use crate::dataplane::ipsets::IpVersionConfig;
-use crate::dataplane::rules::{Renderer, TableName};
+use crate::dataplane::rules::{Renderer, TableName, POLICY_OUTBOUND_PFX, PROFILE_OUTBOUND_PFX};
 
 /// Chains and names the managers program. Pure: no I/O, no state.
 pub trait ChainSource: Send + Sync + 'static {
@@ -68,22 +68,57 @@ impl ChainSource for RendererSource {
         }
         v
     }
+    /// A normal policy's outbound chain goes into mangle too (as upstream's): host endpoints'
+    /// mangle egress chain (DNATted traffic leaving the host) jumps to it.
     fn policy_chains(&self, id: &PolicyId, policy: &Policy) -> Vec<(TableName, Chain)> {
         let namer = |s: &str| self.sets.name_for_main_ipset(s);
         let table = self.renderer.policy_table(policy);
-        self.renderer
+        let mut out: Vec<(TableName, Chain)> = self
+            .renderer
             .policy_chains_in(table, id, policy, &namer)
             .into_iter()
             .map(|c| (table, c))
-            .collect()
+            .collect();
+        if table == TableName::Filter {
+            out.extend(
+                self.renderer
+                    .policy_chains_in(TableName::Mangle, id, policy, &namer)
+                    .into_iter()
+                    .filter(|c| {
+                        c.name.starts_with(
+                            &self
+                                .renderer
+                                .chain_name(TableName::Mangle, POLICY_OUTBOUND_PFX),
+                        )
+                    })
+                    .map(|c| (TableName::Mangle, c)),
+            );
+        }
+        out
     }
+    /// A profile's outbound chain goes into mangle too, for the same reason.
     fn profile_chains(&self, id: &ProfileId, profile: &Profile) -> Vec<(TableName, Chain)> {
         let namer = |s: &str| self.sets.name_for_main_ipset(s);
-        self.renderer
+        let mut out: Vec<(TableName, Chain)> = self
+            .renderer
             .profile_chains(id, profile, &namer)
             .into_iter()
             .map(|c| (TableName::Filter, c))
-            .collect()
+            .collect();
+        out.extend(
+            self.renderer
+                .profile_chains_in(TableName::Mangle, id, profile, &namer)
+                .into_iter()
+                .filter(|c| {
+                    c.name.starts_with(
+                        &self
+                            .renderer
+                            .chain_name(TableName::Mangle, PROFILE_OUTBOUND_PFX),
+                    )
+                })
+                .map(|c| (TableName::Mangle, c)),
+        );
+        out
     }
     fn workload_endpoint_chains(&self, iface: &str, ep: &WorkloadEndpoint) -> Vec<Chain> {
         self.renderer.workload_endpoint_chains(iface, ep)
@@ -104,5 +139,75 @@ impl ChainSource for RendererSource {
     }
     fn ipset_name(&self, set_id: &str) -> String {
         self.sets.name_for_main_ipset(set_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::rules::{Backend, RenderConfig};
+    use crate::dataplane::IpVersion;
+
+    fn source(backend: Backend) -> RendererSource {
+        RendererSource::new(Renderer::new(RenderConfig::defaults(
+            IpVersion::V4,
+            backend,
+        )))
+    }
+
+    /// Invariant: the outbound chains of normal policies and of profiles are in mangle too,
+    /// under mangle's names, because a host endpoint's mangle egress chain jumps to them
+    /// (a missing one fails the whole mangle table's write).
+    #[test]
+    fn normal_policy_and_profile_outbound_chains_are_also_in_mangle() {
+        for backend in [Backend::Iptables, Backend::Nftables] {
+            let s = source(backend);
+            let id = PolicyId {
+                name: "p".into(),
+                ..PolicyId::default()
+            };
+            let placed = |v: Vec<(TableName, Chain)>| -> Vec<(TableName, String)> {
+                v.into_iter().map(|(t, c)| (t, c.name)).collect()
+            };
+            let pol = placed(s.policy_chains(&id, &Policy::default()));
+            let mangle_po = s.renderer.policy_chain_names(TableName::Mangle, &id)[1].clone();
+            assert!(
+                pol.contains(&(TableName::Mangle, mangle_po)),
+                "{backend:?}: {pol:?}"
+            );
+            assert!(
+                !pol.iter()
+                    .any(|(t, n)| *t == TableName::Mangle && n.contains("cali-pi-")),
+                "{backend:?}: inbound stays in filter: {pol:?}"
+            );
+            let pre_dnat = Policy {
+                pre_dnat: true,
+                ..Policy::default()
+            };
+            assert!(
+                s.policy_chains(&id, &pre_dnat)
+                    .iter()
+                    .all(|(t, _)| *t == TableName::Mangle),
+                "a pre-DNAT policy is mangle's only"
+            );
+            let pro =
+                placed(s.profile_chains(&ProfileId { name: "x".into() }, &Profile::default()));
+            let filter_pro = pro
+                .iter()
+                .find(|(t, n)| *t == TableName::Filter && n.contains("cali-pro-"))
+                .map(|(_, n)| n.clone())
+                .expect("filter outbound profile chain");
+            let mangle_pro = s
+                .renderer
+                .chain_name(TableName::Mangle, filter_pro.trim_start_matches("filter-"));
+            assert!(
+                pro.contains(&(TableName::Mangle, mangle_pro)),
+                "{backend:?}: {pro:?}"
+            );
+            assert_eq!(
+                pro.iter().filter(|(t, _)| *t == TableName::Filter).count(),
+                2
+            );
+        }
     }
 }

@@ -123,6 +123,7 @@ fn filter_input(cfg: &RenderConfig) -> Chain {
             mark: cfg.all_calico_mark_bits(),
         },
     ));
+    rules.extend(neighbour_discovery(cfg));
     rules.push(Rule::new(all(), jump(CHAIN_DISPATCH_FROM_HOST_ENDPOINT)));
     rules.push(
         Rule::new(accept_bit(cfg), cfg.filter_allow_action.clone())
@@ -131,21 +132,30 @@ fn filter_input(cfg: &RenderConfig) -> Chain {
     Chain::new(CHAIN_FILTER_INPUT, rules)
 }
 
-fn workload_to_host(cfg: &RenderConfig) -> Chain {
-    let mut rules = Vec::new();
-    if cfg.ip_version == IpVersion::V6 {
-        // Neighbour discovery and MLD must reach the host.
-        for t in [130u8, 131, 132, 133, 135, 136] {
-            rules.push(Rule::new(
+/// IPv6 only: neighbour discovery and MLD (ICMPv6 130-133, 135, 136) accepted. A workload's
+/// must reach the host; a host endpoint's policy never sees the host's own (eBPF mode skips
+/// them likewise), or a default-deny host endpoint would cut the host off its IPv6 link.
+fn neighbour_discovery(cfg: &RenderConfig) -> Vec<Rule> {
+    if cfg.ip_version != IpVersion::V6 {
+        return Vec::new();
+    }
+    [130u8, 131, 132, 133, 135, 136]
+        .into_iter()
+        .map(|t| {
+            Rule::new(
                 all().protocol_num(PROTO_ICMPV6).with(Match::Icmpv6Type {
                     icmp_type: t,
                     code: None,
                     negate: false,
                 }),
                 cfg.filter_allow_action.clone(),
-            ));
-        }
-    }
+            )
+        })
+        .collect()
+}
+
+fn workload_to_host(cfg: &RenderConfig) -> Chain {
+    let mut rules = neighbour_discovery(cfg);
     rules.push(Rule::new(all(), jump(CHAIN_FROM_WORKLOAD_DISPATCH)));
     let tail = match cfg.endpoint_to_host_action {
         EndpointToHostAction::Drop => vec![cfg.filter_deny_action.clone()],
@@ -235,6 +245,7 @@ fn filter_output(cfg: &RenderConfig) -> Chain {
             mark: cfg.all_calico_mark_bits(),
         },
     ));
+    rules.extend(neighbour_discovery(cfg));
     rules.push(Rule::new(
         all().with(Match::Raw {
             iptables: "-m conntrack ! --ctstate DNAT".into(),

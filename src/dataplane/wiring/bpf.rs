@@ -3,7 +3,7 @@
 //!
 //! | actor | registered | what |
 //! |---|---|---|
-//! | `manager/bpf-endpoints` | once | workloads, policies, profiles -> [`BpfDesired`] |
+//! | `manager/bpf-endpoints` | once | workloads, host endpoints, policies, profiles, IP sets, routes, failsafe ports -> [`BpfDesired`] |
 //! | `driver/bpf` | once (`Routes` phase: a failure does not hold the `*tables` phase; the accept chains follow [`BpfReady`]) | [`BpfDesired`] -> `felix_bpf::BpfDataplane`; publishes [`BpfReady`] |
 //! | `driver/bpf-cleanup` | once, iptables and nftables mode only (`Routes` phase) | removes an eBPF-mode run's programs, links, filters, qdiscs and pins |
 //! | `manager/bpf-tables-vN` | per family | the dispatch chains BPF mode keeps, accepting the READY interfaces (see [`BpfTablesManager`]) |
@@ -20,8 +20,10 @@
 use std::path::PathBuf;
 
 use felix_actors::{ActorSeam, DesiredInput, DriverSpec, ManagerSpec, Phase, SupervisorBuilder};
+use felix_bpf::routes::{Failsafe, FSAFE_IN, FSAFE_OUT};
 use felix_bpf::{BpfAttachType, Options};
 use felix_config::Config;
+use ipnet::IpNet;
 
 use crate::dataplane::bpf::{
     BpfCleanupDriver, BpfDesired, BpfDriver, BpfDriverOptions, BpfEndpointManager, BpfReady,
@@ -56,6 +58,47 @@ pub(super) fn loader_options(cfg: &Config) -> Options {
     }
 }
 
+/// The failsafe map's entries of `cfg` (`FailsafeInboundHostPorts`,
+/// `FailsafeOutboundHostPorts`): a port without a net is open to peers of both versions. A
+/// protocol other than TCP, UDP or SCTP has no ports, so it is left out (with a warning).
+pub(super) fn failsafes(cfg: &Config) -> Vec<Failsafe> {
+    let mut out = Vec::new();
+    for (dir, ports) in [
+        (FSAFE_IN, cfg.failsafe_inbound_host_ports()),
+        (FSAFE_OUT, cfg.failsafe_outbound_host_ports()),
+    ] {
+        for p in ports {
+            let proto = match p.protocol.to_ascii_lowercase().as_str() {
+                "tcp" => 6,
+                "udp" => 17,
+                "sctp" => 132,
+                other => {
+                    tracing::warn!(
+                        protocol = other,
+                        port = p.port,
+                        "failsafe port of a protocol without ports: no effect in BPF mode"
+                    );
+                    continue;
+                }
+            };
+            let nets: Vec<IpNet> = match p.net {
+                Some(n) => vec![n],
+                None => vec![
+                    IpNet::V4(ipnet::Ipv4Net::default()),
+                    IpNet::V6(ipnet::Ipv6Net::default()),
+                ],
+            };
+            out.extend(nets.into_iter().map(|net| Failsafe {
+                dir,
+                proto,
+                port: p.port,
+                net,
+            }));
+        }
+    }
+    out
+}
+
 /// Registers `manager/bpf-endpoints` and `driver/bpf` (once per node); the driver publishes
 /// into `ready`.
 pub(super) fn register_node(
@@ -67,10 +110,18 @@ pub(super) fn register_node(
     let cell = DesiredInput::new(BpfDesired::default());
     let attach = attach_type(cfg);
     let out = cell.clone();
+    let failsafes = failsafes(cfg);
+    let (st, prefixes) = (shared.ifaces.clone(), shared.prefixes.clone());
     let b = b.manager(ManagerSpec::new(
         "manager/bpf-endpoints",
         BpfEndpointManager::wants,
-        move || Box::new(BpfEndpointManager::new(out.clone(), attach)),
+        move || {
+            Box::new(
+                BpfEndpointManager::new(out.clone(), attach)
+                    .with_failsafes(failsafes.clone())
+                    .with_interfaces(&st, &prefixes),
+            )
+        },
     ));
     let opts = BpfDriverOptions {
         loader: loader_options(cfg),

@@ -132,6 +132,18 @@ mod kernel_tests {
             };
             let mech = Mechanism::Tcx;
             let mut dp = BpfDataplane::start(ops.clone(), opts).expect("start");
+            // The workload's address is its own (behind the test run's loopback).
+            felix_bpf::routes::RouteMaps::open_or_create(&ops, &root.0)
+                .expect("route maps")
+                .set_route(
+                    &ops,
+                    &"10.65.0.1/32".parse().expect("net"),
+                    felix_bpf::routes::RouteVal {
+                        flags: felix_bpf::routes::RT_LOCAL_WORKLOAD,
+                        ifindex: 1,
+                    },
+                )
+                .expect("route");
             let mut slots = BTreeMap::new();
             let mut pres = BTreeMap::new();
             for (hook, flags) in [

@@ -34,7 +34,7 @@ mod tests;
 pub use compile::{compile_rules, Unrenderable};
 pub use engine::BpfPolicyEngine;
 pub use setid::SetIdAllocator;
-pub use sync::PolicySync;
+pub use sync::{EndpointRef, PolicySync};
 pub use writer::{
     BpfPolicyStore, Existing, PolicyDir, PolicyStore, PolicyWriteError, PolicyWriter,
 };

@@ -17,11 +17,17 @@ use std::path::Path;
 use std::sync::Arc;
 
 use felix_bpf::ops::op;
+use felix_bpf::policy::{
+    POL_DIR_EGRESS, POL_DIR_FORWARD_IN, POL_DIR_FORWARD_OUT, POL_DIR_INGRESS, POL_DIR_PREDNAT_IN,
+    POL_DIR_UNTRACKED_IN, POL_DIR_UNTRACKED_OUT,
+};
 use felix_bpf::{BpfError, BpfOps, Hook, Mechanism};
-use felix_proto::{IpSetRemove, IpSetUpdate, Policy, PolicyId, Profile, WorkloadEndpoint};
+use felix_proto::{
+    HostEndpoint, IpSetRemove, IpSetUpdate, Policy, PolicyId, Profile, TierInfo, WorkloadEndpoint,
+};
 
 use super::engine::BpfPolicyEngine;
-use super::writer::{PolicyDir, PolicyWriteError};
+use super::writer::{ListKind, PolicyDir, PolicyWriteError};
 use crate::dataplane::bpf::desired::{BpfDesired, PolicyKey};
 
 /// A writer error as the driver's typed BPF error (the map operation's own error when there
@@ -44,6 +50,33 @@ pub fn workload_dir(hook: Hook) -> PolicyDir {
         Hook::Ingress => PolicyDir::Egress,
         Hook::Egress => PolicyDir::Ingress,
     }
+}
+
+/// The endpoint whose lists a hook's slot holds.
+#[derive(Debug, Clone, Copy)]
+pub enum EndpointRef<'a> {
+    /// A workload.
+    Workload(&'a WorkloadEndpoint),
+    /// A host endpoint.
+    Host(&'a HostEndpoint),
+}
+
+/// The lists a host endpoint's `hook` walks: TC ingress what arrives (for the host or to be
+/// forwarded), TC egress what leaves.
+pub fn host_lists(hook: Hook) -> Vec<ListKind> {
+    let wanted: &[u32] = match hook {
+        Hook::Ingress => &[
+            POL_DIR_UNTRACKED_IN,
+            POL_DIR_PREDNAT_IN,
+            POL_DIR_INGRESS,
+            POL_DIR_FORWARD_IN,
+        ],
+        Hook::Egress => &[POL_DIR_UNTRACKED_OUT, POL_DIR_EGRESS, POL_DIR_FORWARD_OUT],
+    };
+    ListKind::host_lists()
+        .into_iter()
+        .filter(|k| wanted.contains(&k.list))
+        .collect()
 }
 
 /// See the module doc.
@@ -174,32 +207,58 @@ impl PolicySync {
         Ok(())
     }
 
-    /// Writes `ep`'s list for `hook`'s direction in `slot` of `mech` (an unknown endpoint
-    /// gets an empty list: default deny) and installs the interpreter into the slot.
+    /// Writes the lists of `hook`'s slot `slot` of `mech` for `ep` (an unknown endpoint
+    /// gets an empty list: default deny) and installs the interpreter into the slot. A
+    /// workload's hook has one list (its host-side TC ingress: the workload's egress policy);
+    /// a host endpoint's TC ingress has its inbound lists (untracked, pre-DNAT, normal,
+    /// forward), its TC egress the outbound ones.
     pub fn fill(
         &mut self,
         mech: Mechanism,
         hook: Hook,
         slot: u32,
-        ep: Option<&WorkloadEndpoint>,
+        ep: Option<EndpointRef<'_>>,
     ) -> Result<(), BpfError> {
-        let (tiers, profiles) = match ep {
-            Some(e) => (e.tiers.as_slice(), e.profile_ids.as_slice()),
-            None => (&[][..], &[][..]),
-        };
-        self.engine
-            .writer()
-            .set_endpoint(mech, slot, workload_dir(hook), tiers, profiles)
-            .map_err(bpf_error)?;
+        match ep {
+            Some(EndpointRef::Host(h)) => {
+                for kind in host_lists(hook) {
+                    let tiers: &[TierInfo] = match kind.list {
+                        POL_DIR_UNTRACKED_IN | POL_DIR_UNTRACKED_OUT => &h.untracked_tiers,
+                        POL_DIR_PREDNAT_IN => &h.pre_dnat_tiers,
+                        POL_DIR_FORWARD_IN | POL_DIR_FORWARD_OUT => &h.forward_tiers,
+                        _ => &h.tiers,
+                    };
+                    self.engine
+                        .writer()
+                        .set_list(mech, slot, kind, tiers, &h.profile_ids)
+                        .map_err(bpf_error)?;
+                }
+            }
+            ep => {
+                let (tiers, profiles) = match ep {
+                    Some(EndpointRef::Workload(e)) => {
+                        (e.tiers.as_slice(), e.profile_ids.as_slice())
+                    }
+                    _ => (&[][..], &[][..]),
+                };
+                self.engine
+                    .writer()
+                    .set_endpoint(mech, slot, workload_dir(hook), tiers, profiles)
+                    .map_err(bpf_error)?;
+            }
+        }
         self.engine.install(mech, hook, slot).map_err(bpf_error)
     }
 
-    /// Removes the list of `slot` of `mech` for `hook`'s direction (the hook is gone).
-    pub fn forget(&mut self, mech: Mechanism, hook: Hook, slot: u32) -> Result<(), BpfError> {
-        self.engine
-            .writer()
-            .remove_endpoint(mech, slot, workload_dir(hook))
-            .map_err(bpf_error)
+    /// Removes every list of `slot` of `mech` (the hook is gone).
+    pub fn forget(&mut self, mech: Mechanism, _hook: Hook, slot: u32) -> Result<(), BpfError> {
+        for kind in ListKind::host_lists() {
+            self.engine
+                .writer()
+                .remove_list(mech, slot, kind)
+                .map_err(bpf_error)?;
+        }
+        Ok(())
     }
 
     /// After the first complete apply: removes what a previous run left and this one did not

@@ -59,8 +59,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use felix_bpf::attach::Mechanism;
 use felix_bpf::ops::BpfError;
 use felix_bpf::policy::{
-    assemble_endpoint, assemble_policy, AssembleError, EndpointKey, EndpointList, IpSetKey, Op,
-    PolicyIndex, TierIr, POL_DIR_EGRESS, POL_DIR_INGRESS, POL_IDX_SIZE, POL_OPS_SIZE,
+    assemble_list, assemble_policy, AssembleError, EndpointKey, EndpointList, IpSetKey, Op,
+    PolicyIndex, TierIr, EP_END_DENY, EP_END_NO_MATCH, POL_DIR_EGRESS, POL_DIR_FORWARD_IN,
+    POL_DIR_FORWARD_OUT, POL_DIR_INGRESS, POL_DIR_PREDNAT_IN, POL_DIR_UNTRACKED_IN,
+    POL_DIR_UNTRACKED_OUT, POL_IDX_SIZE, POL_OPS_SIZE,
 };
 use felix_proto::{
     IpSetDeltaUpdate, IpSetRemove, IpSetUpdate, Policy, PolicyId, Profile, Rule, TierInfo,
@@ -240,6 +242,82 @@ impl PolicyDir {
         match self {
             PolicyDir::Ingress => "ingress",
             PolicyDir::Egress => "egress",
+        }
+    }
+}
+
+/// One list of an endpoint's policy slot: which list (`cali_pol_ep2` key direction), which
+/// rules its policies contribute, and how it ends, as the *tables renderer's chain of the
+/// same kind:
+///
+/// | kind | tiers' end | profiles | list end |
+/// |---|---|---|---|
+/// | normal (workload, host endpoint to/from the host) | the tier's default action | yes | deny |
+/// | untracked, pre-DNAT | pass | no | no match |
+/// | forward (applyOnForward) | the tier's default action | no | no match (allowed) |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListKind {
+    /// The list's number (`POL_DIR_*`).
+    pub list: u32,
+    /// The policies' rules it walks (inbound or outbound).
+    pub rules: PolicyDir,
+    /// A tier whose default action is not Pass ends in a deny.
+    pub tier_end_denies: bool,
+    /// The endpoint's profiles follow the tiers.
+    pub profiles: bool,
+    /// The list ends in a deny (else: no match).
+    pub end_denies: bool,
+}
+
+impl ListKind {
+    /// Normal policy, to (`Ingress`) or from (`Egress`) the endpoint.
+    pub fn normal(dir: PolicyDir) -> Self {
+        Self {
+            list: dir.number(),
+            rules: dir,
+            tier_end_denies: true,
+            profiles: true,
+            end_denies: true,
+        }
+    }
+
+    /// A host endpoint's every list, in no particular order.
+    pub fn host_lists() -> [ListKind; 7] {
+        let stage = |list, rules| Self {
+            list,
+            rules,
+            tier_end_denies: false,
+            profiles: false,
+            end_denies: false,
+        };
+        let fwd = |list, rules| Self {
+            list,
+            rules,
+            tier_end_denies: true,
+            profiles: false,
+            end_denies: false,
+        };
+        [
+            Self::normal(PolicyDir::Ingress),
+            Self::normal(PolicyDir::Egress),
+            stage(POL_DIR_UNTRACKED_IN, PolicyDir::Ingress),
+            stage(POL_DIR_UNTRACKED_OUT, PolicyDir::Egress),
+            stage(POL_DIR_PREDNAT_IN, PolicyDir::Ingress),
+            fwd(POL_DIR_FORWARD_IN, PolicyDir::Ingress),
+            fwd(POL_DIR_FORWARD_OUT, PolicyDir::Egress),
+        ]
+    }
+
+    fn name(self) -> &'static str {
+        match self.list {
+            POL_DIR_INGRESS => "ingress",
+            POL_DIR_EGRESS => "egress",
+            POL_DIR_UNTRACKED_IN => "untracked ingress",
+            POL_DIR_UNTRACKED_OUT => "untracked egress",
+            POL_DIR_PREDNAT_IN => "pre-DNAT ingress",
+            POL_DIR_FORWARD_IN => "forward ingress",
+            POL_DIR_FORWARD_OUT => "forward egress",
+            _ => "unknown list",
         }
     }
 }
@@ -633,8 +711,23 @@ impl<S: PolicyStore> PolicyWriter<S> {
         tiers: &[TierInfo],
         profile_ids: &[String],
     ) -> Result<(), PolicyWriteError> {
+        self.set_list(mech, slot, ListKind::normal(dir), tiers, profile_ids)
+    }
+
+    /// Writes list `kind` of the endpoint in policy `slot` of `mech` (see [`ListKind`] for
+    /// what each kind ends with); new records and one swap of its `cali_pol_ep2` entry. An
+    /// unchanged list writes nothing.
+    pub fn set_list(
+        &mut self,
+        mech: Mechanism,
+        slot: u32,
+        kind: ListKind,
+        tiers: &[TierInfo],
+        profile_ids: &[String],
+    ) -> Result<(), PolicyWriteError> {
         const OP: &str = "set endpoint";
-        let what = format!("{} slot {slot} {}", mech.dir_name(), dir.name());
+        let dir = kind.rules;
+        let what = format!("{} slot {slot} {}", mech.dir_name(), kind.name());
         let mut keys: Vec<HandleKey> = Vec::new();
         let mut tier_irs = Vec::new();
         for t in tiers {
@@ -650,21 +743,29 @@ impl<S: PolicyStore> PolicyWriter<S> {
             }
             tier_irs.push(TierIr {
                 policies: handles,
-                default_pass: t.default_action.eq_ignore_ascii_case("pass"),
+                default_pass: !kind.tier_end_denies
+                    || t.default_action.eq_ignore_ascii_case("pass"),
             });
         }
         let mut profiles = Vec::new();
-        for name in profile_ids {
-            let k = (profile_owner(name), dir);
-            profiles.push(self.handle_for(&k, OP)?);
-            keys.push(k);
+        if kind.profiles {
+            for name in profile_ids {
+                let k = (profile_owner(name), dir);
+                profiles.push(self.handle_for(&k, OP)?);
+                keys.push(k);
+            }
         }
-        let records = assemble_endpoint(&tier_irs, &profiles);
+        let end = if kind.end_denies {
+            EP_END_DENY
+        } else {
+            EP_END_NO_MATCH
+        };
+        let records = assemble_list(&tier_irs, &profiles, end);
         let ep = (
             mech,
             EndpointKey {
                 slot,
-                dir: dir.number(),
+                dir: kind.list,
             },
         );
         if self
@@ -767,9 +868,19 @@ impl<S: PolicyStore> PolicyWriter<S> {
         slot: u32,
         dir: PolicyDir,
     ) -> Result<(), PolicyWriteError> {
+        self.remove_list(mech, slot, ListKind::normal(dir))
+    }
+
+    /// Removes list `kind` of `slot` of `mech` (a missing one is not an error).
+    pub fn remove_list(
+        &mut self,
+        mech: Mechanism,
+        slot: u32,
+        kind: ListKind,
+    ) -> Result<(), PolicyWriteError> {
         let key = EndpointKey {
             slot,
-            dir: dir.number(),
+            dir: kind.list,
         };
         if !self.endpoints.contains_key(&(mech, key))
             && !self.stale_endpoints.contains_key(&(mech, key))
@@ -780,7 +891,7 @@ impl<S: PolicyStore> PolicyWriter<S> {
             .delete_endpoint(mech, key)
             .map_err(|source| PolicyWriteError::Bpf {
                 op: "remove endpoint",
-                what: format!("{} slot {slot} {}", mech.dir_name(), dir.name()),
+                what: format!("{} slot {slot} {}", mech.dir_name(), kind.name()),
                 source,
             })?;
         if let Some(old) = self.endpoints.remove(&(mech, key)) {
