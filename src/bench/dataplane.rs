@@ -209,6 +209,8 @@ pub struct Report {
     pub rss_mib: f64,
     /// Peak RSS of the whole run, MiB.
     pub peak_rss_mib: f64,
+    /// BPF only: the CPU parts of the changed-policy path, timed in process afterwards.
+    pub bpf_path: Option<super::bpf_path::PolicyPath>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -296,6 +298,9 @@ impl fmt::Display for Report {
                     ops.join("; ")
                 )?;
             }
+        }
+        if let Some(p) = &self.bpf_path {
+            writeln!(f, "{p}")?;
         }
         Ok(())
     }
@@ -1096,6 +1101,8 @@ pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Rep
     // Start of day.
     let (payloads, in_sync, calc) = calc_step(&mut graph, &mut view, input, true);
     let messages = payloads.len();
+    // Kept for the in-process breakdown of the BPF changed-policy path.
+    let bpf_start = (backend == Backend::Bpf).then(|| payloads.clone());
     let ops_before = running.bpf_ops();
     let (ours, applies, steps) = running.send_and_converge(payloads, in_sync)?;
     let bpf_ops = bpf_op_delta(&ops_before, &running.bpf_ops());
@@ -1143,6 +1150,19 @@ pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Rep
     let policy_change = delta(changed)?;
     let endpoint_add = delta(added)?;
     drop(running);
+    let peak_rss_mib = super::peak_rss_mib();
+    let bpf_path = bpf_start.map(|start| {
+        // Two more versions of the changed policy, each differing from the one before.
+        let mut change = |shift| {
+            let (out, _, _) =
+                calc_step(&mut graph, &mut view, vec![policy(0, sizes, shift)], false);
+            out.into_iter()
+                .next()
+                .unwrap_or(Payload::InSync(Default::default()))
+        };
+        let changes = [change(2), change(3)];
+        super::bpf_path::measure(&start, &changes, std::path::Path::new("/sys/class/net"))
+    });
     Ok(Report {
         backend,
         sizes: *sizes,
@@ -1152,7 +1172,8 @@ pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Rep
         policy_change,
         endpoint_add,
         rss_mib,
-        peak_rss_mib: super::peak_rss_mib(),
+        peak_rss_mib,
+        bpf_path,
     })
 }
 
@@ -1393,6 +1414,28 @@ mod tests {
             lines[5].contains("12.3 ms") && lines[5].ends_with("not met"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn the_bpf_policy_path_breakdown_writes_each_change_of_the_generated_input() {
+        let sizes = small();
+        let mut graph = CalcGraph::new(HOST);
+        let mut view = DataplaneView::new();
+        let (start, _, _) = calc_step(&mut graph, &mut view, start_of_day_input(&sizes), true);
+        let mut change = |shift| {
+            let (mut out, _, _) =
+                calc_step(&mut graph, &mut view, vec![policy(0, &sizes, shift)], false);
+            out.remove(0)
+        };
+        let changes = [change(1), change(2)];
+        let p = super::super::bpf_path::measure(
+            &start,
+            &changes,
+            std::path::Path::new("/nonexistent-sysfs"),
+        );
+        assert_eq!(p.interfaces, sizes.workloads);
+        assert!(p.records > 0, "every round is a real change: {p:?}");
+        assert!(p.to_string().contains("manager pass"), "{p}");
     }
 
     #[test]
