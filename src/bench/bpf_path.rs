@@ -7,9 +7,10 @@
 //! interface's ifindex through sysfs, skips the unchanged policies (`Arc` identity), compiles
 //! and writes the changed one (`PolicyWriter::apply_policy`: compile, assemble, one batched
 //! record write and one index swap), and compares each interface's endpoint with the one
-//! written. Each part is timed here on its own (median of [`ROUNDS`]); the kernel writes go
-//! to a fake store that only counts them, so what is printed is CPU time of our code, to be
-//! read beside the step's apply breakdown and BPF syscall time from the real run.
+//! written. Each part is timed here on its own, the median of [`ROUNDS`] (the sysfs reads
+//! also beside the same lookups by `if_nametoindex`); the kernel writes go to a fake store
+//! that only counts them, so what is printed is the CPU time of our code, to be read beside
+//! the step's apply breakdown and BPF syscall time from the real run.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -51,6 +52,9 @@ pub struct PolicyPath {
     pub ifindex_reads: Duration,
     /// Interfaces read.
     pub interfaces: usize,
+    /// The same lookups with `if_nametoindex` (one ioctl each, no file opened): what the
+    /// sysfs reads would cost done that way.
+    pub ifindex_ioctls: Duration,
     /// Comparing every interface's endpoint with the one last written, as `driver/bpf` does.
     pub endpoint_compare: Duration,
 }
@@ -62,7 +66,7 @@ impl std::fmt::Display for PolicyPath {
             f,
             "  bpf changed-policy CPU parts, in process (median of {ROUNDS}): manager pass {:.2} ms \
              (desired() {:.2} ms, compare {:.2} ms, publish {:.2} ms); writer apply_policy {:.3} ms \
-             ({} records); ifindex reads {:.2} ms ({} interfaces); endpoint compares {:.3} ms",
+             ({} records); ifindex reads {:.2} ms ({} interfaces; by if_nametoindex {:.2} ms); endpoint compares {:.3} ms",
             ms(self.manager_pass),
             ms(self.desired),
             ms(self.compare),
@@ -71,6 +75,7 @@ impl std::fmt::Display for PolicyPath {
             self.records,
             ms(self.ifindex_reads),
             self.interfaces,
+            ms(self.ifindex_ioctls),
             ms(self.endpoint_compare),
         )
     }
@@ -110,6 +115,16 @@ impl PolicyStore for CountingStore {
     fn delete_member(&mut self, _key: &IpSetKey) -> Result<(), BpfError> {
         Ok(())
     }
+}
+
+/// The ifindex of interface `name` (0 if there is none).
+fn if_nametoindex(name: &str) -> u32 {
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return 0;
+    };
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call, which only
+    // reads it.
+    unsafe { libc::if_nametoindex(c.as_ptr()) }
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -205,6 +220,7 @@ pub fn measure(
     let names: Vec<&String> = desired.ifaces.keys().collect();
     out.interfaces = names.len();
     let mut reads = vec![];
+    let mut ioctls = vec![];
     let mut cmps = vec![];
     // The driver keeps the Arcs of the endpoints it wrote, which are the desired ones.
     let written: Vec<Option<Arc<felix_proto::WorkloadEndpoint>>> = names
@@ -221,6 +237,15 @@ pub fn measure(
             })
             .1,
         );
+        ioctls.push(
+            timed(|| {
+                names
+                    .iter()
+                    .filter(|n| if_nametoindex(n.as_str()) != 0)
+                    .count()
+            })
+            .1,
+        );
         cmps.push(
             timed(|| {
                 names
@@ -233,6 +258,7 @@ pub fn measure(
         );
     }
     out.ifindex_reads = median(reads);
+    out.ifindex_ioctls = median(ioctls);
     out.endpoint_compare = median(cmps);
     out
 }
