@@ -27,6 +27,15 @@
 //!   replayed with the same tools into the second namespace, which holds
 //!   the same state.
 //!
+//! The `bpf` backend (`BPFEnabled=true`, `NFTablesMode=Disabled`: TC programs and pinned
+//! maps, plus the iptables rules BPF mode keeps) has no raw tool to replay: its figures are
+//! compared with the other backends' figures for the same step of the same run (the table
+//! [`run_outer`] prints at the end), and each step lists the BPF operations `driver/bpf`
+//! issued (from the seam's metrics: every syscall of `felix-bpf` is one seam operation; a
+//! batched update counts once), with the number of map writes. The driver mounts its bpffs
+//! at `/sys/fs/bpf` itself: `ip netns exec` gives the child a fresh sysfs, so the mount lives
+//! in the child's mount namespace and goes (with every pin) when the child ends.
+//!
 //! Invariants: the process runs inside its own namespace (the outer
 //! process starts it with `ip netns exec`), so nothing here touches the
 //! host's tables; the outer process owns both namespaces and deletes them
@@ -41,8 +50,10 @@ use std::time::{Duration, Instant};
 
 use actix::{Addr, System};
 use felix_actors::{
-    ApplyEvent, ApplyEventKind, InSync, StatusHandle, Supervisor, SupervisorBuilder, UpdateBatch,
+    ApplyEvent, ApplyEventKind, InSync, Metrics, StatusHandle, Supervisor, SupervisorBuilder,
+    UpdateBatch,
 };
+use felix_bpf::ops::op;
 use felix_config::{Config, Source};
 use felix_proto::to_dataplane::Payload;
 use ipnet::{IpNet, Ipv4Net};
@@ -73,13 +84,20 @@ pub enum Backend {
     Iptables,
     /// nftables (`nft -f`) with native sets.
     Nftables,
+    /// eBPF (`BPFEnabled=true`): TC programs and pinned maps, with iptables for the rules
+    /// BPF mode keeps (`NFTablesMode=Disabled`).
+    Bpf,
 }
 
 impl Backend {
+    /// Every backend, in the order `felix bench dataplane` runs them by default.
+    pub const ALL: [Backend; 3] = [Backend::Iptables, Backend::Nftables, Backend::Bpf];
+
     fn as_str(self) -> &'static str {
         match self {
             Backend::Iptables => "iptables",
             Backend::Nftables => "nftables",
+            Backend::Bpf => "bpf",
         }
     }
 }
@@ -140,6 +158,34 @@ pub struct Figure {
     pub commands: Vec<(String, usize, Duration)>,
     /// Time in each apply step (summed over the applies it took).
     pub steps: Vec<(String, Duration)>,
+    /// BPF operations `driver/bpf` issued in this step: (operation, count, time). Empty
+    /// outside BPF mode.
+    pub bpf_ops: Vec<(String, u64, Duration)>,
+}
+
+impl Figure {
+    /// BPF map writes issued in this step (`map_update` and `map_delete` operations; a
+    /// batched update counts once).
+    pub fn map_writes(&self) -> u64 {
+        self.bpf_ops
+            .iter()
+            .filter(|(o, _, _)| o == op::MAP_UPDATE || o == op::MAP_DELETE)
+            .map(|(_, n, _)| n)
+            .sum()
+    }
+
+    fn bpf_op_count(&self, name: &str) -> u64 {
+        self.bpf_ops
+            .iter()
+            .filter(|(o, _, _)| o == name)
+            .map(|(_, n, _)| n)
+            .sum()
+    }
+
+    /// The time of all BPF operations of this step.
+    fn bpf_time(&self) -> Duration {
+        self.bpf_ops.iter().map(|(_, _, d)| *d).sum()
+    }
 }
 
 /// The figures of one backend.
@@ -163,6 +209,8 @@ pub struct Report {
     pub rss_mib: f64,
     /// Peak RSS of the whole run, MiB.
     pub peak_rss_mib: f64,
+    /// BPF only: the CPU parts of the changed-policy path, timed in process afterwards.
+    pub bpf_path: Option<super::bpf_path::PolicyPath>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -194,19 +242,22 @@ impl fmt::Display for Report {
             ("changed policy", &self.policy_change),
             ("endpoint added", &self.endpoint_add),
         ] {
-            let ratio = if fig.raw.is_zero() {
-                f64::NAN
+            let (raw, ratio) = if fig.raw.is_zero() {
+                ("-".to_string(), "-".to_string())
             } else {
-                fig.ours.as_secs_f64() / fig.raw.as_secs_f64()
+                (
+                    format!("{:.1}", ms(fig.raw)),
+                    format!("{:.2}x", fig.ours.as_secs_f64() / fig.raw.as_secs_f64()),
+                )
             };
             writeln!(
                 f,
-                "  {:<16} {:>10.1} {:>12.1} {:>8} {:>12.1} {:>6.2}x   {}",
+                "  {:<16} {:>10.1} {:>12.1} {:>8} {:>12} {:>7}   {}",
                 name,
                 ms(fig.calc),
                 ms(fig.ours),
                 fig.applies,
-                ms(fig.raw),
+                raw,
                 ratio,
                 fig.raw_what
             )?;
@@ -233,9 +284,136 @@ impl fmt::Display for Report {
                 .map(|(st, d)| format!("{st} {:.1} ms", ms(*d)))
                 .collect();
             writeln!(f, "  apply steps, {name}: {}", steps.join("; "))?;
+            if self.backend == Backend::Bpf {
+                let ops: Vec<String> = fig
+                    .bpf_ops
+                    .iter()
+                    .map(|(o, n, d)| format!("{o} x{n} {:.1} ms", ms(*d)))
+                    .collect();
+                writeln!(
+                    f,
+                    "  bpf ops, {name}: {} map writes, {:.1} ms in BPF syscalls: {}",
+                    fig.map_writes(),
+                    ms(fig.bpf_time()),
+                    ops.join("; ")
+                )?;
+            }
+        }
+        if let Some(p) = &self.bpf_path {
+            writeln!(f, "{p}")?;
         }
         Ok(())
     }
+}
+
+impl Report {
+    /// The report as one line the outer process collects for its summary table.
+    pub fn summary_line(&self) -> String {
+        let figs = [&self.start_of_day, &self.policy_change, &self.endpoint_add];
+        SummaryLine {
+            backend: self.backend.as_str().to_string(),
+            ours: figs.map(|f| ms(f.ours)),
+            raw: figs.map(|f| ms(f.raw)),
+            writes: figs.map(Figure::map_writes),
+        }
+        .line()
+    }
+}
+
+/// One backend's figures in the summary table: (start of day, changed policy, endpoint
+/// added), milliseconds; the raw tool's (0 when there is none) and the BPF map writes.
+#[derive(Debug, Clone, PartialEq)]
+struct SummaryLine {
+    backend: String,
+    ours: [f64; 3],
+    raw: [f64; 3],
+    writes: [u64; 3],
+}
+
+const SUMMARY_PREFIX: &str = "DATAPLANE ";
+const STEPS: [&str; 3] = ["start of day", "changed policy", "endpoint added"];
+/// The target for one changed policy in BPF mode.
+const BPF_POLICY_TARGET_MS: f64 = 10.0;
+
+impl SummaryLine {
+    fn line(&self) -> String {
+        format!(
+            "{SUMMARY_PREFIX}backend={} ours={:.3},{:.3},{:.3} raw={:.3},{:.3},{:.3} writes={},{},{}",
+            self.backend,
+            self.ours[0],
+            self.ours[1],
+            self.ours[2],
+            self.raw[0],
+            self.raw[1],
+            self.raw[2],
+            self.writes[0],
+            self.writes[1],
+            self.writes[2]
+        )
+    }
+
+    fn parse(line: &str) -> Option<SummaryLine> {
+        let rest = line.strip_prefix(SUMMARY_PREFIX)?;
+        let kv: BTreeMap<&str, &str> = rest.split(' ').filter_map(|p| p.split_once('=')).collect();
+        fn three<T: std::str::FromStr + Copy + Default>(s: &str) -> Option<[T; 3]> {
+            let v: Vec<T> = s
+                .split(',')
+                .map(|x| x.parse().ok())
+                .collect::<Option<_>>()?;
+            <[T; 3]>::try_from(v).ok()
+        }
+        Some(SummaryLine {
+            backend: kv.get("backend")?.to_string(),
+            ours: three(kv.get("ours")?)?,
+            raw: three(kv.get("raw")?)?,
+            writes: three(kv.get("writes")?)?,
+        })
+    }
+}
+
+/// The side-by-side table of every backend measured in one run: per step, each backend's
+/// figure with its comparison (the raw tool's time, or for bpf the map writes).
+fn summary_table(rows: &[SummaryLine], sizes: &Sizes) -> String {
+    let mut out = format!(
+        "dataplane summary, one run: {} workloads, {} policies x {} rules, {} IP sets x {} members (ms; in brackets the raw tool's ms, or for bpf the BPF map writes)\n",
+        sizes.workloads, sizes.policies, sizes.rules, sizes.ip_sets, sizes.members
+    );
+    out.push_str(&format!("  {:<16}", "step"));
+    for r in rows {
+        let what = if r.backend == Backend::Bpf.as_str() {
+            "(writes)"
+        } else {
+            "(raw)"
+        };
+        out.push_str(&format!(" {:>12} {:<12}", r.backend, what));
+    }
+    out.push('\n');
+    for (i, step) in STEPS.iter().enumerate() {
+        out.push_str(&format!("  {step:<16}"));
+        for r in rows {
+            let cmp = if r.backend == Backend::Bpf.as_str() {
+                format!("({})", r.writes[i])
+            } else if r.raw[i] > 0.0 {
+                format!("({:.1})", r.raw[i])
+            } else {
+                "(-)".to_string()
+            };
+            out.push_str(&format!(" {:>12.1} {cmp:<12}", r.ours[i]));
+        }
+        out.push('\n');
+    }
+    if let Some(b) = rows.iter().find(|r| r.backend == Backend::Bpf.as_str()) {
+        let verdict = if b.ours[1] <= BPF_POLICY_TARGET_MS {
+            "met"
+        } else {
+            "not met"
+        };
+        out.push_str(&format!(
+            "  bpf changed policy {:.1} ms against the target of at most {BPF_POLICY_TARGET_MS} ms: {verdict}\n",
+            b.ours[1]
+        ));
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------
@@ -484,7 +662,75 @@ fn is_write(backend: Backend, req: &CommandRequest) -> bool {
                 || (p == "ipset" && req.args.iter().any(|a| a == "restore"))
         }
         Backend::Nftables => p == "nft" && req.args.iter().any(|a| a == "-f"),
+        // BPF mode's map writes are not commands (see `bpf_op_delta`); no raw replay.
+        Backend::Bpf => false,
     }
+}
+
+// ---------------------------------------------------------------------------
+// BPF operations, from the seam's metrics.
+
+/// The actor whose BPF operations are counted.
+const BPF_DRIVER: &str = "driver/bpf";
+
+/// Every operation name of `felix_bpf::ops::op`.
+const BPF_OPS: [&str; 24] = [
+    op::MAP_CREATE,
+    op::MAP_PIN,
+    op::MAP_OPEN,
+    op::MAP_LOOKUP,
+    op::MAP_UPDATE,
+    op::MAP_DELETE,
+    op::PROG_LOAD,
+    op::PROG_PIN,
+    op::PROG_OPEN,
+    op::TEST_RUN,
+    op::TCX_ATTACH,
+    op::LINK_UPDATE,
+    op::LINK_PIN,
+    op::LINK_OPEN,
+    op::LINK_DETACH,
+    op::TC_QDISC,
+    op::TC_ATTACH,
+    op::TC_QUERY,
+    op::TC_DETACH,
+    op::PROBE,
+    op::UNPIN,
+    op::MOUNT,
+    op::SET_ASIDE,
+    op::TC_LIST,
+];
+
+/// Cumulative (count, seconds) per BPF operation of `driver/bpf`.
+type BpfOpTotals = BTreeMap<&'static str, (u64, f64)>;
+
+fn bpf_op_totals(metrics: &Metrics) -> BpfOpTotals {
+    BPF_OPS
+        .iter()
+        .map(|o| {
+            let (n, _, secs) = metrics.seam_totals(BPF_DRIVER, &[o]);
+            (*o, (n, secs))
+        })
+        .collect()
+}
+
+/// The operations issued between two snapshots: (operation, count, time), those with a
+/// count only.
+fn bpf_op_delta(before: &BpfOpTotals, after: &BpfOpTotals) -> Vec<(String, u64, Duration)> {
+    after
+        .iter()
+        .filter_map(|(o, (n, secs))| {
+            let (n0, s0) = before.get(o).copied().unwrap_or_default();
+            let n = n.saturating_sub(n0);
+            (n > 0).then(|| {
+                (
+                    o.to_string(),
+                    n,
+                    Duration::from_secs_f64((secs - s0).max(0.0)),
+                )
+            })
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------
@@ -496,6 +742,8 @@ type Converged = (Duration, u64, Vec<(String, Duration)>);
 pub(super) struct Running {
     addr: Addr<Supervisor<Payload>>,
     status: StatusHandle,
+    /// The supervisor's metrics (the seam's per-operation counts).
+    metrics: Metrics,
     events: mpsc::Receiver<(ApplyEvent, Instant)>,
     /// Set by the supervisor's fatal hook: the dataplane gave up, so no
     /// convergence will come and the benchmark must end with this message.
@@ -536,7 +784,14 @@ impl Running {
                     let b = crate::dataplane::wiring::register(b, &cfg, seam)
                         .map_err(|e| e.to_string())?;
                     b.start()
-                        .map(|h| (h.addr.clone(), h.status.clone(), System::current()))
+                        .map(|h| {
+                            (
+                                h.addr.clone(),
+                                h.status.clone(),
+                                h.metrics.clone(),
+                                System::current(),
+                            )
+                        })
                         .map_err(|e| e.to_string())
                 });
                 let ok = started.is_ok();
@@ -548,18 +803,24 @@ impl Running {
             .map_err(|e| {
                 BenchError::Dataplane(format!("cannot start the dataplane thread: {e}"))
             })?;
-        let (addr, status, system) = rx
+        let (addr, status, metrics, system) = rx
             .recv()
             .map_err(|_| BenchError::Dataplane("dataplane thread vanished".into()))?
             .map_err(BenchError::Dataplane)?;
         Ok(Running {
             addr,
             status,
+            metrics,
             events,
             fatal,
             system,
             thread: Some(thread),
         })
+    }
+
+    /// The BPF operations `driver/bpf` has issued so far.
+    fn bpf_ops(&self) -> BpfOpTotals {
+        bpf_op_totals(&self.metrics)
     }
 
     /// Sends one flushed batch (and in-sync), then waits until an apply
@@ -648,12 +909,11 @@ impl Drop for Running {
 // The run.
 
 fn config(backend: Backend) -> Result<Config, BenchError> {
-    let nft = if backend == Backend::Nftables {
-        "Enabled"
-    } else {
-        "Disabled"
-    };
-    config_with(&[("NFTablesMode", nft)])
+    config_with(match backend {
+        Backend::Iptables => &[("NFTablesMode", "Disabled")],
+        Backend::Nftables => &[("NFTablesMode", "Enabled")],
+        Backend::Bpf => &[("NFTablesMode", "Disabled"), ("BPFEnabled", "true")],
+    })
 }
 
 /// The benchmarks' configuration with `extra` settings (the mode) on top.
@@ -754,7 +1014,27 @@ fn replay_start_of_day(
                 format!("{n_rules} nft rules, {} bytes listed", s.len()),
             ))
         }
+        Backend::Bpf => {
+            // No raw tool: the comparison is the other backends' figure for the step.
+            let rules = netns::run_checked("iptables-nft-save", &[], None)?;
+            let n_rules = text(rules).lines().filter(|l| l.starts_with("-A ")).count();
+            Ok((
+                Duration::ZERO,
+                String::new(),
+                format!("TC programs and BPF maps, plus {n_rules} iptables rules (static and dispatch chains)"),
+            ))
+        }
     }
+}
+
+/// What the raw column says for a bpf step: there is no raw tool; the driver's map writes.
+fn bpf_raw_what(fig: &Figure) -> String {
+    format!(
+        "no raw tool; {} BPF map writes ({} map_update, {} map_delete)",
+        fig.map_writes(),
+        fig.bpf_op_count(op::MAP_UPDATE),
+        fig.bpf_op_count(op::MAP_DELETE)
+    )
 }
 
 /// Rules in `nft list ruleset` output: lines inside a chain block that are
@@ -821,11 +1101,15 @@ pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Rep
     // Start of day.
     let (payloads, in_sync, calc) = calc_step(&mut graph, &mut view, input, true);
     let messages = payloads.len();
+    // Kept for the in-process breakdown of the BPF changed-policy path.
+    let bpf_start = (backend == Backend::Bpf).then(|| payloads.clone());
+    let ops_before = running.bpf_ops();
     let (ours, applies, steps) = running.send_and_converge(payloads, in_sync)?;
+    let bpf_ops = bpf_op_delta(&ops_before, &running.bpf_ops());
     let rss_mib = super::rss_mib();
     let log = seam.take();
     let (raw, raw_what, ruleset) = replay_start_of_day(backend, replay_ns)?;
-    let start_of_day = Figure {
+    let mut start_of_day = Figure {
         calc,
         ours,
         applies,
@@ -833,28 +1117,52 @@ pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Rep
         raw_what,
         commands: aggregate(&log),
         steps,
+        bpf_ops,
     };
+    if backend == Backend::Bpf {
+        start_of_day.raw_what = bpf_raw_what(&start_of_day);
+    }
 
     let mut delta = |update: Update| -> Result<Figure, BenchError> {
         std::thread::sleep(SETTLE);
         let _ = seam.take();
         let (payloads, _, calc) = calc_step(&mut graph, &mut view, vec![update], false);
+        let ops_before = running.bpf_ops();
         let (ours, applies, steps) = running.send_and_converge(payloads, false)?;
+        let bpf_ops = bpf_op_delta(&ops_before, &running.bpf_ops());
         let log = seam.take();
-        let (raw, raw_what) = replay_delta(backend, &log, replay_ns)?;
-        Ok(Figure {
+        let mut fig = Figure {
             calc,
             ours,
             applies,
-            raw,
-            raw_what,
             commands: aggregate(&log),
             steps,
-        })
+            bpf_ops,
+            ..Figure::default()
+        };
+        if backend == Backend::Bpf {
+            fig.raw_what = bpf_raw_what(&fig);
+        } else {
+            (fig.raw, fig.raw_what) = replay_delta(backend, &log, replay_ns)?;
+        }
+        Ok(fig)
     };
     let policy_change = delta(changed)?;
     let endpoint_add = delta(added)?;
     drop(running);
+    let peak_rss_mib = super::peak_rss_mib();
+    let bpf_path = bpf_start.map(|start| {
+        // Two more versions of the changed policy, each differing from the one before.
+        let mut change = |shift| {
+            let (out, _, _) =
+                calc_step(&mut graph, &mut view, vec![policy(0, sizes, shift)], false);
+            out.into_iter()
+                .next()
+                .unwrap_or(Payload::InSync(Default::default()))
+        };
+        let changes = [change(2), change(3)];
+        super::bpf_path::measure(&start, &changes, std::path::Path::new("/sys/class/net"))
+    });
     Ok(Report {
         backend,
         sizes: *sizes,
@@ -864,24 +1172,28 @@ pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Rep
         policy_change,
         endpoint_add,
         rss_mib,
-        peak_rss_mib: super::peak_rss_mib(),
+        peak_rss_mib,
+        bpf_path,
     })
 }
 
 /// Runs each backend in a child process inside its own pair of throwaway
 /// namespaces (one programmed by the dataplane, one for the raw replays),
-/// printing the child's report. Both namespaces are deleted afterwards,
-/// whatever the child did.
+/// printing the child's report as it comes, then the summary table of every
+/// backend side by side. Both namespaces are deleted afterwards, whatever the
+/// child did.
 pub fn run_outer(backends: &[Backend], sizes: &Sizes) -> anyhow::Result<()> {
+    use std::io::BufRead;
     let swept = netns::sweep_stale(NETNS_PREFIX);
     if swept > 0 {
         eprintln!("removed {swept} stale benchmark namespace(s)");
     }
     let exe = std::env::current_exe()?;
+    let mut rows = Vec::new();
     for &b in backends {
         let ours = Netns::create_owned(NETNS_PREFIX, &format!("{}-a", b.as_str()))?;
         let replay = Netns::create_owned(NETNS_PREFIX, &format!("{}-b", b.as_str()))?;
-        let status = std::process::Command::new("ip")
+        let mut child = std::process::Command::new("ip")
             .args(["netns", "exec", ours.name()])
             .arg(&exe)
             .args(["bench", "dataplane", "--inner", "--backend", b.as_str()])
@@ -892,11 +1204,25 @@ pub fn run_outer(backends: &[Backend], sizes: &Sizes) -> anyhow::Result<()> {
             .args(["--ip-sets", &sizes.ip_sets.to_string()])
             .args(["--members", &sizes.members.to_string()])
             .args(["--apps", &sizes.apps.to_string()])
-            .status()?;
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        let mut row = None;
+        if let Some(out) = child.stdout.take() {
+            for line in std::io::BufReader::new(out).lines() {
+                let line = line?;
+                match SummaryLine::parse(&line) {
+                    Some(r) => row = Some(r),
+                    None => println!("{line}"),
+                }
+            }
+        }
+        let status = child.wait()?;
         if !status.success() {
             anyhow::bail!("the {} run failed ({status})", b.as_str());
         }
+        rows.push(row.ok_or_else(|| anyhow::anyhow!("no summary from the {} run", b.as_str()))?);
     }
+    print!("{}", summary_table(&rows, sizes));
     Ok(())
 }
 
@@ -990,6 +1316,126 @@ mod tests {
             command_label(&req("ip", &["-4", "route", "show", "table", "main"])),
             "ip route show"
         );
+    }
+
+    #[test]
+    fn the_default_backends_are_all_three_and_each_configures_its_mode() {
+        use clap::ValueEnum;
+        use felix_config::DataplaneMode;
+        assert_eq!(
+            Backend::ALL,
+            [Backend::Iptables, Backend::Nftables, Backend::Bpf]
+        );
+        for b in Backend::ALL {
+            // The name the outer process passes to the child parses back.
+            assert_eq!(Backend::from_str(b.as_str(), false), Ok(b));
+        }
+        let mode = |b| config(b).expect("valid config").dataplane_mode();
+        assert_eq!(mode(Backend::Iptables), DataplaneMode::Iptables);
+        assert_eq!(mode(Backend::Nftables), DataplaneMode::Nftables);
+        assert_eq!(mode(Backend::Bpf), DataplaneMode::Bpf);
+        let bpf = config(Backend::Bpf).expect("valid config");
+        assert_eq!(
+            bpf.nftables_mode(),
+            felix_config::NftablesMode::Disabled,
+            "BPF mode keeps iptables rules"
+        );
+        assert!(!is_write(
+            Backend::Bpf,
+            &CommandRequest {
+                program: "iptables-nft-restore".into(),
+                args: vec!["--noflush".into()],
+                stdin: None,
+            }
+        ));
+    }
+
+    #[test]
+    fn bpf_operations_are_counted_per_step_from_the_seam_metrics() {
+        let m = Metrics::new();
+        m.record_seam_op(BPF_DRIVER, op::MAP_UPDATE, Duration::from_millis(2), true);
+        m.record_seam_op(
+            "driver/iptables-filter-v4",
+            op::MAP_UPDATE,
+            Duration::ZERO,
+            true,
+        );
+        let before = bpf_op_totals(&m);
+        for _ in 0..3 {
+            m.record_seam_op(BPF_DRIVER, op::MAP_UPDATE, Duration::from_millis(1), true);
+        }
+        m.record_seam_op(BPF_DRIVER, op::MAP_DELETE, Duration::from_millis(1), true);
+        m.record_seam_op(BPF_DRIVER, op::MAP_LOOKUP, Duration::from_millis(1), true);
+        let fig = Figure {
+            bpf_ops: bpf_op_delta(&before, &bpf_op_totals(&m)),
+            ..Figure::default()
+        };
+        let names: Vec<&str> = fig.bpf_ops.iter().map(|(o, _, _)| o.as_str()).collect();
+        assert_eq!(names, vec!["map_delete", "map_lookup", "map_update"]);
+        assert_eq!(fig.map_writes(), 4, "updates and deletes, lookups not");
+        assert_eq!(
+            bpf_raw_what(&fig),
+            "no raw tool; 4 BPF map writes (3 map_update, 1 map_delete)"
+        );
+        let t = fig.bpf_time().as_secs_f64() * 1e3;
+        assert!((t - 5.0).abs() < 1e-6, "{t}");
+    }
+
+    #[test]
+    fn summary_lines_round_trip_and_the_table_puts_the_backends_side_by_side() {
+        let ipt = SummaryLine {
+            backend: "iptables".into(),
+            ours: [4119.0, 29.0, 35.8],
+            raw: [3662.0, 35.2, 47.6],
+            writes: [0, 0, 0],
+        };
+        let bpf = SummaryLine {
+            backend: "bpf".into(),
+            ours: [2500.5, 12.3, 20.0],
+            raw: [0.0; 3],
+            writes: [500_123, 3, 9],
+        };
+        for r in [&ipt, &bpf] {
+            assert_eq!(SummaryLine::parse(&r.line()).as_ref(), Some(r));
+        }
+        assert_eq!(SummaryLine::parse("dataplane bpf: 200 workloads"), None);
+        assert_eq!(SummaryLine::parse("DATAPLANE backend=bpf ours=1,2"), None);
+        let t = summary_table(&[ipt, bpf], &small());
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 6, "{t}");
+        assert!(
+            lines[1].contains("iptables") && lines[1].contains("bpf"),
+            "{t}"
+        );
+        assert!(lines[3].starts_with("  changed policy"), "{t}");
+        assert!(lines[3].contains("29.0 (35.2)"), "{t}");
+        assert!(lines[3].contains("12.3 (3)"), "{t}");
+        assert!(
+            lines[5].contains("12.3 ms") && lines[5].ends_with("not met"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn the_bpf_policy_path_breakdown_writes_each_change_of_the_generated_input() {
+        let sizes = small();
+        let mut graph = CalcGraph::new(HOST);
+        let mut view = DataplaneView::new();
+        let (start, _, _) = calc_step(&mut graph, &mut view, start_of_day_input(&sizes), true);
+        let mut change = |shift| {
+            let (mut out, _, _) =
+                calc_step(&mut graph, &mut view, vec![policy(0, &sizes, shift)], false);
+            out.remove(0)
+        };
+        let changes = [change(1), change(2)];
+        let p = super::super::bpf_path::measure(
+            &start,
+            &changes,
+            std::path::Path::new("/nonexistent-sysfs"),
+        );
+        assert_eq!(p.interfaces, sizes.workloads);
+        assert!(p.records > 0, "every round is a real change: {p:?}");
+        assert!(p.to_string().contains("manager pass"), "{p}");
     }
 
     #[test]

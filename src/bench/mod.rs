@@ -3,6 +3,7 @@
 //! Each workload runs in a fresh child process (see `cli::bench`) so that
 //! peak RSS is the workload's own.
 
+pub mod bpf_path;
 pub mod calc;
 pub mod dataplane;
 pub mod routes;

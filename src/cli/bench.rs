@@ -44,10 +44,12 @@ pub(crate) enum BenchWhat {
     /// The Linux dataplane at scale (issue 5): start-of-day convergence,
     /// one changed policy and one added endpoint, each beside the raw tool
     /// (`iptables-restore` + `ipset restore`, or `nft -f`) on the same
-    /// ruleset or delta, plus RSS. Runs in throwaway network namespaces
+    /// ruleset or delta (eBPF: beside the other backends and the BPF map
+    /// writes), plus RSS. Runs in throwaway network namespaces
     /// (needs root, `ip`, and the backend's tools).
     Dataplane {
-        /// Backend to measure (default: both, one after the other).
+        /// Backend to measure (default: all three, one after the other, then a summary
+        /// table of them side by side).
         #[arg(long, value_enum)]
         backend: Option<bench::dataplane::Backend>,
         /// Internal: run one backend in this process (already inside its
@@ -162,16 +164,14 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
                 let r = bench::dataplane::run_inner(b, &ns, &sizes)
                     .map_err(|e| CliError::Runtime(e.into()))?;
                 print!("{r}");
+                println!("{}", r.summary_line());
                 Ok(())
             }
             (true, _, _) => Err(CliError::Input(
                 "--inner needs --backend and --replay-netns".to_string(),
             )),
             (false, b, _) => {
-                let all = [
-                    bench::dataplane::Backend::Iptables,
-                    bench::dataplane::Backend::Nftables,
-                ];
+                let all = bench::dataplane::Backend::ALL;
                 let backends = b.map(|b| vec![b]).unwrap_or_else(|| all.to_vec());
                 bench::dataplane::run_outer(&backends, &sizes).map_err(CliError::Runtime)
             }
