@@ -9,7 +9,8 @@
 //! in `/status`, and the rest of the node programmed. Inside the driver, maps and jump maps
 //! come before the attachments that use them (`BpfDataplane::apply`).
 //!
-//! Per interface (resolved to its ifindex through sysfs at apply time):
+//! Per interface (resolved to its ifindex through sysfs, cached until the interface monitor
+//! reports the name, a resync or a failed apply):
 //! 1. if not both hooks are attached yet, the `cali_iface` entry is written NOT READY (a
 //!    forward to the interface is refused while its programs are missing: the attach gap);
 //! 2. both hooks are programmed (`BpfDataplane::apply`: generic programs, the endpoint's
@@ -49,6 +50,7 @@ use felix_bpf::{
 
 use super::ct_scan::{self, CtScanner};
 use super::desired::{BpfDesired, IfaceDesired};
+use super::ifindex::IfindexCache;
 use super::policy::{EndpointRef, PolicySync};
 use super::ready::BpfReady;
 use super::routes::RouteSync;
@@ -110,6 +112,25 @@ struct Applied {
     want: IfaceDesired,
 }
 
+/// The ifindex of interface `name` as `sysfs_net` (`/sys/class/net`) says; `None` when there
+/// is no such interface.
+fn ifindex_in(
+    ops: &BpfOps,
+    sysfs_net: &std::path::Path,
+    name: &str,
+) -> Result<Option<u32>, BpfError> {
+    // A name with a path separator cannot be an interface (and must not escape sysfs).
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Ok(None);
+    }
+    let path = sysfs_net.join(name).join("ifindex");
+    match ops.run(op::PROBE, path.display(), || std::fs::read_to_string(&path)) {
+        Ok(text) => Ok(text.trim().parse::<u32>().ok()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// See the module docs.
 pub struct BpfDriver {
     ops: BpfOps,
@@ -136,6 +157,8 @@ pub struct BpfDriver {
     written_eps: BTreeMap<String, Option<WrittenEp>>,
     /// The routes and failsafe maps (started with the loader).
     routes: Option<RouteSync>,
+    /// Interface name -> ifindex as last probed (see [`IfindexCache`]).
+    ifindex_cache: IfindexCache,
 }
 
 /// A BPF error as a driver error: the failed operation's name (one of
@@ -167,6 +190,7 @@ impl BpfDriver {
             policy: None,
             written_eps: BTreeMap::new(),
             routes: None,
+            ifindex_cache: IfindexCache::default(),
             ops: BpfOps::new(seam.clone()),
             opts,
             dp: None,
@@ -216,19 +240,7 @@ impl BpfDriver {
     }
 
     fn ifindex_of(&self, name: &str) -> Result<Option<u32>, BpfError> {
-        // A name with a path separator cannot be an interface (and must not escape sysfs).
-        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-            return Ok(None);
-        }
-        let path = self.opts.sysfs_net.join(name).join("ifindex");
-        match self
-            .ops
-            .run(op::PROBE, path.display(), || std::fs::read_to_string(&path))
-        {
-            Ok(text) => Ok(text.trim().parse::<u32>().ok()),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
-            Err(e) => Err(e),
-        }
+        ifindex_in(&self.ops, &self.opts.sysfs_net, name)
     }
 
     fn start(&mut self) -> Result<(), BpfError> {
@@ -338,13 +350,20 @@ impl BpfDriver {
         if self.addrs != desired.addrs {
             self.addrs = desired.addrs.clone();
         }
-        if let Some(sub) = &self.ifaces {
-            sub.take();
-        }
+        // Names the interface monitor reported are probed again; without a monitor, or on a
+        // resync, every name is.
+        self.ifindex_cache.invalidate(
+            self.ifaces.as_ref().map(IfaceSubscription::take),
+            self.resync,
+        );
         self.waiting.clear();
         let mut resolved: BTreeMap<String, Applied> = BTreeMap::new();
         for (name, want) in &desired.ifaces {
-            match self.ifindex_of(name)? {
+            let (ops, sysfs) = (&self.ops, &self.opts.sysfs_net);
+            let ifindex = self
+                .ifindex_cache
+                .get(name, |n| ifindex_in(ops, sysfs, n))?;
+            match ifindex {
                 Some(ifindex) => {
                     let mechanism = select_mechanism(
                         desired.attach_type,
@@ -455,6 +474,11 @@ impl BpfDriver {
             }
         }
         self.resync = false;
+        if first_err.is_some() {
+            // A failure may be a stale ifindex (an interface re-created before its event
+            // arrived): the retry probes every name again.
+            self.ifindex_cache.clear();
+        }
         if self.ready.set(self.applied.keys().cloned().collect()) {
             self.kick = true;
         }

@@ -18,6 +18,7 @@ pub mod cleanup;
 pub mod ct_scan;
 pub mod desired;
 pub mod driver;
+pub mod ifindex;
 pub mod manager;
 pub mod policy;
 pub mod ready;
