@@ -26,6 +26,7 @@ pub mod http;
 pub mod manager;
 mod manager_actor;
 pub mod metrics;
+pub mod prometheus;
 pub mod seam;
 pub mod server;
 pub mod status;

@@ -13,6 +13,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use felix_actors::prometheus::{start_prometheus_server, PrometheusConfig};
 use felix_actors::server::ServerHandle;
 use felix_actors::{
     start_admin_server, start_health_server, Fatal, HealthConfig, ReporterSpec, StartupLatch,
@@ -60,6 +61,52 @@ fn health_config(cfg: &Config) -> HealthConfig {
         enabled: cfg.health_enabled(),
         host: cfg.health_host().to_string(),
         port: cfg.health_port(),
+    }
+}
+
+fn prometheus_config(cfg: &Config) -> PrometheusConfig {
+    PrometheusConfig {
+        enabled: cfg.prometheus_metrics_enabled(),
+        host: cfg.prometheus_metrics_host().to_string(),
+        port: cfg.prometheus_metrics_port(),
+        process: cfg.prometheus_process_metrics_enabled(),
+    }
+}
+
+/// The Prometheus metrics port, restarted when its settings change.
+#[derive(Default)]
+struct MetricsPort {
+    cfg: Option<PrometheusConfig>,
+    handle: Option<ServerHandle>,
+}
+
+impl MetricsPort {
+    fn apply(&mut self, cfg: PrometheusConfig, metrics: &felix_actors::Metrics) {
+        if self.cfg.as_ref() == Some(&cfg) {
+            return;
+        }
+        if let Some(h) = self.handle.take() {
+            h.shutdown();
+        }
+        match start_prometheus_server(&cfg, metrics) {
+            Ok(h) => {
+                if let Some(h) = &h {
+                    tracing::info!(addr = h.local_addr(), "Prometheus metrics port listening");
+                }
+                self.handle = h;
+            }
+            Err(e) => tracing::error!(
+                host = %cfg.host, port = cfg.port,
+                "cannot serve Prometheus metrics (PrometheusMetricsHost/PrometheusMetricsPort): {e}"
+            ),
+        }
+        self.cfg = Some(cfg);
+    }
+
+    fn stop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown();
+        }
     }
 }
 
@@ -248,6 +295,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
         dp: None,
         admin: None,
         health,
+        metrics_port: MetricsPort::default(),
         latch: Some(latch),
         log,
         shared,
@@ -313,6 +361,7 @@ struct Connector {
     dp: Option<Dataplane>,
     admin: Option<ServerHandle>,
     health: HealthServer,
+    metrics_port: MetricsPort,
     latch: Option<StartupLatch>,
     log: LogHandle,
     shared: Shared,
@@ -375,6 +424,8 @@ impl Connector {
         self.tracker = Some(tracker);
         self.log.set_level(cfg.log_severity_screen());
         self.health.apply(health_config(&cfg), &self.shared.health);
+        self.metrics_port
+            .apply(prometheus_config(&cfg), &self.shared.metrics);
         self.encap = encap;
         let ctl = self.ctl.clone();
         let dp = match Dataplane::start(&cfg, &self.shared, move |f| {
@@ -414,6 +465,7 @@ impl Connector {
             let _ = std::fs::remove_file(&self.admin_socket);
         }
         self.health.stop();
+        self.metrics_port.stop();
         drop(self.latch.take());
     }
 }
