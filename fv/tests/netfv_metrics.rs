@@ -58,6 +58,19 @@ fn metrics_port() -> Result<()> {
         "metrics port answered: {body}"
     );
     let port = families(&body);
+    // iptables mode has written its tables and sets by now.
+    let value = |name: &str| -> Option<f64> {
+        body.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    for name in ["felix_iptables_restore_calls", "felix_ipset_calls"] {
+        ensure!(
+            value(name).is_some_and(|v| v > 0.0),
+            "{name} is not positive after start of day: {:?}",
+            value(name)
+        );
+    }
     for want in [
         "felix_calc_graph_update_time_seconds",
         "felix_calc_graph_updates_processed",
@@ -68,6 +81,9 @@ fn metrics_port() -> Result<()> {
         "felix_active_local_policies",
         "felix_cluster_num_hosts",
         "felix_cluster_num_workload_endpoints",
+        "felix_iptables_restore_calls",
+        "felix_iptables_save_calls",
+        "felix_ipset_calls",
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
         "process_open_fds",

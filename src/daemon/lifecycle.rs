@@ -218,7 +218,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
         shared.metrics.add_collector(Arc::new(move || m.render()));
         shared
             .metrics
-            .add_collector(crate::dataplane::metrics::route_table_collector(
+            .add_collector(crate::dataplane::metrics::dataplane_collector(
                 shared.metrics.clone(),
             ));
     }
