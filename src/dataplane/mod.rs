@@ -27,6 +27,7 @@
 pub mod bpf;
 pub mod cleanup;
 pub mod desired;
+pub mod external;
 pub mod family;
 pub mod generictables;
 pub mod ifacemon;
