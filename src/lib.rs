@@ -21,6 +21,7 @@ pub mod cputime;
 pub mod daemon;
 pub mod dataplane;
 pub mod datastore;
+pub mod explain;
 pub mod hash;
 pub mod model;
 pub mod resources;

@@ -8,6 +8,7 @@
 //! | `POST /faults` | arms one fault object (or an array of them); answers the armed list |
 //! | `DELETE /faults` | disarms all; answers `[]` |
 //! | `GET /metrics` | Prometheus text |
+//! | routes added with [`AdminContext::route`] | what their handler answers (`POST /explain`) |
 //!
 //! The server runs on its own thread (see [`crate::server`]), reading shared snapshots only,
 //! so it answers while an apply is stalled. [`admin_request`] is the client `felix admin` uses.
@@ -38,6 +39,7 @@ pub struct AdminContext {
     /// Metrics.
     pub metrics: Metrics,
     dataplane: Arc<RwLock<Option<DataplaneView>>>,
+    routes: Arc<RwLock<Vec<(String, String, Handler)>>>,
 }
 
 impl std::fmt::Debug for AdminContext {
@@ -61,12 +63,36 @@ impl AdminContext {
             faults,
             metrics,
             dataplane: Arc::new(RwLock::new(None)),
+            routes: Arc::new(RwLock::new(Vec::new())),
         }
     }
 
     /// Plugs in the `GET /dataplane` producer (replacing any earlier one).
     pub fn set_dataplane_view(&self, view: DataplaneView) {
         *self.dataplane.write() = Some(view);
+    }
+
+    /// Adds (or replaces) the handler of `method path`, for endpoints served by the
+    /// daemon's other parts (`POST /explain`, ...). A request to a routed path with another
+    /// method is answered 405.
+    pub fn route(&self, method: &str, path: &str, handler: Handler) {
+        let mut routes = self.routes.write();
+        routes.retain(|(m, p, _)| !(m == method && p == path));
+        routes.push((method.to_string(), path.to_string(), handler));
+    }
+
+    fn routed(&self, req: &Request) -> Option<Response> {
+        let routes = self.routes.read();
+        if let Some((_, _, h)) = routes
+            .iter()
+            .find(|(m, p, _)| *m == req.method && *p == req.path)
+        {
+            return Some(h(req));
+        }
+        routes
+            .iter()
+            .any(|(_, p, _)| *p == req.path)
+            .then(|| Response::error(405, "method not allowed"))
     }
 
     fn faults_json(&self) -> Response {
@@ -112,7 +138,9 @@ impl AdminContext {
             (_, "/status" | "/dataplane" | "/faults" | "/metrics") => {
                 Response::error(405, "method not allowed")
             }
-            _ => Response::error(404, "not found"),
+            _ => self
+                .routed(req)
+                .unwrap_or_else(|| Response::error(404, "not found")),
         }
     }
 

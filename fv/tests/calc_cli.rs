@@ -129,3 +129,113 @@ fn felix_calc_binary_view_and_stream() {
     );
     let _ = std::fs::remove_dir_all(s0.parent().unwrap());
 }
+
+const EXPLAIN_STATE: &str = r#"
+apiVersion: projectcalico.org/v3
+kind: Profile
+metadata: {name: open}
+spec:
+  ingress: [{action: Allow}]
+  egress: [{action: Allow}]
+---
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: node1-k8s-a-eth0, namespace: shop, labels: {app: a}}
+spec: {node: node1, orchestrator: k8s, pod: a, endpoint: eth0, interfaceName: calia,
+       ipNetworks: [10.0.0.1/32], profiles: [open]}
+---
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: node1-k8s-b-eth0, namespace: shop, labels: {app: b}}
+spec: {node: node1, orchestrator: k8s, pod: b, endpoint: eth0, interfaceName: calib,
+       ipNetworks: [10.0.0.2/32], profiles: [open]}
+---
+apiVersion: projectcalico.org/v3
+kind: NetworkPolicy
+metadata: {name: b-web, namespace: shop}
+spec:
+  selector: app == 'b'
+  types: [Ingress]
+  ingress:
+  - action: Deny
+    protocol: UDP
+  - action: Allow
+    protocol: TCP
+    source: {selector: app == 'a'}
+    destination: {ports: [80]}
+"#;
+
+#[test]
+fn felix_explain_offline_names_the_deciding_rule_and_refuses_foreign_flows() {
+    let bin = felix_bin();
+    felix_netns::require!(cond felix_netns::ensure(
+        bin.is_some(),
+        "the felix binary (cargo build --bin felix)"
+    ));
+    let bin = bin.expect("checked by the gate");
+    let dir = std::env::temp_dir().join(format!("felix-fv-explain-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("state.yaml");
+    std::fs::write(&state, EXPLAIN_STATE).unwrap();
+    let explain = |flow: &[&str]| {
+        let out = Command::new(&bin)
+            .args(["explain", "--node", "node1"])
+            .arg(&state)
+            .args(flow)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        (out.status.code(), stdout, stderr)
+    };
+    let json = |s: &str| -> serde_json::Value { serde_json::from_str(s).unwrap() };
+
+    let (code, out, err) = explain(&["--src", "10.0.0.1", "--dst", "10.0.0.2", "--dst-port", "80"]);
+    assert_eq!(code, Some(0), "{err}");
+    let v = json(&out);
+    assert_eq!(v["verdict"], "allow");
+    assert_eq!(
+        v["ingress"]["decidedBy"],
+        serde_json::json!({"kind": "rule", "tier": "default", "policy": "shop/b-web", "rule": 1, "action": "Allow"})
+    );
+    assert_eq!(v["ingress"]["endpoint"]["workloadId"], "shop/b");
+    assert_eq!(v["egress"]["decidedBy"]["profile"], "open");
+    assert_eq!(
+        v["ingress"]["trace"],
+        serde_json::json!([
+            {"tier": "default", "policy": "shop/b-web", "rule": 0, "matched": false},
+            {"tier": "default", "policy": "shop/b-web", "rule": 1, "matched": true},
+        ])
+    );
+
+    let (code, out, err) = explain(&[
+        "--src",
+        "10.0.0.1",
+        "--dst",
+        "10.0.0.2",
+        "--protocol",
+        "udp",
+        "--dst-port",
+        "53",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let v = json(&out);
+    assert_eq!(v["verdict"], "deny");
+    assert_eq!(v["ingress"]["decidedBy"]["rule"], 0);
+    assert_eq!(v["ingress"]["decidedBy"]["action"], "Deny");
+
+    let (code, out, err) = explain(&["--src", "10.0.0.1", "--dst", "10.0.0.2", "--dst-port", "81"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        json(&out)["ingress"]["decidedBy"],
+        serde_json::json!({"kind": "tierDefault", "tier": "default", "action": "Deny"})
+    );
+
+    let (code, _, err) = explain(&["--src", "192.0.2.1", "--dst", "192.0.2.2"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("neither 192.0.2.1 nor 192.0.2.2"), "{err}");
+    let (code, _, err) = explain(&["--src", "10.0.0.1", "--dst", "fd00::2"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("different IP versions"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

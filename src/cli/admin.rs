@@ -121,31 +121,28 @@ pub(crate) fn request_for(cmd: &AdminCommand) -> (&'static str, &'static str, Op
     }
 }
 
-/// Runs `felix admin`.
-pub fn run(args: AdminArgs) -> Result<(), CliError> {
-    let (method, path, body) = request_for(&args.command);
+/// Sends one request to the daemon at `socket`; the body of a 2xx answer.
+/// Exit codes as the module doc says.
+pub(crate) fn call(
+    socket: &std::path::Path,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Result<String, CliError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| CliError::Runtime(anyhow::anyhow!("cannot start a runtime: {e}")))?;
-    let answer = rt.block_on(felix_actors::admin_request(
-        &args.socket,
-        method,
-        path,
-        body.as_deref(),
-    ));
+    let answer = rt.block_on(felix_actors::admin_request(socket, method, path, body));
     let (status, body) = answer.map_err(|e| {
         CliError::Runtime(anyhow::anyhow!(
             "daemon unreachable at {}: {e}",
-            args.socket.display()
+            socket.display()
         ))
     })?;
     let body = body.trim_end();
     match status {
-        200..=299 => {
-            println!("{body}");
-            Ok(())
-        }
+        200..=299 => Ok(body.to_string()),
         400..=499 => Err(CliError::Input(format!(
             "{method} {path}: {status}: {body}"
         ))),
@@ -153,4 +150,12 @@ pub fn run(args: AdminArgs) -> Result<(), CliError> {
             "{method} {path}: {status}: {body}"
         ))),
     }
+}
+
+/// Runs `felix admin`.
+pub fn run(args: AdminArgs) -> Result<(), CliError> {
+    let (method, path, body) = request_for(&args.command);
+    let body = call(&args.socket, method, path, body.as_deref())?;
+    println!("{body}");
+    Ok(())
 }

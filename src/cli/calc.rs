@@ -19,6 +19,7 @@ use crate::calc::view::{payload_json, DataplaneView};
 use crate::calc::CalcGraph;
 use crate::datastore::snapshot::load_state;
 use crate::model::{Key, SyncStatus, Update, Value};
+use felix_proto::to_dataplane::Payload;
 
 use super::{node_name, CliError};
 
@@ -55,11 +56,12 @@ pub fn diff_states(prev: &BTreeMap<Key, Value>, next: &BTreeMap<Key, Value>) -> 
     out
 }
 
-/// Runs `felix calc`.
-pub fn run(args: CalcArgs) -> Result<(), CliError> {
-    let node = node_name::resolve(args.node.as_deref());
-    let mut states = Vec::with_capacity(args.states.len());
-    for path in &args.states {
+/// Loads each STATE (a file or a directory) as a complete datastore state.
+/// Per-resource errors are logged; a file that cannot be read at all is an
+/// input error.
+pub fn load_states(paths: &[PathBuf]) -> Result<Vec<BTreeMap<Key, Value>>, CliError> {
+    let mut states = Vec::with_capacity(paths.len());
+    for path in paths {
         let snap =
             load_state(path).map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
         for err in &snap.errors {
@@ -76,33 +78,59 @@ pub fn run(args: CalcArgs) -> Result<(), CliError> {
         }
         states.push(snap.values);
     }
+    Ok(states)
+}
 
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
-    let mut graph = CalcGraph::new(&node);
+/// Replays `states` through node `node`'s calculation graph (see the module
+/// doc), applying every emitted message to a [`DataplaneView`]; after each
+/// state, `each(i, view, messages of that state)`.
+pub fn replay(
+    node: &str,
+    paths: &[PathBuf],
+    states: &[BTreeMap<Key, Value>],
+    mut each: impl FnMut(usize, &DataplaneView, &[Payload]) -> Result<(), CliError>,
+) -> Result<DataplaneView, CliError> {
+    let mut graph = CalcGraph::new(node);
     let mut view = DataplaneView::new();
-    let mut prev = BTreeMap::new();
-    let mut seq: u64 = 0;
+    let empty = BTreeMap::new();
+    let mut prev = &empty;
     for (i, state) in states.iter().enumerate() {
-        graph.on_updates(diff_states(&prev, state));
+        graph.on_updates(diff_states(prev, state));
         if i == 0 {
             graph.on_status(SyncStatus::InSync);
         }
-        for p in graph.flush() {
-            seq += 1;
-            view.apply(&p)
-                .with_context(|| format!("state {i} ({})", args.states[i].display()))?;
-            if args.stream {
-                writeln!(out, "{}", payload_json(seq, &p)).context("writing output")?;
-            }
+        let flushed = graph.flush();
+        for p in &flushed {
+            view.apply(p).with_context(|| {
+                let path = paths.get(i).map(|p| p.display().to_string());
+                format!("state {i} ({})", path.unwrap_or_default())
+            })?;
         }
+        each(i, &view, &flushed)?;
+        prev = state;
+    }
+    Ok(view)
+}
+
+/// Runs `felix calc`.
+pub fn run(args: CalcArgs) -> Result<(), CliError> {
+    let node = node_name::resolve(args.node.as_deref());
+    let states = load_states(&args.states)?;
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let mut seq: u64 = 0;
+    replay(&node, &args.states, &states, |i, view, flushed| {
         if args.stream {
+            for p in flushed {
+                seq += 1;
+                writeln!(out, "{}", payload_json(seq, p)).context("writing output")?;
+            }
             writeln!(out, "{{\"endOfState\": {i}}}").context("writing output")?;
         } else {
             writeln!(out, "{}", view.to_json(i)).context("writing output")?;
         }
-        prev = state.clone();
-    }
+        Ok(())
+    })?;
     out.flush().context("writing output")?;
     Ok(())
 }

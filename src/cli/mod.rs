@@ -7,6 +7,7 @@ pub mod admin;
 pub mod bench;
 pub mod calc;
 pub mod datastore;
+pub mod explain;
 pub mod node_name;
 pub mod run;
 
@@ -58,6 +59,9 @@ pub(crate) enum Command {
     Run(run::RunArgs),
     /// Query or control a running daemon over its admin socket.
     Admin(admin::AdminArgs),
+    /// Which rule decides a flow: live from the daemon, or offline from
+    /// datastore states.
+    Explain(explain::ExplainArgs),
     /// Load resources into an etcd datastore and list them (as calicoctl
     /// stores them).
     Datastore(datastore::DatastoreArgs),
@@ -78,5 +82,6 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Run(a) => run::run(a),
         Command::Admin(a) => admin::run(a),
         Command::Datastore(a) => datastore::run(a),
+        Command::Explain(a) => explain::run(a),
     }
 }

@@ -300,6 +300,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
         log,
         shared,
         view,
+        node: opts.node.clone(),
         ctl: ctl_tx,
     };
     let outcome = loop {
@@ -366,6 +367,7 @@ struct Connector {
     log: LogHandle,
     shared: Shared,
     view: SharedView,
+    node: String,
     ctl: mpsc::Sender<Control>,
 }
 
@@ -438,6 +440,15 @@ impl Connector {
         let admin = dp.admin_context();
         let view = self.view.clone();
         admin.set_dataplane_view(Arc::new(move || view.lock().to_json(0)));
+        admin.route(
+            "POST",
+            "/explain",
+            crate::explain::admin::explain_handler(
+                self.view.clone(),
+                crate::explain::Settings::from_config(&cfg),
+                self.node.clone(),
+            ),
+        );
         dp.send(batch);
         self.dp = Some(dp);
         match start_admin_server(&self.admin_socket, &admin) {

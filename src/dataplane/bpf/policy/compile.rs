@@ -94,7 +94,7 @@ fn port(v: i32) -> Result<u16, String> {
 }
 
 /// Compiles one rule for `ipv`: `Ok(None)` when the rule does not apply to that version.
-fn compile_one(
+pub fn compile_one(
     rule: &Rule,
     ipv: IpVersion,
     sets: &mut SetIdAllocator,

@@ -31,7 +31,7 @@ pub(crate) mod reference;
 #[cfg(test)]
 mod tests;
 
-pub use compile::{compile_rules, Unrenderable};
+pub use compile::{compile_one, compile_rules, Unrenderable};
 pub use engine::BpfPolicyEngine;
 pub use setid::SetIdAllocator;
 pub use sync::{EndpointRef, PolicySync};
