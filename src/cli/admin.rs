@@ -52,6 +52,8 @@ pub enum FaultCommand {
     Add(FaultAddArgs),
     /// DELETE /faults: disarm all faults.
     Clear,
+    /// GET /faults/targets: every actor and the operations a fault can target.
+    Targets,
 }
 
 /// What an armed fault does.
@@ -106,6 +108,9 @@ pub(crate) fn request_for(cmd: &AdminCommand) -> (&'static str, &'static str, Op
         AdminCommand::Fault {
             command: FaultCommand::Clear,
         } => ("DELETE", "/faults", None),
+        AdminCommand::Fault {
+            command: FaultCommand::Targets,
+        } => ("GET", "/faults/targets", None),
         AdminCommand::Fault {
             command: FaultCommand::Add(a),
         } => {
