@@ -323,6 +323,7 @@ accessors! {
     debug_simulate_dataplane_hang_after: DebugSimulateDataplaneHangAfter => Duration.as_duration -> Duration;
     debug_simulate_dataplane_apply_delay: DebugSimulateDataplaneApplyDelay => Duration.as_duration -> Duration;
     debug_panic_after: DebugPanicAfter => Duration.as_duration -> Duration;
+    istio_ambient_mode: IstioAmbientMode => Str.as_str -> &str;
     debug_host: DebugHost => Str.as_str -> &str;
     debug_port: DebugPort => Int.as_port -> u16;
 }

@@ -360,6 +360,8 @@ param_table! {
         doc: "Test hook: make the dataplane hang this long after start; 0 disables." }
     DebugSimulateDataplaneApplyDelay { v3_field: Some("debugSimulateDataplaneApplyDelay"), kind: SECS, default: "0", group: G::Debug,
         doc: "Test hook: add this delay to every dataplane apply; 0 disables." }
+    IstioAmbientMode { v3_field: Some("istioAmbientMode"), kind: ENABLED_DISABLED, default: "Disabled", group: G::Dataplane, restart: true,
+        doc: "`Enabled` builds the Istio ambient calculator: the `all-istio-weps` IP set of workloads in ambient mode, and the ambient mark on their endpoints. Read when the calculation graph is built (`felix run` from its local configuration; `felix calc` and `felix explain` also from the first state's FelixConfiguration); a change restarts felix." }
     DebugPanicAfter { kind: SECS, default: "0", group: G::Debug,
         doc: "Test hook: crash the daemon this long after start; 0 disables. Host-local in practice (not in the v3 API)." }
     DebugHost { v3_field: Some("debugHost"), kind: K::Str(S::HostAddress), default: "localhost", group: G::Debug,
@@ -413,7 +415,6 @@ pub static UNSUPPORTED_UPSTREAM: &[(&str, Option<&str>)] = &[
     ("BPFProfiling", None),
     ("BPFMaglevMaxEndpointsPerService", None),
     ("BPFMaglevMaxServices", None),
-    ("IstioAmbientMode", None),
     ("IstioDSCPMark", None),
     ("CgroupV2Path", None),
     ("DebugBPFCgroupV2", None),

@@ -2,7 +2,10 @@
 //! with `DropAttributionEnabled`, a packet denied by a policy's deny rule, by
 //! a tier's end and by an endpoint with no allowing policy or profile is
 //! reported by `felix admin drops`, naming the tier, policy and rule (or the
-//! endpoint) and the workloads; with it off, `GET /drops` says so.
+//! endpoint) and the workloads; with it off, `GET /drops` says so. The second
+//! start also sets `IstioAmbientMode` (a graph option `felix run` reads at
+//! start): the Istio calculator's IP set must be in the desired view; and
+//! `LogFilePath`, which has no effect here: felix warns naming it.
 
 use std::time::Duration;
 
@@ -122,7 +125,26 @@ fn drops(backend: Backend) -> Result<()> {
     fv.stop()?;
 
     // Off: GET /drops says why there is nothing.
-    fv.start(&[])?;
+    fv.start(&[
+        ("FELIX_ISTIOAMBIENTMODE", "Enabled"),
+        ("FELIX_LOGFILEPATH", "/var/log/calico/felix.log"),
+    ])?;
+    let log = fv.d()?.log_text();
+    ensure!(
+        log.contains("parameter LogFilePath has no effect in felix-rs")
+            && !log.contains("parameter IstioAmbientMode has no effect"),
+        "no-effect warning missing: {}",
+        fv.d()?.log_tail(20)
+    );
+    let view = fv
+        .d()?
+        .admin_json(&["dataplane"])
+        .ok_or_else(|| anyhow!("no dataplane view"))?;
+    ensure!(
+        view["ipSets"].get("all-istio-weps").is_some(),
+        "IstioAmbientMode=Enabled: no all-istio-weps set in {}",
+        view["ipSets"]
+    );
     let out = fv.d()?.admin(&["drops"])?;
     let err = String::from_utf8_lossy(&out.stderr);
     ensure!(

@@ -105,7 +105,11 @@ pub fn replay(
     states: &[BTreeMap<Key, Value>],
     mut each: impl FnMut(usize, &DataplaneView, &[Payload]) -> Result<(), CliError>,
 ) -> Result<DataplaneView, CliError> {
-    let mut graph = CalcGraph::new(node);
+    let options = states
+        .first()
+        .map(|s| graph_options(node, s))
+        .unwrap_or_default();
+    let mut graph = CalcGraph::with_options(node, options);
     let mut view = DataplaneView::new();
     let empty = BTreeMap::new();
     let mut prev = &empty;
@@ -125,6 +129,35 @@ pub fn replay(
         prev = state;
     }
     Ok(view)
+}
+
+/// The graph's construction-time options (`IstioAmbientMode`, the route
+/// settings) as `felix run` would read them on node `node` of `state`: the
+/// state's FelixConfiguration `default` and `node.<node>`, under this
+/// process's `FELIX_*` environment.
+pub fn graph_options(node: &str, state: &BTreeMap<Key, Value>) -> crate::calc::GraphOptions {
+    use felix_config::{Config, Source};
+    let mut global = BTreeMap::new();
+    let mut host = BTreeMap::new();
+    for (k, v) in state {
+        let Value::Config(text) = v else { continue };
+        match k {
+            Key::GlobalConfig(name) => {
+                global.insert(name.clone(), text.clone());
+            }
+            Key::HostConfig { host: h, name } if h == node => {
+                host.insert(name.clone(), text.clone());
+            }
+            _ => {}
+        }
+    }
+    let layers = [
+        (Source::DatastoreGlobal, global),
+        (Source::DatastorePerHost, host),
+        (Source::Environment, felix_config::process_env_overrides()),
+    ];
+    let (cfg, _) = Config::build(&layers);
+    crate::calc::GraphOptions::from_config(&cfg)
 }
 
 /// Runs `felix calc`.

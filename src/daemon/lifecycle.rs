@@ -426,6 +426,14 @@ impl Connector {
         let (tracker, _) = ConfigTracker::new(local, &layers);
         let cfg = tracker.config().clone();
         self.tracker = Some(tracker);
+        for (p, source) in felix_config::set_without_effect(&cfg) {
+            tracing::warn!(
+                parameter = p.name(),
+                ?source,
+                "parameter {} has no effect in felix-rs; it is accepted and ignored",
+                p.name()
+            );
+        }
         self.log.set_level(cfg.log_severity_screen());
         self.health.apply(health_config(&cfg), &self.shared.health);
         self.metrics_port
