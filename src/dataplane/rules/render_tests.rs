@@ -938,3 +938,75 @@ fn negated_catch_all_with_host_bits_renders_nothing() {
         }
     }
 }
+
+#[test]
+fn drop_attribution_reports_each_deny_with_a_rate_limited_nflog_before_it() {
+    let pol = Policy {
+        inbound_rules: vec![
+            ProtoRule {
+                action: "allow".into(),
+                protocol: tcp(),
+                ..Default::default()
+            },
+            ProtoRule {
+                action: "deny".into(),
+                src_net: vec!["10.0.0.0/8".into()],
+                ..Default::default()
+            },
+        ],
+        tier: "default".into(),
+        ..Default::default()
+    };
+    let on = [
+        ("DropAttributionEnabled", "true"),
+        ("DropAttributionNFLOGGroup", "31"),
+        ("DropAttributionRateLimit", "7"),
+    ];
+    let chains = ipt(&on).policy_chains(&gnp("web"), &pol, &namer4);
+    let lines = ipt_lines(find(&chains, "cali-pi-gnp/web"));
+    let at = lines
+        .iter()
+        .position(|l| l.ends_with("--jump DROP"))
+        .expect("the deny");
+    assert_eq!(
+        lines[at - 1],
+        "-A cali-pi-gnp/web -m mark --mark 0x40000/0x40000 -m limit --limit 7/second \
+         --limit-burst 7 --jump NFLOG --nflog-group 31 --nflog-prefix D,i,1,gnp/web --nflog-size 128"
+    );
+    let n = renderer(&on, IpVersion::V4, Backend::Nftables);
+    let chains = n.policy_chains(&gnp("web"), &pol, &namer4);
+    let lines = nft_lines(find(&chains, "filter-cali-pi-gnp/web"), IpVersion::V4);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("limit rate 7/second burst 7 packets")
+                && l.contains("log prefix \"D,i,1,gnp/web\" group 31")),
+        "{lines:#?}"
+    );
+    // Off (the default): no report rule anywhere.
+    let chains = ipt(&[]).policy_chains(&gnp("web"), &pol, &namer4);
+    assert!(!ipt_lines(find(&chains, "cali-pi-gnp/web"))
+        .iter()
+        .any(|l| l.contains("NFLOG")));
+    // Endpoint chains: each tier's end and the final deny are reported too.
+    let ep = WorkloadEndpoint {
+        state: "active".into(),
+        name: "calia".into(),
+        tiers: vec![TierInfo {
+            name: "default".into(),
+            ingress_policies: vec![gnp("web")],
+            egress_policies: Vec::new(),
+            default_action: "Deny".into(),
+        }],
+        ..Default::default()
+    };
+    let chains = ipt(&on).workload_endpoint_chains("calia", &ep);
+    let tw = ipt_lines(find(&chains, "cali-tw-calia"));
+    for prefix in ["T,0,cali-tw-calia", "N,cali-tw-calia"] {
+        assert!(
+            tw.iter()
+                .any(|l| l.contains(&format!("--nflog-prefix {prefix} "))),
+            "{prefix}: {tw:#?}"
+        );
+    }
+}
