@@ -64,6 +64,8 @@ struct ReporterState {
 #[derive(Debug, Default)]
 struct Inner {
     reporters: BTreeMap<String, ReporterState>,
+    /// Timeouts by reporter name (`HealthTimeoutOverrides`), already mapped to ours.
+    overrides: BTreeMap<String, Duration>,
     latches_open: usize,
     latches_ever: usize,
 }
@@ -124,16 +126,49 @@ impl Health {
         }
     }
 
-    /// Registers (or re-registers) reporter `name`.
-    pub fn reporter(&self, name: &str, spec: ReporterSpec) -> HealthReporter {
-        self.inner
-            .lock()
+    /// Registers (or re-registers) reporter `name`; a timeout override for it
+    /// (see [`Health::set_timeout_overrides`]) replaces `spec.timeout`.
+    pub fn reporter(&self, name: &str, mut spec: ReporterSpec) -> HealthReporter {
+        let mut inner = self.inner.lock();
+        if let Some(t) = inner.overrides.get(name) {
+            spec.timeout = Some(*t);
+        }
+        inner
             .reporters
             .insert(name.to_string(), ReporterState { spec, last: None });
+        drop(inner);
         HealthReporter {
             health: self.clone(),
             name: name.to_string(),
         }
+    }
+
+    /// Sets the reporters' timeouts by name (`HealthTimeoutOverrides`), for the
+    /// registered reporters and those registered later. Upstream's names are
+    /// accepted for ours: `InternalDataplaneMainLoop` is `dataplane`,
+    /// `CalculationGraph` is `calc-graph`. Returns the names that match no
+    /// reporter felix-rs has, for the caller to warn about.
+    pub fn set_timeout_overrides(&self, overrides: &BTreeMap<String, Duration>) -> Vec<String> {
+        const KNOWN: &[&str] = &["dataplane", "calc-graph"];
+        let mut unknown = Vec::new();
+        let mut inner = self.inner.lock();
+        inner.overrides.clear();
+        for (name, t) in overrides {
+            let ours = match name.as_str() {
+                "InternalDataplaneMainLoop" => "dataplane",
+                "CalculationGraph" => "calc-graph",
+                other => other,
+            };
+            if !KNOWN.contains(&ours) {
+                unknown.push(name.clone());
+                continue;
+            }
+            inner.overrides.insert(ours.to_string(), *t);
+            if let Some(r) = inner.reporters.get_mut(ours) {
+                r.spec.timeout = Some(*t);
+            }
+        }
+        unknown
     }
 
     /// Creates a startup latch; readiness waits until it (and all others) are dropped.
@@ -277,6 +312,39 @@ mod tests {
         assert!(h.readiness().healthy);
         r.report(false, true);
         assert!(!h.liveness().healthy);
+    }
+
+    #[test]
+    fn timeout_overrides_apply_by_upstream_or_own_name_before_and_after_registration() {
+        let h = Health::new();
+        let spec = ReporterSpec {
+            live: true,
+            ready: false,
+            timeout: Some(Duration::from_secs(3600)),
+        };
+        let calc = h.reporter("calc-graph", spec);
+        let overrides = BTreeMap::from([
+            ("CalculationGraph".to_string(), Duration::from_millis(1)),
+            (
+                "InternalDataplaneMainLoop".to_string(),
+                Duration::from_millis(1),
+            ),
+            ("NoSuchLoop".to_string(), Duration::from_secs(1)),
+        ]);
+        assert_eq!(
+            h.set_timeout_overrides(&overrides),
+            vec!["NoSuchLoop".to_string()]
+        );
+        let dp = h.reporter("dataplane", spec);
+        calc.report(true, true);
+        dp.report(true, true);
+        std::thread::sleep(Duration::from_millis(10));
+        let view = h.liveness();
+        assert!(
+            !view.healthy,
+            "both reporters' reports are stale after 1 ms"
+        );
+        assert!(view.reporters.iter().all(|r| !r.live), "{view:?}");
     }
 
     #[test]

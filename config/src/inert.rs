@@ -17,8 +17,6 @@ pub const NO_EFFECT: &[Param] = &[
     Param::LogSeveritySys,
     Param::LogDebugFilenameRegex,
     Param::DebugDisableLogDropping,
-    Param::HealthTimeoutOverrides,
-    Param::DataplaneWatchdogTimeout,
     Param::KubeNodePortRanges,
     Param::WorkloadSourceSpoofing,
     Param::ExternalNodesCIDRList,

@@ -113,7 +113,7 @@ param_table! {
     HealthPort { v3_field: Some("healthPort"), kind: PORT, default: "9099", group: G::HealthMetrics,
         doc: "Port the health endpoints listen on." }
     HealthTimeoutOverrides { v3_field: Some("healthTimeoutOverrides"), kind: K::KeyDurationList, group: G::HealthMetrics, restart: false,
-        doc: "Per-component overrides of the health report timeouts, `name=duration`; applied without a restart." }
+        doc: "Per-component overrides of the health report timeouts, `name=duration`. felix-rs has two timed reporters: `InternalDataplaneMainLoop` (or `dataplane`) and `CalculationGraph` (or `calc-graph`); other names are warned about and ignored. Applied without a restart." }
     PrometheusMetricsEnabled { v3_field: Some("prometheusMetricsEnabled"), kind: K::Bool, group: G::HealthMetrics,
         doc: "Serve Prometheus metrics over TCP (the admin socket's `/metrics` is always on)." }
     PrometheusMetricsHost { v3_field: Some("prometheusMetricsHost"), kind: K::Str(S::HostAddress), group: G::HealthMetrics,
@@ -123,7 +123,7 @@ param_table! {
     PrometheusProcessMetricsEnabled { v3_field: Some("prometheusProcessMetricsEnabled"), kind: K::Bool, default: "true", group: G::HealthMetrics,
         doc: "Include process metrics (CPU, memory, file descriptors)." }
     DataplaneWatchdogTimeout { v3_field: Some("dataplaneWatchdogTimeout"), kind: SECS, default: "90", group: G::HealthMetrics,
-        doc: "How long the dataplane may go without completing an apply loop before it is reported unhealthy." }
+        doc: "How long the dataplane may go without completing an apply loop before it is reported unhealthy (not live): the timeout of the `dataplane` health reporter." }
 
     // ---- Endpoints and host protection ----
     InterfacePrefix { v3_field: Some("interfacePrefix"), kind: K::IfaceList, default: "cali", group: G::Endpoints, non_zero: true,

@@ -74,6 +74,8 @@ pub fn supervisor_config(cfg: &Config) -> SupervisorConfig {
         route_refresh_interval: opt(cfg.route_refresh_interval()),
         ipsets_refresh_interval: opt(cfg.ipsets_refresh_interval()),
         tables_refresh_interval: opt(cfg.table_refresh_interval()),
+        // The dataplane's liveness: upstream's watchdog on its main loop.
+        liveness_timeout: cfg.dataplane_watchdog_timeout(),
         ..SupervisorConfig::default()
     }
 }
@@ -282,10 +284,23 @@ mod tests {
         assert!(errs.is_empty(), "{errs:?}");
         let sc = supervisor_config(&cfg);
         assert_eq!(sc.dataplane, "nftables");
+        assert_eq!(
+            sc.liveness_timeout,
+            Duration::from_secs(90),
+            "DataplaneWatchdogTimeout default"
+        );
         assert_eq!(sc.route_refresh_interval, None);
-        let env: BTreeMap<String, String> = [("BPFEnabled".to_string(), "true".to_string())].into();
+        let env: BTreeMap<String, String> = [
+            ("BPFEnabled".to_string(), "true".to_string()),
+            ("DataplaneWatchdogTimeout".to_string(), "15".to_string()),
+        ]
+        .into();
         let (cfg, _) = Config::build(&[(Source::Environment, env)]);
         assert_eq!(supervisor_config(&cfg).dataplane, "bpf");
+        assert_eq!(
+            supervisor_config(&cfg).liveness_timeout,
+            Duration::from_secs(15)
+        );
     }
 
     #[test]

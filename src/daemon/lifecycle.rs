@@ -394,6 +394,8 @@ impl Connector {
                     change.restart.join(", ")
                 )));
             }
+            let cfg = tracker.config().clone();
+            self.apply_live_settings(&cfg);
         }
         if let Some(e) = encap {
             match &self.encap {
@@ -409,6 +411,23 @@ impl Connector {
             dp.send(batch);
         }
         None
+    }
+
+    /// The settings applied without a restart: the screen log level and the
+    /// health reporters' timeout overrides.
+    fn apply_live_settings(&self, cfg: &Config) {
+        self.log.set_level(cfg.log_severity_screen());
+        for name in self
+            .shared
+            .health
+            .set_timeout_overrides(cfg.health_timeout_overrides())
+        {
+            tracing::warn!(
+                reporter = %name,
+                "HealthTimeoutOverrides names no health reporter of felix-rs \
+                 (InternalDataplaneMainLoop/dataplane, CalculationGraph/calc-graph); ignored"
+            );
+        }
     }
 
     /// Start of day: full configuration, supervisor, admin socket.
@@ -434,8 +453,8 @@ impl Connector {
                 p.name()
             );
         }
-        self.log.set_level(cfg.log_severity_screen());
         self.health.apply(health_config(&cfg), &self.shared.health);
+        self.apply_live_settings(&cfg);
         self.metrics_port
             .apply(prometheus_config(&cfg), &self.shared.metrics);
         self.encap = encap;
