@@ -14,7 +14,7 @@
 //! conntrack). Every flow has a conntrack tuple of its own (explicit source
 //! port or ICMP identifier), so no earlier allowed flow can let it through.
 //!
-//! Defaults: seeds 1..=20, 100 flows each (2,000 per mode), after a check of
+//! Defaults: seeds 1..=40, 50 flows each (2,000 per mode), after a check of
 //! every pair of workloads in the open world. Longer runs:
 //! `FELIX_EXPLAIN_SEEDS=A..B` (inclusive, or `N` for 1..=N) and
 //! `FELIX_EXPLAIN_FLOWS=<flows per seed>`. Each mode prints its figures
@@ -52,9 +52,9 @@ const PARALLEL_PROBES: usize = 128;
 /// `felix explain` processes running at once.
 const PARALLEL_EXPLAINS: usize = 4;
 /// Seeds run by default.
-const DEFAULT_SEEDS: RangeInclusive<u64> = 1..=20;
+const DEFAULT_SEEDS: RangeInclusive<u64> = 1..=40;
 /// Flows per seed by default.
-const DEFAULT_FLOWS: usize = 100;
+const DEFAULT_FLOWS: usize = 50;
 
 /// The two modes run one after the other: they would compete for the CPU
 /// (and the timing figures would mean little).
