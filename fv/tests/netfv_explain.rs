@@ -38,7 +38,9 @@ use serde_json::Value;
 
 use felix_fv::netfv::daemon::{felix_binary, DEADLINE};
 use felix_fv::netfv::datastore::{cluster_yaml, Datastore};
-use felix_fv::netfv::explain_gen::{Flow, Proto, TupleAlloc, World, SERVER_PORTS, WORKLOADS};
+use felix_fv::netfv::explain_gen::{
+    Flow, Proto, TupleAlloc, World, MARKER_LABEL, NAMESPACES, SERVER_PORTS, WORKLOADS,
+};
 use felix_fv::netfv::probes::{self, Outcome, UdpServer};
 use felix_fv::netfv::wait::poll;
 use felix_fv::netfv::{Backend, Daemon, Sandbox, TOOLS};
@@ -149,8 +151,8 @@ impl Bench {
         self.wait_world(world, before)
     }
 
-    /// Waits until the daemon's view holds `world` (every endpoint lists its
-    /// marker profile), an apply after `before` left everything clean and no
+    /// Waits until the daemon's view holds `world` (every namespace carries
+    /// its marker label, every endpoint is there), an apply after `before` left everything clean and no
     /// further apply follows; fails when the daemon rejected a resource of
     /// the world (a generator bug, or a validation difference to report).
     fn wait_world(&mut self, world: &World, before: u64) -> Result<()> {
@@ -158,12 +160,12 @@ impl Bench {
         poll(DEADLINE, || {
             let view = self.daemon.admin_json(&["dataplane"])?;
             let weps = view["workloadEndpoints"].as_array()?;
+            let namespaces = view["namespaces"].as_array()?;
             let all = weps.len() == WORKLOADS.len()
-                && weps.iter().all(|w| {
-                    w["endpoint"]["profileIds"]
-                        .as_array()
-                        .is_some_and(|p| p.iter().any(|p| p == marker))
-                });
+                && namespaces.len() == NAMESPACES.len()
+                && namespaces
+                    .iter()
+                    .all(|n| n["labels"][MARKER_LABEL] == marker);
             all.then_some(())
         })
         .with_context(|| format!("the daemon's view never showed world {marker}"))?;
@@ -494,6 +496,16 @@ fn differential(backend: Backend) -> Result<()> {
         fig.apply_time += t.elapsed();
         let flows = world.flows(per_seed, &mut alloc);
         check_flows(&bench, &format!("seed {seed}"), &world, &flows, &mut fig)?;
+        let done = seed - seeds.start() + 1;
+        if done % 100 == 0 {
+            eprintln!(
+                "netfv_explain {}: {done} seeds, {} flows, {} disagreements so far ({:.0?})",
+                backend.status_name(),
+                fig.flows,
+                fig.disagreements.len() + fig.errors.len(),
+                start.elapsed()
+            );
+        }
     }
     let total = start.elapsed();
     let [tcp, udp, icmp] = fig.by_proto;

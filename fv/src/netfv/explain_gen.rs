@@ -287,9 +287,10 @@ pub struct World {
     /// Every resource of the world (namespaces, profiles, tiers, policies,
     /// workload endpoints), as the JSON array written to the datastore.
     pub resources: Vec<Value>,
-    /// The profile every workload endpoint of this world lists last: it has
-    /// no rules (so it changes no verdict) and its presence in the daemon's
-    /// view shows that the world has been read.
+    /// The value of the [`MARKER_LABEL`] every namespace of this world
+    /// carries (no selector uses the key, so it changes no verdict): the
+    /// daemon's view showing it on every namespace shows that the world has
+    /// been read.
     pub marker: String,
     /// Single source ports rules name (flows sometimes bind them).
     pub src_ports: Vec<u16>,
@@ -307,18 +308,14 @@ impl World {
     /// no policy; every flow must pass.
     pub fn open() -> World {
         let mut resources = Vec::new();
+        let marker = "open".to_string();
         for ns in NAMESPACES {
-            resources.push(namespace(ns, &Map::new()));
+            let mut labels = Map::new();
+            labels.insert(MARKER_LABEL.into(), json!(marker));
+            resources.push(namespace(ns, &labels));
         }
-        let marker = "gen-open".to_string();
-        resources.push(profile(&marker, Vec::new(), Vec::new()));
         for w in &WORKLOADS {
-            resources.push(wep(
-                w,
-                &Map::new(),
-                &[format!("kns.{}", w.ns), marker.clone()],
-                &[],
-            ));
+            resources.push(wep(w, &Map::new(), &[format!("kns.{}", w.ns)], &[]));
         }
         World {
             seed: 0,
@@ -425,6 +422,9 @@ impl World {
     }
 }
 
+/// The namespace label that names the world (see [`World::marker`]).
+pub const MARKER_LABEL: &str = "fv-world";
+
 const APPS: [&str; 4] = ["web", "api", "db", "cache"];
 const ROLES: [&str; 2] = ["front", "back"];
 const TEAMS: [&str; 2] = ["x", "y"];
@@ -500,16 +500,16 @@ impl Gen {
 
     fn world(mut self, seed: u64) -> World {
         let mut resources = Vec::new();
+        let marker = seed.to_string();
         for ns in NAMESPACES {
             let mut labels = Map::new();
+            labels.insert(MARKER_LABEL.into(), json!(marker));
             labels.insert("env".into(), json!(pick(&mut self.rng, &["prod", "dev"])));
             if self.p(0.5) {
                 labels.insert("zone".into(), json!(pick(&mut self.rng, &["a", "b"])));
             }
             resources.push(namespace(ns, &labels));
         }
-        let marker = format!("gen-{seed}");
-        resources.push(profile(&marker, Vec::new(), Vec::new()));
         // Two custom profiles: one with random rules, one open or closed.
         let ingress = self.rules(0..=3, true);
         let egress = self.rules(0..=3, true);
@@ -532,14 +532,13 @@ impl Gen {
                 labels.insert("team".into(), json!(pick(&mut self.rng, &TEAMS)));
             }
             let kns = format!("kns.{}", w.ns);
-            let mut profiles: Vec<String> = match self.rng.random_range(0..100) {
+            let profiles: Vec<String> = match self.rng.random_range(0..100) {
                 0..70 => vec![kns],
                 70..80 => vec![kns, "prof-a".into()],
                 80..90 => vec!["prof-a".into(), kns],
                 90..95 => vec!["prof-b".into()],
                 _ => Vec::new(),
             };
-            profiles.push(marker.clone());
             let mut ports = Vec::new();
             for name in PORT_NAMES {
                 if self.p(0.4) {
