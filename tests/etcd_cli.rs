@@ -248,7 +248,15 @@ fn get_output_round_trips_through_the_decoder() {
         } else {
             ("json", "json")
         };
-        let (code, out, err) = felix(&["datastore", "--endpoints", &url, "get", kind, "-o", fmt]);
+        // Both ways of naming the datastore: `--datastore etcdv3:URLS` as
+        // `felix run` takes it, and its alias `--endpoints`.
+        let spec = format!("etcdv3:{url}");
+        let (flag, value) = if i % 3 == 0 {
+            ("--datastore", spec.as_str())
+        } else {
+            ("--endpoints", url.as_str())
+        };
+        let (code, out, err) = felix(&["datastore", flag, value, "get", kind, "-o", fmt]);
         assert_eq!(code, 0, "{kind}: {err}");
         assert!(out.contains("List"), "{kind}: {out}");
         std::fs::write(out_dir.path().join(format!("{kind}.{ext}")), out).unwrap();
@@ -310,6 +318,11 @@ fn exit_codes() {
         2
     );
     assert_eq!(felix(&["datastore", "apply"]).0, 2);
+    let (code, _, err) = felix(&["datastore", "--datastore", "file:/tmp/x", "get", "tiers"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("writes to etcd"), "{err}");
+    let (code, _, err) = felix(&["datastore", "--datastore", "zookeeper:x", "get", "tiers"]);
+    assert_eq!(code, 2, "{err}");
 
     // etcd unreachable: exit 1.
     let mut stopped = EtcdTestServer::start().unwrap();
@@ -321,7 +334,7 @@ fn exit_codes() {
     // Help is complete.
     let (code, out, _) = felix(&["datastore", "--help"]);
     assert_eq!(code, 0);
-    for word in ["apply", "get", "--endpoints"] {
+    for word in ["apply", "get", "--endpoints", "--datastore"] {
         assert!(out.contains(word), "{out}");
     }
     let (_, out, _) = felix(&["datastore", "get", "--help"]);

@@ -6,6 +6,7 @@
 //! | `GET /dataplane` | the desired dataplane view from the plugged-in callback (503 until set) |
 //! | `GET /faults` | the armed faults, `[Fault...]` |
 //! | `POST /faults` | arms one fault object (or an array of them); answers the armed list |
+//! | `GET /faults/targets` | every actor and the operations a fault can target, `{"<actor>": ["*", op...]}` |
 //! | `DELETE /faults` | disarms all; answers `[]` |
 //! | `GET /metrics` | Prometheus text |
 //! | routes added with [`AdminContext::route`] | what their handler answers (`POST /explain`) |
@@ -130,12 +131,16 @@ impl AdminContext {
                 }
                 self.faults_json()
             }
+            ("GET", "/faults/targets") => Response::json(
+                200,
+                serde_json::to_string(&self.faults.targets()).unwrap_or_else(|_| "{}".into()),
+            ),
             ("DELETE", "/faults") => {
                 self.faults.clear();
                 self.faults_json()
             }
             ("GET", "/metrics") => Response::text(200, self.metrics.render_prometheus()),
-            (_, "/status" | "/dataplane" | "/faults" | "/metrics") => {
+            (_, "/status" | "/dataplane" | "/faults" | "/faults/targets" | "/metrics") => {
                 Response::error(405, "method not allowed")
             }
             _ => self

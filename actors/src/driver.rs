@@ -284,6 +284,7 @@ pub struct DriverSpec {
     pub(crate) name: String,
     pub(crate) phase: Phase,
     pub(crate) factory: ErasedFactory,
+    pub(crate) ops: Vec<&'static str>,
 }
 
 impl std::fmt::Debug for DriverSpec {
@@ -317,7 +318,15 @@ impl DriverSpec {
             name: name.to_string(),
             phase,
             factory,
+            ops: Vec::new(),
         }
+    }
+
+    /// Declares the kernel operations the driver runs through its seam (what a fault can
+    /// target besides `apply` and `*`; see `FaultRegistry`).
+    pub fn with_ops(mut self, ops: &[&'static str]) -> Self {
+        self.ops.extend_from_slice(ops);
+        self
     }
 
     /// The driver's stable name.

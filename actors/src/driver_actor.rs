@@ -11,6 +11,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 
 use crate::driver::{DriverError, DriverStep, ErasedDriver, FailureKind};
+use crate::seam::ActorSeam;
 
 /// One driver call from the supervisor.
 #[derive(Debug, Message)]
@@ -87,16 +88,23 @@ impl DriverReply {
     }
 }
 
+/// The fault operation covering a driver's whole reconcile step (every driver accepts it).
+pub const DRIVER_APPLY_OP: &str = "apply";
+
 pub(crate) struct DriverActor {
     name: Arc<str>,
     driver: Option<Box<dyn ErasedDriver>>,
+    seam: ActorSeam,
 }
 
 impl DriverActor {
-    pub(crate) fn new(name: &str, driver: Box<dyn ErasedDriver>) -> Self {
+    /// The actor for `driver`; each reconcile step runs as seam operation
+    /// [`DRIVER_APPLY_OP`] of `seam` (faultable, timed and counted as one).
+    pub(crate) fn new(name: &str, driver: Box<dyn ErasedDriver>, seam: ActorSeam) -> Self {
         Self {
             name: Arc::from(name),
             driver: Some(driver),
+            seam,
         }
     }
 }
@@ -150,9 +158,10 @@ impl Handler<DriverRequest> for DriverActor {
         }
         let step = req.step;
         let span = tracing::info_span!("driver", actor = %self.name);
+        let seam = self.seam.clone();
         let work = tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
-            let r = drv.run(step);
+            let r = seam.op(DRIVER_APPLY_OP, || drv.run(step));
             let dirty = drv.is_dirty(step);
             (drv, r, dirty)
         });

@@ -61,6 +61,9 @@ pub(crate) struct Complete {
     pub apply_seq: u64,
 }
 
+/// The operations of a manager actor a fault can target.
+pub const MANAGER_OPS: &[&str] = &["on_update", "resolve_batch", "complete_deferred_work"];
+
 pub(crate) struct ManagerActor<M> {
     name: Arc<str>,
     mgr: Box<dyn Manager<M>>,
@@ -111,7 +114,7 @@ impl<M: Clone + Send + 'static> ManagerActor<M> {
         })
     }
 
-    fn fault(&self, op: &str) -> (Option<FaultAction>, Duration) {
+    fn fault(&self, op: &'static str) -> (Option<FaultAction>, Duration) {
         match self.faults.take(&self.name, op) {
             Some(f) if f.action == FaultAction::Delay => (None, f.delay),
             Some(f) => (Some(f.action), Duration::ZERO),

@@ -38,6 +38,7 @@
 //! Components other than drivers may consult the same registry for their own debug knobs with
 //! [`FaultRegistry::take`] (for example target `supervisor`, op `apply`, action `delay`).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,15 +99,45 @@ pub enum FaultError {
     /// `count` is zero.
     #[error("fault count must be at least 1")]
     ZeroCount,
+    /// No actor of that name.
+    #[error("no actor {target:?}; the actors are: {valid}")]
+    UnknownTarget {
+        /// The name given.
+        target: String,
+        /// The actor names, comma-separated.
+        valid: String,
+    },
+    /// The actor never performs that operation.
+    #[error("actor {target:?} has no operation {op:?}; its operations are: {valid}")]
+    UnknownOp {
+        /// The actor.
+        target: String,
+        /// The operation given.
+        op: String,
+        /// Its operations, comma-separated (with `*`).
+        valid: String,
+    },
 }
 
-/// Shared list of armed faults. Cloning shares the list.
+/// Actor name -> the operations it can perform (what `GET /faults/targets` lists).
+type Catalog = BTreeMap<String, BTreeSet<String>>;
+
+/// Shared list of armed faults, and the catalog of actors and their operations. Cloning
+/// shares both.
 ///
-/// Invariant: every listed fault has `count >= 1`; a fault is removed when its last count
-/// fires. Faults are matched in arming order, first match wins.
+/// Invariants:
+/// * every listed fault has `count >= 1`; a fault is removed when its last count fires.
+///   Faults are matched in arming order, first match wins;
+/// * once any actor is declared, a fault is armed only for a declared actor and an operation
+///   it declared (or `*`), so an armed fault can fire
+///   (`a_fault_for_an_unknown_actor_or_operation_is_refused_listing_the_valid_ones`);
+/// * an operation an actor runs through the seam without having declared it is added to its
+///   catalog when first run, with a warning (the declarations are kept complete by that
+///   warning, never by refusing the operation).
 #[derive(Debug, Clone, Default)]
 pub struct FaultRegistry {
     armed: Arc<Mutex<Vec<Fault>>>,
+    catalog: Arc<Mutex<Catalog>>,
 }
 
 impl FaultRegistry {
@@ -123,10 +154,69 @@ impl FaultRegistry {
         if fault.count == 0 {
             return Err(FaultError::ZeroCount);
         }
+        {
+            let catalog = self.catalog.lock();
+            if !catalog.is_empty() {
+                let join = |it: &mut dyn Iterator<Item = &String>| {
+                    it.map(String::as_str).collect::<Vec<_>>().join(", ")
+                };
+                let Some(ops) = catalog.get(&fault.target) else {
+                    return Err(FaultError::UnknownTarget {
+                        target: fault.target,
+                        valid: join(&mut catalog.keys()),
+                    });
+                };
+                if fault.op != "*" && !ops.contains(&fault.op) {
+                    return Err(FaultError::UnknownOp {
+                        target: fault.target,
+                        op: fault.op,
+                        valid: format!("*, {}", join(&mut ops.iter())),
+                    });
+                }
+            }
+        }
         tracing::warn!(target_actor = %fault.target, op = %fault.op, action = ?fault.action,
             count = fault.count, "fault armed");
         self.armed.lock().push(fault);
         Ok(())
+    }
+
+    /// Declares that `actor` exists and may perform `ops` (adds to what it declared before).
+    pub fn declare(&self, actor: &str, ops: &[&str]) {
+        let mut catalog = self.catalog.lock();
+        let set = catalog.entry(actor.to_string()).or_default();
+        set.extend(ops.iter().map(|o| o.to_string()));
+    }
+
+    /// Every declared actor and its operations, `*` first (`GET /faults/targets`).
+    pub fn targets(&self) -> BTreeMap<String, Vec<String>> {
+        self.catalog
+            .lock()
+            .iter()
+            .map(|(a, ops)| {
+                let mut v = vec!["*".to_string()];
+                v.extend(ops.iter().cloned());
+                (a.clone(), v)
+            })
+            .collect()
+    }
+
+    /// Records that `actor` ran `op`: an operation it never declared is added (see the
+    /// type's invariants).
+    fn note(&self, actor: &str, op: &str) {
+        let mut catalog = self.catalog.lock();
+        if catalog.is_empty() {
+            return;
+        }
+        let ops = catalog.entry(actor.to_string()).or_default();
+        if !ops.contains(op) {
+            tracing::warn!(
+                actor,
+                op,
+                "operation not declared by its actor; added to the fault targets"
+            );
+            ops.insert(op.to_string());
+        }
     }
 
     /// Disarms every fault.
@@ -225,6 +315,11 @@ impl ActorSeam {
         self.seam.for_actor(actor)
     }
 
+    /// Declares operations this actor performs through the seam (see [`FaultRegistry`]).
+    pub fn declare_ops(&self, ops: &[&str]) {
+        self.seam.faults.declare(&self.actor, ops);
+    }
+
     /// The underlying shared seam.
     pub fn shared(&self) -> &Seam {
         &self.seam
@@ -245,6 +340,7 @@ impl ActorSeam {
         let span = tracing::debug_span!("kernel_op", actor = actor, op = op);
         let _entered = span.enter();
         let start = crate::clock::real_now();
+        self.seam.faults.note(actor, op);
         if let Some(fired) = self.seam.faults.take(actor, op) {
             match fired.action {
                 FaultAction::Error => {
@@ -296,6 +392,53 @@ mod tests {
         Boom,
         #[error(transparent)]
         Injected(#[from] Injected),
+    }
+
+    #[test]
+    fn a_fault_for_an_unknown_actor_or_operation_is_refused_listing_the_valid_ones() {
+        let reg = FaultRegistry::new();
+        let fault = |target: &str, op: &str| Fault {
+            target: target.into(),
+            op: op.into(),
+            action: FaultAction::Error,
+            count: 1,
+            delay_ms: 0,
+        };
+        // Nothing declared (a bare registry in a unit test): anything goes.
+        reg.arm(fault("anything", "x"))
+            .expect("undeclared registry");
+        reg.clear();
+        reg.declare("driver/routes-v4", &["apply", "route-replace"]);
+        reg.declare("supervisor", &["apply"]);
+        let e = reg
+            .arm(fault("driver/route-v4", "apply"))
+            .expect_err("misspelt actor");
+        assert_eq!(
+            e.to_string(),
+            "no actor \"driver/route-v4\"; the actors are: driver/routes-v4, supervisor"
+        );
+        let e = reg
+            .arm(fault("driver/routes-v4", "route-add"))
+            .expect_err("misspelt op");
+        assert!(
+            e.to_string()
+                .contains("its operations are: *, apply, route-replace"),
+            "{e}"
+        );
+        reg.arm(fault("driver/routes-v4", "route-replace"))
+            .expect("declared op");
+        reg.arm(fault("driver/routes-v4", "*")).expect("any op");
+        assert_eq!(
+            reg.targets().get("supervisor"),
+            Some(&vec!["*".to_string(), "apply".to_string()])
+        );
+        // An operation run without a declaration joins the catalog.
+        let seam = Seam::new(reg.clone(), Metrics::default()).for_actor("driver/routes-v4");
+        reg.clear();
+        let r: Result<(), TestError> = seam.op("route-del", || Ok(()));
+        r.expect("runs");
+        reg.arm(fault("driver/routes-v4", "route-del"))
+            .expect("learned op");
     }
 
     #[test]

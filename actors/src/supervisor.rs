@@ -48,10 +48,10 @@ use crate::apply::{
 };
 use crate::clock::SharedClock;
 use crate::driver::{DriverSpec, Phase};
-use crate::driver_actor::{DriverActor, DriverReply, Failure};
+use crate::driver_actor::{DriverActor, DriverReply, Failure, DRIVER_APPLY_OP};
 use crate::health::{Health, HealthReporter, ReporterSpec, StartupLatch};
 use crate::manager::{ApplyError, Manager};
-use crate::manager_actor::{ManagerActor, OnUpdate};
+use crate::manager_actor::{ManagerActor, OnUpdate, MANAGER_OPS};
 use crate::metrics::Metrics;
 use crate::seam::{FaultRegistry, Seam};
 use crate::status::{
@@ -446,6 +446,14 @@ impl<M: Clone + Send + 'static> SupervisorBuilder<M> {
         let (rate, burst) = self.validate()?;
         let seam = Seam::new(self.faults.clone(), self.metrics.clone());
         let faults = self.faults.clone();
+        faults.declare("supervisor", &["apply"]);
+        for spec in &self.managers {
+            faults.declare(&spec.name, MANAGER_OPS);
+        }
+        for spec in &self.drivers {
+            faults.declare(&spec.name, &[DRIVER_APPLY_OP]);
+            faults.declare(&spec.name, &spec.ops);
+        }
         let managers = self
             .managers
             .into_iter()
@@ -461,8 +469,10 @@ impl<M: Clone + Send + 'static> SupervisorBuilder<M> {
             .drivers
             .into_iter()
             .map(|spec| DriverSlot {
-                addr: DriverActor::new(&spec.name, (spec.factory)(&seam.for_actor(&spec.name)))
-                    .start(),
+                addr: {
+                    let seam = seam.for_actor(&spec.name);
+                    DriverActor::new(&spec.name, (spec.factory)(&seam), seam).start()
+                },
                 spec,
                 restarts: 0,
                 resync: true,
@@ -655,8 +665,10 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
             return;
         }
         let slot = &mut self.drivers[idx];
-        slot.addr =
-            DriverActor::new(&name, (slot.spec.factory)(&self.seam.for_actor(&name))).start();
+        slot.addr = {
+            let seam = self.seam.for_actor(&name);
+            DriverActor::new(&name, (slot.spec.factory)(&seam), seam).start()
+        };
         slot.restarts += 1;
         slot.resync = true;
         slot.dirty = true;

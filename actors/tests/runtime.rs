@@ -352,19 +352,17 @@ fn build_with_clock(
                     }) as Box<dyn Manager<Msg>>
                 },
             ))
-            .driver(DriverSpec::new(
-                drv,
-                phase,
-                input,
-                move |seam: &ActorSeam| FakeDriver {
+            .driver(
+                DriverSpec::new(drv, phase, input, move |seam: &ActorSeam| FakeDriver {
                     seam: seam.clone(),
                     name: drv,
                     role,
                     known: None,
                     resync: false,
                     world: wd.clone(),
-                },
-            ));
+                })
+                .with_ops(&["list", "create", "restore", "sync", "delete"]),
+            );
     }
     b.start().unwrap()
 }
@@ -1049,4 +1047,63 @@ async fn kernel_changed_schedules_an_apply_that_reaches_a_driver_with_outside_wo
         actix_rt::time::sleep(Duration::from_millis(5)).await;
     }
     assert!(!flag.load(Ordering::SeqCst));
+}
+
+#[actix_rt::test]
+async fn fault_targets_are_listed_validated_and_a_driver_apply_fault_fires() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("admin.sock");
+    let world = World::default();
+    let h = build(&world, fast_cfg(), FaultRegistry::new(), Default::default());
+    let _admin = start_admin_server(&sock, &h.admin_context()).unwrap();
+    let (code, targets) = get(&sock, "/faults/targets").await;
+    assert_eq!(code, 200, "{targets}");
+    let t: serde_json::Value = serde_json::from_str(&targets).unwrap();
+    for d in [IPSETS, TABLES] {
+        let ops: Vec<&str> = t[d]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        for op in ["*", "apply", "restore"] {
+            assert!(ops.contains(&op), "{d} lacks {op}: {ops:?}");
+        }
+    }
+    assert_eq!(t["supervisor"], serde_json::json!(["*", "apply"]));
+    // A misspelt target or op: refused, naming what is valid.
+    let post = |body: &'static str| {
+        let sock = sock.clone();
+        async move {
+            admin_request(&sock, "POST", "/faults", Some(body))
+                .await
+                .unwrap()
+        }
+    };
+    let (code, err) =
+        post(r#"{"target":"driver/iptables-filter","op":"apply","action":"error"}"#).await;
+    assert_eq!(code, 400, "{err}");
+    assert!(err.contains(TABLES), "valid actors listed: {err}");
+    let (code, err) =
+        post(r#"{"target":"driver/iptables-filter-v4","op":"restor","action":"error"}"#).await;
+    assert_eq!(code, 400, "{err}");
+    assert!(err.contains("restore"), "valid ops listed: {err}");
+    // `apply` fails the driver's whole step, twice; then it converges.
+    let (code, armed) =
+        post(r#"{"target":"driver/iptables-filter-v4","op":"apply","action":"error","count":2}"#)
+            .await;
+    assert_eq!(code, 200, "{armed}");
+    world.push(Ev::InSyncSent);
+    send_set(&h, Kind::IpSet, 3, 3);
+    send_set(&h, Kind::Policy, 1, 3);
+    h.addr.do_send(InSync);
+    wait_for(&h, Duration::from_secs(10), converged).await;
+    assert_eq!(
+        h.metrics.seam_op_counts(TABLES, "apply").1,
+        2,
+        "two injected apply failures"
+    );
+    let (_, left) = get(&sock, "/faults").await;
+    assert_eq!(left, "[]", "both counts fired");
+    assert_eq!(world.kernel.lock().rules.get(&1), Some(&3));
 }

@@ -61,6 +61,34 @@ pub mod op {
     pub const SET_ASIDE: &str = "set_aside";
     /// Listing a device's clsact filters (whether a clsact qdisc is shared).
     pub const TC_LIST: &str = "tc_list";
+
+    /// Every operation above (a BPF driver's fault targets).
+    pub const ALL: &[&str] = &[
+        MAP_CREATE,
+        MAP_PIN,
+        MAP_OPEN,
+        MAP_LOOKUP,
+        MAP_UPDATE,
+        MAP_DELETE,
+        PROG_LOAD,
+        PROG_PIN,
+        PROG_OPEN,
+        TEST_RUN,
+        TCX_ATTACH,
+        LINK_UPDATE,
+        LINK_PIN,
+        LINK_OPEN,
+        LINK_DETACH,
+        TC_QDISC,
+        TC_ATTACH,
+        TC_QUERY,
+        TC_DETACH,
+        PROBE,
+        UNPIN,
+        MOUNT,
+        SET_ASIDE,
+        TC_LIST,
+    ];
 }
 
 /// A failed BPF operation: which operation, on what, and why.

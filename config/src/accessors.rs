@@ -190,6 +190,9 @@ accessors! {
     log_action_rate_limit_burst: LogActionRateLimitBurst => Int.as_int -> i64;
     log_connection_transitions: LogConnectionTransitions => Str.as_str -> &str;
     log_connection_transitions_prefix: LogConnectionTransitionsPrefix => Str.as_str -> &str;
+    drop_attribution_enabled: DropAttributionEnabled => Bool.as_bool -> bool;
+    drop_attribution_nflog_group: DropAttributionNFLOGGroup => Int.as_int -> i64;
+    drop_attribution_rate_limit: DropAttributionRateLimit => Int.as_int -> i64;
     debug_disable_log_dropping: DebugDisableLogDropping => Bool.as_bool -> bool;
 
     health_enabled: HealthEnabled => Bool.as_bool -> bool;
@@ -320,6 +323,7 @@ accessors! {
     debug_simulate_dataplane_hang_after: DebugSimulateDataplaneHangAfter => Duration.as_duration -> Duration;
     debug_simulate_dataplane_apply_delay: DebugSimulateDataplaneApplyDelay => Duration.as_duration -> Duration;
     debug_panic_after: DebugPanicAfter => Duration.as_duration -> Duration;
+    istio_ambient_mode: IstioAmbientMode => Str.as_str -> &str;
     debug_host: DebugHost => Str.as_str -> &str;
     debug_port: DebugPort => Int.as_port -> u16;
 }

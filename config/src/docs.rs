@@ -29,6 +29,9 @@ pub fn render_markdown() -> String {
                 format!("`{}`", spec.default)
             };
             let mut notes = Vec::new();
+            if crate::inert::has_no_effect(p) {
+                notes.push("**No effect in felix-rs** (accepted and validated; `felix run` warns at start when it is set).");
+            }
             if spec.local {
                 notes.push("Config file/environment only.");
             }

@@ -96,6 +96,12 @@ param_table! {
         doc: "iptables/nftables only: after a policy `Log` rule fires, also log the connection's first response (established, reset or ICMP error)." }
     LogConnectionTransitionsPrefix { v3_field: Some("logConnectionTransitionsPrefix"), kind: K::Str(S::Any), default: "calico-response", group: G::Logging,
         doc: "Prefix of the follow-up lines written by `LogConnectionTransitions`; used literally (no `%` expansion)." }
+    DropAttributionEnabled { kind: K::Bool, group: G::Logging,
+        doc: "felix-rs: the dataplane reports denied packets with the rule that denied them (tier, policy or profile, rule index; end of tier; no match) through NFLOG in iptables and nftables mode; `felix admin drops` and `GET /drops` show the latest. Off: no reporting rule is rendered." }
+    DropAttributionNFLOGGroup { kind: K::Int { min: 1, max: 65535 }, default: "30", group: G::Logging,
+        doc: "felix-rs: the NFLOG group `DropAttributionEnabled` reports on (must not be shared with another NFLOG reader)." }
+    DropAttributionRateLimit { kind: K::Int { min: 1, max: 100000 }, default: "100", group: G::Logging,
+        doc: "felix-rs: denied packets reported per second by each reporting rule (burst the same); the others are dropped unreported, so a flood costs bounded CPU." }
     DebugDisableLogDropping { v3_field: Some("debugDisableLogDropping"), kind: K::Bool, group: G::Logging,
         doc: "Block instead of dropping log lines when the log writer falls behind." }
 
@@ -354,6 +360,8 @@ param_table! {
         doc: "Test hook: make the dataplane hang this long after start; 0 disables." }
     DebugSimulateDataplaneApplyDelay { v3_field: Some("debugSimulateDataplaneApplyDelay"), kind: SECS, default: "0", group: G::Debug,
         doc: "Test hook: add this delay to every dataplane apply; 0 disables." }
+    IstioAmbientMode { v3_field: Some("istioAmbientMode"), kind: ENABLED_DISABLED, default: "Disabled", group: G::Dataplane, restart: true,
+        doc: "`Enabled` builds the Istio ambient calculator: the `all-istio-weps` IP set of workloads in ambient mode, and the ambient mark on their endpoints. Read when the calculation graph is built (`felix run` from its local configuration; `felix calc` and `felix explain` also from the first state's FelixConfiguration); a change restarts felix." }
     DebugPanicAfter { kind: SECS, default: "0", group: G::Debug,
         doc: "Test hook: crash the daemon this long after start; 0 disables. Host-local in practice (not in the v3 API)." }
     DebugHost { v3_field: Some("debugHost"), kind: K::Str(S::HostAddress), default: "localhost", group: G::Debug,
@@ -407,7 +415,6 @@ pub static UNSUPPORTED_UPSTREAM: &[(&str, Option<&str>)] = &[
     ("BPFProfiling", None),
     ("BPFMaglevMaxEndpointsPerService", None),
     ("BPFMaglevMaxServices", None),
-    ("IstioAmbientMode", None),
     ("IstioDSCPMark", None),
     ("CgroupV2Path", None),
     ("DebugBPFCgroupV2", None),

@@ -239,3 +239,107 @@ fn felix_explain_offline_names_the_deciding_rule_and_refuses_foreign_flows() {
     assert!(err.contains("different IP versions"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn felix_calc_reports_each_invalid_resource_and_strict_exits_2() {
+    let bin = felix_bin();
+    felix_netns::require!(cond felix_netns::ensure(
+        bin.is_some(),
+        "the felix binary (cargo build --bin felix)"
+    ));
+    let bin = bin.expect("checked by the gate");
+    let dir = std::env::temp_dir().join(format!("felix-fv-calc-strict-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\n\
+               metadata: {name: bad}\nspec: {selector: all(), order: x}\n";
+    std::fs::write(dir.join("a.yaml"), format!("{STATE0}---\n{bad}")).unwrap();
+    let run = |strict: bool| {
+        let mut c = Command::new(&bin);
+        c.args(["calc", "--node", "node1"]);
+        if strict {
+            c.arg("--strict");
+        }
+        c.arg(&dir).output().unwrap()
+    };
+    let out = run(false);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("a.yaml:")
+            && err.contains("GlobalNetworkPolicy(bad)")
+            && err.contains("spec.order"),
+        "file, line, resource and field named: {err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["policies"][0]["id"]["name"], "p",
+        "the valid policy is kept"
+    );
+    let out = run(true);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!out.stdout.is_empty(), "--strict still prints the view");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn istio_ambient_mode_builds_the_istio_calculator_in_felix_calc() {
+    let bin = felix_bin();
+    felix_netns::require!(cond felix_netns::ensure(
+        bin.is_some(),
+        "the felix binary (cargo build --bin felix)"
+    ));
+    let bin = bin.expect("checked by the gate");
+    let dir = std::env::temp_dir().join(format!("felix-fv-calc-istio-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wep = "apiVersion: projectcalico.org/v3\nkind: WorkloadEndpoint\n\
+               metadata: {name: node1-k8s-a-eth0, namespace: mesh, \
+               labels: {istio.io/dataplane-mode: ambient}}\n\
+               spec: {node: node1, orchestrator: k8s, pod: a, endpoint: eth0, \
+               interfaceName: calia, ipNetworks: [10.0.0.1/32]}\n";
+    let fc = "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\n\
+              metadata: {name: default}\nspec: {istioAmbientMode: Enabled}\n";
+    let calc = |files: &[(&str, &str)], env: &[(&str, &str)]| -> serde_json::Value {
+        let d = dir.join(format!("s{}", files.len() * 10 + env.len()));
+        std::fs::create_dir_all(&d).unwrap();
+        for (name, text) in files {
+            std::fs::write(d.join(name), text).unwrap();
+        }
+        let out = Command::new(&bin)
+            .args(["calc", "--node", "node1"])
+            .arg(&d)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let ambient = |v: &serde_json::Value| {
+        (
+            v["ipSets"].get("all-istio-weps").is_some(),
+            v["workloadEndpoints"][0]["endpoint"]["isIstioAmbient"] == true,
+        )
+    };
+    assert_eq!(
+        ambient(&calc(&[("wep.yaml", wep)], &[])),
+        (false, false),
+        "off by default"
+    );
+    assert_eq!(
+        ambient(&calc(&[("wep.yaml", wep), ("fc.yaml", fc)], &[])),
+        (true, true),
+        "from the datastore's FelixConfiguration"
+    );
+    assert_eq!(
+        ambient(&calc(
+            &[("wep.yaml", wep)],
+            &[("FELIX_ISTIOAMBIENTMODE", "Enabled")]
+        )),
+        (true, true),
+        "from the environment"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -45,6 +45,46 @@ fn faults(backend: Backend) -> Result<()> {
         SETTLE,
     )?;
 
+    // Fault targets: every actor of /status is listed, every driver with
+    // `apply`; a misspelt target or operation is refused, naming the valid ones.
+    let d = fv.d()?;
+    let targets = d
+        .admin_json(&["fault", "targets"])
+        .ok_or_else(|| anyhow::anyhow!("no fault targets"))?;
+    let status = d.status().unwrap_or_default();
+    for a in status["actors"].as_array().into_iter().flatten() {
+        let name = a["name"].as_str().unwrap_or_default();
+        let ops = &targets[name];
+        ensure!(
+            ops.is_array(),
+            "actor {name} missing from the fault targets: {targets}"
+        );
+        if name.starts_with("driver/") {
+            ensure!(
+                ops.as_array()
+                    .is_some_and(|o| o.iter().any(|x| x == "apply")),
+                "driver {name} has no apply op: {ops}"
+            );
+        }
+    }
+    let typo = format!("{driver}x");
+    let out = d.admin(&[
+        "fault", "add", "--target", &typo, "--op", "apply", "--action", "error",
+    ])?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.code() == Some(2) && err.contains(driver),
+        "misspelt target: {err}"
+    );
+    let out = d.admin(&[
+        "fault", "add", "--target", driver, "--op", "aply", "--action", "error",
+    ])?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.code() == Some(2) && err.contains("apply"),
+        "misspelt op: {err}"
+    );
+
     // Apply errors: every operation of the filter driver fails.
     let d = fv.d()?;
     let before_change = d.applies();

@@ -175,7 +175,7 @@ impl GraphOptions {
         let text = |name: &str| cfg.get(name).map(|v| v.render()).unwrap_or_default();
         let pcr = cfg.program_cluster_routes();
         GraphOptions {
-            istio_ambient: text("IstioAmbientMode").eq_ignore_ascii_case("enabled"),
+            istio_ambient: cfg.istio_ambient_mode().eq_ignore_ascii_case("enabled"),
             routes: routes::RouteConfig {
                 route_source: routes::RouteSource::from_param(cfg.route_source()),
                 bpf_enabled: cfg.bpf_enabled(),

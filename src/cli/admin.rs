@@ -37,6 +37,13 @@ pub(crate) enum AdminCommand {
     Faults,
     /// GET /metrics: Prometheus text.
     Metrics,
+    /// GET /drops: the latest denied packets with the rule that denied them
+    /// (`DropAttributionEnabled`).
+    Drops {
+        /// Keep printing new drops (one JSON object per line) until interrupted.
+        #[arg(long)]
+        follow: bool,
+    },
     /// Arm or clear injected faults.
     Fault {
         #[command(subcommand)]
@@ -52,6 +59,8 @@ pub enum FaultCommand {
     Add(FaultAddArgs),
     /// DELETE /faults: disarm all faults.
     Clear,
+    /// GET /faults/targets: every actor and the operations a fault can target.
+    Targets,
 }
 
 /// What an armed fault does.
@@ -103,9 +112,13 @@ pub(crate) fn request_for(cmd: &AdminCommand) -> (&'static str, &'static str, Op
         AdminCommand::Dataplane => ("GET", "/dataplane", None),
         AdminCommand::Faults => ("GET", "/faults", None),
         AdminCommand::Metrics => ("GET", "/metrics", None),
+        AdminCommand::Drops { .. } => ("GET", "/drops", None),
         AdminCommand::Fault {
             command: FaultCommand::Clear,
         } => ("DELETE", "/faults", None),
+        AdminCommand::Fault {
+            command: FaultCommand::Targets,
+        } => ("GET", "/faults/targets", None),
         AdminCommand::Fault {
             command: FaultCommand::Add(a),
         } => {
@@ -154,8 +167,30 @@ pub(crate) fn call(
 
 /// Runs `felix admin`.
 pub fn run(args: AdminArgs) -> Result<(), CliError> {
+    if let AdminCommand::Drops { follow: true } = args.command {
+        return follow_drops(&args.socket);
+    }
     let (method, path, body) = request_for(&args.command);
     let body = call(&args.socket, method, path, body.as_deref())?;
     println!("{body}");
     Ok(())
+}
+
+/// `felix admin drops --follow`: polls `GET /drops` and prints each new
+/// record once, as one JSON line, until interrupted or the daemon goes away.
+fn follow_drops(socket: &std::path::Path) -> Result<(), CliError> {
+    let mut last = 0u64;
+    loop {
+        let body = call(socket, "GET", "/drops", None)?;
+        let list: Vec<serde_json::Value> = serde_json::from_str(&body)
+            .map_err(|e| CliError::Runtime(anyhow::anyhow!("GET /drops: {e}")))?;
+        for r in list {
+            let seq = r["seq"].as_u64().unwrap_or(0);
+            if seq > last {
+                println!("{r}");
+                last = seq;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
 }

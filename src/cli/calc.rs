@@ -34,6 +34,10 @@ pub struct CalcArgs {
     /// and `{"endOfState": N}` after each state, instead of the view.
     #[arg(long)]
     pub stream: bool,
+    /// Exit 2 (after printing everything) when any resource of any state was
+    /// invalid and left out.
+    #[arg(long)]
+    pub strict: bool,
     /// Datastore states, applied in order (files or directories).
     #[arg(required = true, value_name = "STATE")]
     pub states: Vec<PathBuf>,
@@ -56,17 +60,28 @@ pub fn diff_states(prev: &BTreeMap<Key, Value>, next: &BTreeMap<Key, Value>) -> 
     out
 }
 
+/// Complete datastore states, and how many resources were left out as invalid.
+pub struct LoadedStates {
+    /// Each state's model.
+    pub states: Vec<BTreeMap<Key, Value>>,
+    /// Resources (or duplicates) left out, over all states.
+    pub dropped: usize,
+}
+
 /// Loads each STATE (a file or a directory) as a complete datastore state.
-/// Per-resource errors are logged; a file that cannot be read at all is an
-/// input error.
-pub fn load_states(paths: &[PathBuf]) -> Result<Vec<BTreeMap<Key, Value>>, CliError> {
+/// Every resource left out is reported on stderr, one line each, as `felix
+/// run` logs it (file, line, what is wrong); a file that cannot be read at
+/// all is an input error.
+pub fn load_states(paths: &[PathBuf]) -> Result<LoadedStates, CliError> {
     let mut states = Vec::with_capacity(paths.len());
+    let mut dropped = 0;
     for path in paths {
         let snap =
             load_state(path).map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
         for err in &snap.errors {
-            tracing::warn!("{err}");
+            eprintln!("warning: {err}");
         }
+        dropped += snap.errors.len();
         if snap.has_file_errors() {
             let first = snap
                 .errors
@@ -78,7 +93,7 @@ pub fn load_states(paths: &[PathBuf]) -> Result<Vec<BTreeMap<Key, Value>>, CliEr
         }
         states.push(snap.values);
     }
-    Ok(states)
+    Ok(LoadedStates { states, dropped })
 }
 
 /// Replays `states` through node `node`'s calculation graph (see the module
@@ -90,7 +105,11 @@ pub fn replay(
     states: &[BTreeMap<Key, Value>],
     mut each: impl FnMut(usize, &DataplaneView, &[Payload]) -> Result<(), CliError>,
 ) -> Result<DataplaneView, CliError> {
-    let mut graph = CalcGraph::new(node);
+    let options = states
+        .first()
+        .map(|s| graph_options(node, s))
+        .unwrap_or_default();
+    let mut graph = CalcGraph::with_options(node, options);
     let mut view = DataplaneView::new();
     let empty = BTreeMap::new();
     let mut prev = &empty;
@@ -112,10 +131,40 @@ pub fn replay(
     Ok(view)
 }
 
+/// The graph's construction-time options (`IstioAmbientMode`, the route
+/// settings) as `felix run` would read them on node `node` of `state`: the
+/// state's FelixConfiguration `default` and `node.<node>`, under this
+/// process's `FELIX_*` environment.
+pub fn graph_options(node: &str, state: &BTreeMap<Key, Value>) -> crate::calc::GraphOptions {
+    use felix_config::{Config, Source};
+    let mut global = BTreeMap::new();
+    let mut host = BTreeMap::new();
+    for (k, v) in state {
+        let Value::Config(text) = v else { continue };
+        match k {
+            Key::GlobalConfig(name) => {
+                global.insert(name.clone(), text.clone());
+            }
+            Key::HostConfig { host: h, name } if h == node => {
+                host.insert(name.clone(), text.clone());
+            }
+            _ => {}
+        }
+    }
+    let layers = [
+        (Source::DatastoreGlobal, global),
+        (Source::DatastorePerHost, host),
+        (Source::Environment, felix_config::process_env_overrides()),
+    ];
+    let (cfg, _) = Config::build(&layers);
+    crate::calc::GraphOptions::from_config(&cfg)
+}
+
 /// Runs `felix calc`.
 pub fn run(args: CalcArgs) -> Result<(), CliError> {
     let node = node_name::resolve(args.node.as_deref());
-    let states = load_states(&args.states)?;
+    let loaded = load_states(&args.states)?;
+    let states = loaded.states;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut seq: u64 = 0;
@@ -132,5 +181,11 @@ pub fn run(args: CalcArgs) -> Result<(), CliError> {
         Ok(())
     })?;
     out.flush().context("writing output")?;
+    if args.strict && loaded.dropped > 0 {
+        return Err(CliError::Input(format!(
+            "--strict: {} invalid resource(s) left out (listed above)",
+            loaded.dropped
+        )));
+    }
     Ok(())
 }

@@ -12,6 +12,7 @@
 //!   `apply` accepts again.  Values that would be treated as absent are
 //!   reported on stderr.
 //!
+//! `--datastore etcdv3:URLS` (as `felix run` takes it) or its alias
 //! `--endpoints` (or `ETCD_ENDPOINTS`, as calicoctl) names the etcd members;
 //! for `https://` members `--ca-cert-file`, `--cert-file` and `--key-file`
 //! (or calicoctl's `ETCD_CA_CERT_FILE`, `ETCD_CERT_FILE`, `ETCD_KEY_FILE`)
@@ -25,6 +26,7 @@ use std::path::PathBuf;
 use anyhow::anyhow;
 use clap::{Args, Subcommand, ValueEnum};
 
+use crate::daemon::datastore_spec::DatastoreSpec;
 use crate::datastore::etcd::{apply, keys, parse_endpoints, EtcdClient, EtcdConfig};
 
 use super::CliError;
@@ -32,6 +34,10 @@ use super::CliError;
 /// Arguments of `felix datastore`.
 #[derive(Debug, Args)]
 pub struct DatastoreArgs {
+    /// The datastore, named as for `felix run`: `etcdv3:URL[,URL...]`
+    /// (takes precedence over --endpoints, which stays as an alias).
+    #[arg(long, global = true, value_name = "SPEC")]
+    pub datastore: Option<String>,
     /// etcd endpoints, comma-separated http[s]://HOST:PORT URLs.
     #[arg(
         long,
@@ -88,8 +94,23 @@ pub(crate) enum Output {
 
 /// Runs `felix datastore`.
 pub fn run(args: DatastoreArgs) -> Result<(), CliError> {
+    let endpoints = match args.datastore.as_deref() {
+        None => args.endpoints.clone(),
+        Some(spec) => match DatastoreSpec::parse(spec)
+            .map_err(|e| CliError::Input(format!("--datastore {spec}: {e}")))?
+        {
+            DatastoreSpec::Etcd(urls) => urls.join(","),
+            DatastoreSpec::File(dir) => {
+                return Err(CliError::Input(format!(
+                    "--datastore {spec}: `felix datastore` writes to etcd; a file datastore is \
+                     its files: copy them into {}",
+                    dir.display()
+                )))
+            }
+        },
+    };
     let config = EtcdConfig {
-        endpoints: parse_endpoints(&args.endpoints).map_err(|e| CliError::Input(e.to_string()))?,
+        endpoints: parse_endpoints(&endpoints).map_err(|e| CliError::Input(e.to_string()))?,
         ca_file: args.ca_cert_file,
         cert_file: args.cert_file,
         key_file: args.key_file,

@@ -184,6 +184,9 @@ impl CalcLoop {
         stop: Arc<AtomicBool>,
         cfg: CalcLoopConfig,
     ) -> CalcLoop {
+        if let Some(f) = &cfg.faults {
+            f.declare("calc-graph", &["flush"]);
+        }
         CalcLoop {
             graph: CalcGraph::with_options(node, cfg.graph_options),
             rx,

@@ -301,6 +301,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
         shared,
         view,
         node: opts.node.clone(),
+        drops: None,
         ctl: ctl_tx,
     };
     let outcome = loop {
@@ -368,6 +369,7 @@ struct Connector {
     shared: Shared,
     view: SharedView,
     node: String,
+    drops: Option<crate::dataplane::drops::reader::DropReader>,
     ctl: mpsc::Sender<Control>,
 }
 
@@ -424,6 +426,14 @@ impl Connector {
         let (tracker, _) = ConfigTracker::new(local, &layers);
         let cfg = tracker.config().clone();
         self.tracker = Some(tracker);
+        for (p, source) in felix_config::set_without_effect(&cfg) {
+            tracing::warn!(
+                parameter = p.name(),
+                ?source,
+                "parameter {} has no effect in felix-rs; it is accepted and ignored",
+                p.name()
+            );
+        }
         self.log.set_level(cfg.log_severity_screen());
         self.health.apply(health_config(&cfg), &self.shared.health);
         self.metrics_port
@@ -449,6 +459,10 @@ impl Connector {
                 self.node.clone(),
             ),
         );
+        if let Some(r) = self.drops.take() {
+            r.stop();
+        }
+        self.drops = super::drops::start_drops(&cfg, &self.shared, self.view.clone(), &admin);
         dp.send(batch);
         self.dp = Some(dp);
         match start_admin_server(&self.admin_socket, &admin) {
@@ -468,6 +482,9 @@ impl Connector {
     }
 
     fn shutdown(mut self) {
+        if let Some(r) = self.drops.take() {
+            r.stop();
+        }
         if let Some(dp) = self.dp.take() {
             dp.stop(DATAPLANE_STOP_TIMEOUT);
         }

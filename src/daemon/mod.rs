@@ -39,6 +39,7 @@ pub mod config_load;
 pub mod dataplane;
 pub mod dataplane_wiring;
 pub mod datastore_spec;
+mod drops;
 mod lifecycle;
 pub mod logging;
 pub mod messages;

@@ -16,6 +16,16 @@
 //! pacing point; they never fail the apply, so they cannot trigger the
 //! fail-closed exit meant for the tables we program.
 
+/// The command operations of `driver/cleanup-vN` (its fault targets).
+pub const OPS: &[&str] = &[
+    "iptables-save",
+    "iptables-restore",
+    "nft-cleanup",
+    "nft-list-chain",
+    "nft-list-chains",
+    "nft-list-tables",
+];
+
 use std::time::{Duration, Instant};
 
 use felix_actors::{Driver, DriverError};

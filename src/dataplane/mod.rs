@@ -27,6 +27,7 @@
 pub mod bpf;
 pub mod cleanup;
 pub mod desired;
+pub mod drops;
 pub mod external;
 pub mod family;
 pub mod generictables;

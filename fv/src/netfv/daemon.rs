@@ -277,6 +277,17 @@ impl Daemon {
             .context("running felix admin")
     }
 
+    /// Runs `felix explain --socket S args...` against this daemon.
+    pub fn explain(&self, args: &[&str]) -> Result<Output> {
+        Command::new(&self.felix)
+            .arg("explain")
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .context("running felix explain")
+    }
+
     /// `felix admin args...` parsed as JSON; `None` when the call failed.
     pub fn admin_json(&self, args: &[&str]) -> Option<Value> {
         let out = self.admin(args).ok()?;

@@ -9,6 +9,9 @@
 //! injection and metrics. Commands run in the namespace the command seam is bound to, which is
 //! how kernel tests point a driver at a throwaway network namespace.
 
+/// The command operations of `driver/ifaces-vN` (its fault targets).
+pub const OPS: &[&str] = &["sysctl", "sysctl-read"];
+
 mod actor;
 mod ifaces;
 mod routes;

@@ -3,6 +3,14 @@
 //! for metadata changes, deferred rate-limited deletions and an incremental
 //! resync with must and background tiers.
 
+/// The command operations of the IP-set drivers (their fault targets).
+pub const OPS: &[&str] = &[
+    "ipset-restore",
+    "ipset-list",
+    "ipset-list-names",
+    "ipset-destroy",
+];
+
 mod actor;
 mod cleanup_actor;
 mod driver;

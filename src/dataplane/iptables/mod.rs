@@ -2,6 +2,13 @@
 //! programming through `iptables-restore --noflush` and reading back with
 //! `iptables-save -t <table>`, with nft/legacy backend selection.
 
+/// The command operations of `driver/iptables-<table>-vN` (its fault targets).
+pub const OPS: &[&str] = &[
+    "iptables-restore",
+    "iptables-restore-check",
+    "iptables-save",
+];
+
 mod actor;
 mod backend;
 mod render;

@@ -18,6 +18,28 @@
 //! routing state only through a [`Netlink`] handed to them by the wiring, so tests, fault
 //! injection, metrics and the admin socket see every routing operation.
 
+/// Every netlink operation a driver runs through its seam (its fault targets).
+pub const OPS: &[&str] = &[
+    "netlink-open",
+    "addr-add",
+    "addr-del",
+    "addr-list",
+    "fdb-del",
+    "fdb-list",
+    "fdb-replace",
+    "link-add",
+    "link-del",
+    "link-get",
+    "link-list",
+    "link-set",
+    "neigh-del",
+    "neigh-list",
+    "neigh-replace",
+    "route-del",
+    "route-list",
+    "route-replace",
+];
+
 pub mod fake;
 mod socket;
 

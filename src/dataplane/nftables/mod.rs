@@ -3,6 +3,15 @@
 //! sets, and the sweep of our leftovers in the nftables copies of the shared
 //! iptables tables ([`IptablesNftCleanup`]).
 
+/// The command operations of `driver/nftables-vN` (its fault targets).
+pub const OPS: &[&str] = &[
+    "nft-apply",
+    "nft-check",
+    "nft-delete-table",
+    "nft-list-table",
+    "nft-list-tables",
+];
+
 mod actor;
 mod cleanup;
 mod json;

@@ -114,6 +114,15 @@ pub enum RenderError {
     },
 }
 
+/// Where and how fast denied packets are reported (drop attribution).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DropLog {
+    /// NFLOG group.
+    pub group: u16,
+    /// Reports per second per reporting rule (and the burst).
+    pub rate: u32,
+}
+
 /// Resolved rendering settings for one IP version and backend.
 ///
 /// Invariants (established by [`RenderConfig::from_felix_config`] and relied
@@ -158,6 +167,9 @@ pub struct RenderConfig {
     pub log_prefix: String,
     /// `LogActionRateLimit` and its burst (`None`: unlimited).
     pub log_rate_limit: Option<(String, u16)>,
+    /// Drop attribution (`DropAttributionEnabled`): the NFLOG group and the
+    /// per-rule rate (packets per second) denied packets are reported at.
+    pub drop_log: Option<DropLog>,
     /// `LogConnectionTransitions=FirstResponseAfterLog`.
     pub log_connection_transitions: bool,
     /// `LogConnectionTransitionsPrefix`, truncated to the backend limit.
@@ -246,6 +258,7 @@ impl RenderConfig {
             filter_deny_action: Action::Drop,
             log_prefix: "calico-packet".into(),
             log_rate_limit: None,
+            drop_log: None,
             log_connection_transitions: false,
             log_connection_transitions_prefix: "calico-response".into(),
             disable_conntrack_invalid: false,
@@ -341,6 +354,12 @@ impl RenderConfig {
                     u16::try_from(cfg.log_action_rate_limit_burst()).unwrap_or(0),
                 )
             }),
+            drop_log: (cfg.drop_attribution_enabled()
+                && cfg.dataplane_mode() != felix_config::DataplaneMode::Bpf)
+                .then(|| DropLog {
+                    group: u16::try_from(cfg.drop_attribution_nflog_group()).unwrap_or(30),
+                    rate: u32::try_from(cfg.drop_attribution_rate_limit()).unwrap_or(100),
+                }),
             log_connection_transitions,
             log_connection_transitions_prefix: truncate_str(
                 cfg.log_connection_transitions_prefix(),

@@ -19,8 +19,9 @@ use crate::dataplane::generictables::{
 
 use super::config::{RenderConfig, TableName};
 use super::dispatch::{interface_dispatch_chains, DispatchConfig};
+use super::drop_prefix;
 use super::names::*;
-use super::policy::{is_staged, policy_chain_name, profile_chain_name};
+use super::policy::{drop_report, is_staged, policy_chain_name, profile_chain_name};
 use super::statics::conn_log_check;
 
 const PROTO_UDP: u8 = 17;
@@ -160,7 +161,7 @@ pub(crate) fn endpoint_chain(cfg: &RenderConfig, s: &EndpointChainSpec<'_>) -> C
         Dir::Ingress => POLICY_INBOUND_PFX,
         Dir::Egress => POLICY_OUTBOUND_PFX,
     };
-    for tier in s.tiers {
+    for (tier_index, tier) in s.tiers.iter().enumerate() {
         let pols = tier_policies(tier, s.dir);
         if pols.is_empty() {
             continue;
@@ -187,6 +188,10 @@ pub(crate) fn endpoint_chain(cfg: &RenderConfig, s: &EndpointChainSpec<'_>) -> C
         }
         let tier_passes = tier.default_action.eq_ignore_ascii_case("pass");
         if matches!(s.kind, ChainKind::Normal | ChainKind::Forward) && !tier_passes {
+            if let Some(dl) = cfg.drop_log {
+                let prefix = drop_prefix::tier_end_prefix(tier_index, &name);
+                rules.push(drop_report(&pass_clear(), dl, &prefix));
+            }
             rules.push(Rule::new(pass_clear(), deny.clone()).comment(&format!(
                 "End of tier {}. {} if no policies passed packet",
                 tier.name,
@@ -222,6 +227,10 @@ pub(crate) fn endpoint_chain(cfg: &RenderConfig, s: &EndpointChainSpec<'_>) -> C
             rules.push(
                 Rule::new(accept_bit(), Action::Return).comment("Return if profile accepted"),
             );
+        }
+        if let Some(dl) = cfg.drop_log {
+            let prefix = drop_prefix::no_match_prefix(&name);
+            rules.push(drop_report(&MatchCriteria::new(), dl, &prefix));
         }
         rules.push(
             Rule::new(MatchCriteria::new(), deny.clone())

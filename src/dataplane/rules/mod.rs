@@ -9,6 +9,7 @@
 
 mod config;
 mod dispatch;
+pub mod drop_prefix;
 mod endpoints;
 mod layer;
 mod markbits;
@@ -18,7 +19,7 @@ mod renderer;
 mod statics;
 
 pub use config::{
-    Backend, EndpointToHostAction, FailsafePort, RenderConfig, RenderError, TableName,
+    Backend, DropLog, EndpointToHostAction, FailsafePort, RenderConfig, RenderError, TableName,
 };
 pub use dispatch::{
     interface_dispatch_chains, workload_dispatch_chains, DispatchChains, DispatchConfig,

@@ -19,7 +19,8 @@ use ipnet::IpNet;
 use crate::dataplane::generictables::{Action, Match, MatchCriteria, PortRange, Protocol, Rule};
 use crate::dataplane::IpVersion;
 
-use super::config::{truncate_str, RenderConfig};
+use super::config::{truncate_str, DropLog, RenderConfig};
+use super::drop_prefix;
 use super::names::length_limited_id;
 
 /// Most "slots" one multiport match holds (a range takes two).
@@ -355,6 +356,23 @@ fn rate_limit_match(cfg: &RenderConfig) -> Option<Match> {
     })
 }
 
+/// The rate-limited NFLOG that reports a deny of `m` (drop attribution).
+pub(crate) fn drop_report(m: &MatchCriteria, dl: DropLog, prefix: &str) -> Rule {
+    let n = dl.rate;
+    let limit = Match::Raw {
+        iptables: format!("-m limit --limit {n}/second --limit-burst {n}"),
+        nftables: format!("limit rate {n}/second burst {n} packets"),
+    };
+    Rule::new(
+        combine(m, &MatchCriteria::new().with(limit)),
+        Action::Nflog {
+            group: dl.group,
+            prefix: prefix.to_string(),
+            size: Some(128),
+        },
+    )
+}
+
 fn combine(a: &MatchCriteria, b: &MatchCriteria) -> MatchCriteria {
     let mut m = a.clone();
     m.0.extend(b.0.iter().cloned());
@@ -688,18 +706,39 @@ fn log_rules(cfg: &RenderConfig, m: MatchCriteria, owner: Owner<'_>, untracked: 
 
 /// Renders a list of rules into a chain body: trailing returns dropped (the
 /// caller checks the marks), `comment` on the first rule.
+///
+/// With drop attribution on, each deny verdict is preceded by a rate-limited
+/// NFLOG of the same match whose prefix names the rule
+/// ([`drop_prefix::rule_prefix`]); `ingress` says which list `rules` is.
 pub(crate) fn render_rules(
     cfg: &RenderConfig,
     rules: &[ProtoRule],
     owner: Owner<'_>,
     untracked: bool,
+    ingress: bool,
     comment: &str,
     ipset: &dyn Fn(&str) -> String,
 ) -> Vec<Rule> {
-    let mut out: Vec<Rule> = rules
-        .iter()
-        .flat_map(|r| render_rule(cfg, r, owner, untracked, ipset))
-        .collect();
+    let key = cfg.drop_log.map(|_| match owner {
+        Owner::Policy { id, .. } => drop_prefix::owner_key(Some(id), ""),
+        Owner::Profile { name } => drop_prefix::owner_key(None, name),
+    });
+    let mut out: Vec<Rule> = Vec::new();
+    for (index, r) in rules.iter().enumerate() {
+        let rendered = render_rule(cfg, r, owner, untracked, ipset);
+        match (&key, cfg.drop_log) {
+            (Some(key), Some(dl)) => {
+                let prefix = drop_prefix::rule_prefix(ingress, index, key);
+                for rule in rendered {
+                    if rule.action == cfg.filter_deny_action {
+                        out.push(drop_report(&rule.match_criteria, dl, &prefix));
+                    }
+                    out.push(rule);
+                }
+            }
+            _ => out.extend(rendered),
+        }
+    }
     while out.last().is_some_and(|r| r.action == Action::Return) {
         out.pop();
     }

@@ -129,14 +129,18 @@ pub(super) fn register_node(
         ..BpfDriverOptions::default()
     };
     let (st, ready) = (shared.ifaces.clone(), ready.clone());
-    b.driver(DriverSpec::new(
-        "driver/bpf",
-        Phase::Routes,
-        cell,
-        move |seam: &ActorSeam| {
-            BpfDriver::new(seam, opts.clone(), ready.clone()).with_interface_events(st.subscribe())
-        },
-    ))
+    b.driver(
+        DriverSpec::new(
+            "driver/bpf",
+            Phase::Routes,
+            cell,
+            move |seam: &ActorSeam| {
+                BpfDriver::new(seam, opts.clone(), ready.clone())
+                    .with_interface_events(st.subscribe())
+            },
+        )
+        .with_ops(felix_bpf::ops::op::ALL),
+    )
 }
 
 /// Registers `driver/bpf-cleanup` (once per node, iptables and nftables mode).
@@ -145,14 +149,17 @@ pub(super) fn register_cleanup(
     cfg: &Config,
 ) -> SupervisorBuilder<Payload> {
     let opts = loader_options(cfg);
-    b.driver(DriverSpec::new(
-        "driver/bpf-cleanup",
-        Phase::Routes,
-        DesiredInput::new(()),
-        move |seam: &ActorSeam| {
-            BpfCleanupDriver::new(seam, opts.clone(), PathBuf::from("/sys/class/net"))
-        },
-    ))
+    b.driver(
+        DriverSpec::new(
+            "driver/bpf-cleanup",
+            Phase::Routes,
+            DesiredInput::new(()),
+            move |seam: &ActorSeam| {
+                BpfCleanupDriver::new(seam, opts.clone(), PathBuf::from("/sys/class/net"))
+            },
+        )
+        .with_ops(felix_bpf::ops::op::ALL),
+    )
 }
 
 /// BPF mode's per-family managers (see the module docs); the accept chains follow `ready`.

@@ -118,31 +118,33 @@ impl Shared {
         make: impl Fn(Seamed) -> D + Send + Sync + 'static,
     ) -> SupervisorBuilder<Payload> {
         let provider = self.netlink.clone();
-        builder.driver(DriverSpec::new(
-            name,
-            phase,
-            input,
-            move |seam: &ActorSeam| make(Seamed::new(provider.clone(), seam.clone())),
-        ))
+        builder.driver(
+            DriverSpec::new(name, phase, input, move |seam: &ActorSeam| {
+                make(Seamed::new(provider.clone(), seam.clone()))
+            })
+            .with_ops(crate::dataplane::netlink::OPS),
+        )
     }
 
     /// Registers driver `name`, built by `make` from its `Commands` (the runtime's seam for
     /// that driver plus the shared runner) at start and at every restart.
+    /// `ops`: the command operations the driver runs (fault targets).
     pub fn driver<D: Driver>(
         &self,
         builder: SupervisorBuilder<Payload>,
         name: &str,
         phase: Phase,
         input: DesiredInput<D::Desired>,
+        ops: &[&'static str],
         make: impl Fn(Commands) -> D + Send + Sync + 'static,
     ) -> SupervisorBuilder<Payload> {
         let runner = self.runner.clone();
-        builder.driver(DriverSpec::new(
-            name,
-            phase,
-            input,
-            move |seam: &ActorSeam| make(Commands::new(runner.clone(), seam.clone())),
-        ))
+        builder.driver(
+            DriverSpec::new(name, phase, input, move |seam: &ActorSeam| {
+                make(Commands::new(runner.clone(), seam.clone()))
+            })
+            .with_ops(ops),
+        )
     }
 }
 
@@ -231,6 +233,7 @@ impl Family {
             &self.name("driver", "ifaces"),
             Phase::Routes,
             self.ifaces.clone(),
+            crate::dataplane::iproute::OPS,
             move |c| IfacesDriver::new(ipv, c, fwd).with_interface_events(st.subscribe()),
         );
         // `driver/cleanup-vN` sweeps the `*tables` flavour we are not programming.
@@ -245,6 +248,7 @@ impl Family {
             &self.name("driver", "cleanup"),
             Phase::Tables,
             DesiredInput::new(()),
+            crate::dataplane::cleanup::OPS,
             move |c| CleanupDriver::new(ipv, c, cleanup.clone(), refresh),
         )
     }

@@ -28,6 +28,7 @@ pub(super) fn register(
         &fam.name("driver", "ipsets"),
         Phase::IpSets,
         set_cell.clone(),
+        crate::dataplane::ipsets::OPS,
         move |c| IpSetsDriver::new(ipv, c, opts.clone(), max_size),
     );
     let tables = TableInputs::new_iptables();
@@ -42,7 +43,8 @@ pub(super) fn register(
         for (&table, cell) in cells {
             let (opts, backend) = (opts.clone(), shared.backend.clone());
             let name = fam.name("driver", &format!("iptables-{}", table.as_str()));
-            b = shared.driver(b, &name, Phase::Tables, cell.clone(), move |c| {
+            let ops = crate::dataplane::iptables::OPS;
+            b = shared.driver(b, &name, Phase::Tables, cell.clone(), ops, move |c| {
                 IptablesDriver::new(table, ipv, c, backend.clone(), opts.clone())
             });
         }

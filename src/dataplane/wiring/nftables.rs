@@ -30,6 +30,7 @@ pub(super) fn register(
         &fam.name("driver", "nftables"),
         Phase::Tables,
         cell.clone(),
+        crate::dataplane::nftables::OPS,
         move |c| NftablesDriver::new(ipv, c, opts.clone()),
     );
     let opts = ipset_options();
@@ -38,6 +39,7 @@ pub(super) fn register(
         &fam.name("driver", "ipset-cleanup"),
         Phase::IpSets,
         DesiredInput::new(IpSetsDesired::default()),
+        crate::dataplane::ipsets::OPS,
         move |c| IpSetCleanupDriver::new(ipv, c, opts.clone()),
     );
     (

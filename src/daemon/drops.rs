@@ -1,0 +1,63 @@
+//! `felix run`'s side of drop attribution: starts the NFLOG reader when
+//! `DropAttributionEnabled` is on in iptables or nftables mode and serves
+//! `GET /drops`; otherwise `GET /drops` says why there is nothing (409).
+
+use std::sync::Arc;
+
+use felix_actors::http::{Request, Response};
+use felix_actors::{AdminContext, Seam};
+use felix_config::{Config, DataplaneMode};
+use parking_lot::Mutex;
+
+use crate::calc::view::DataplaneView;
+use crate::dataplane::drops::reader::{start, DropReader};
+use crate::dataplane::drops::DropRing;
+
+use super::dataplane::Shared;
+
+fn refuse(admin: &AdminContext, why: String) {
+    admin.route(
+        "GET",
+        "/drops",
+        Arc::new(move |_: &Request| Response::error(409, &why)),
+    );
+}
+
+/// Starts drop attribution per `cfg` and routes `GET /drops`.
+pub(super) fn start_drops(
+    cfg: &Config,
+    shared: &Shared,
+    view: Arc<Mutex<DataplaneView>>,
+    admin: &AdminContext,
+) -> Option<DropReader> {
+    if !cfg.drop_attribution_enabled() {
+        refuse(
+            admin,
+            "drop attribution is off (set DropAttributionEnabled=true)".into(),
+        );
+        return None;
+    }
+    if cfg.dataplane_mode() == DataplaneMode::Bpf {
+        tracing::warn!("DropAttributionEnabled has no effect in eBPF mode in this build");
+        refuse(
+            admin,
+            "drop attribution is not available in eBPF mode in this build".into(),
+        );
+        return None;
+    }
+    let group = u16::try_from(cfg.drop_attribution_nflog_group()).unwrap_or(30);
+    let seam = Seam::new(shared.faults.clone(), shared.metrics.clone()).for_actor("drops");
+    let ring = DropRing::new();
+    match start(group, &seam, view, ring.clone()) {
+        Ok(r) => {
+            tracing::info!(group, "drop attribution: reading NFLOG group");
+            admin.route("GET", "/drops", ring.handler());
+            Some(r)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "drop attribution cannot start");
+            refuse(admin, format!("drop attribution cannot start: {e}"));
+            None
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! A reported packet -> a [`DropRecord`]: the prefix says which deny fired
+//! (see `rules::drop_prefix`), the desired view says whose it is.
+
+use felix_proto as pb;
+use serde_json::json;
+
+use crate::calc::view::DataplaneView;
+use crate::dataplane::rules::drop_prefix::{self, DropPrefix};
+use crate::dataplane::rules::{
+    HOST_FROM_ENDPOINT_FORWARD_PFX, HOST_FROM_ENDPOINT_PFX, HOST_TO_ENDPOINT_FORWARD_PFX,
+    HOST_TO_ENDPOINT_PFX, WORKLOAD_FROM_ENDPOINT_PFX, WORKLOAD_TO_ENDPOINT_PFX,
+};
+use crate::explain::leg::policy_name;
+
+use super::nflog::LoggedPacket;
+use super::DropRecord;
+
+/// The endpoint an endpoint chain belongs to: its name, its tiers for the
+/// chain, and the direction.
+fn endpoint_of<'a>(
+    view: &'a DataplaneView,
+    chain: &str,
+) -> Option<(String, &'a [pb::TierInfo], &'static str)> {
+    let workload = [
+        (WORKLOAD_TO_ENDPOINT_PFX, "ingress"),
+        (WORKLOAD_FROM_ENDPOINT_PFX, "egress"),
+    ];
+    for (pfx, dir) in workload {
+        if let Some(iface) = chain.strip_prefix(pfx) {
+            let (id, ep) = view
+                .workload_endpoints
+                .iter()
+                .find(|(_, ep)| ep.name == iface)?;
+            return Some((id.1.clone(), &ep.tiers, dir));
+        }
+    }
+    // Longest prefixes first: `cali-thfw-` before `cali-th-`.
+    let host = [
+        (HOST_TO_ENDPOINT_FORWARD_PFX, "ingress", true),
+        (HOST_FROM_ENDPOINT_FORWARD_PFX, "egress", true),
+        (HOST_TO_ENDPOINT_PFX, "ingress", false),
+        (HOST_FROM_ENDPOINT_PFX, "egress", false),
+    ];
+    for (pfx, dir, fwd) in host {
+        if let Some(iface) = chain.strip_prefix(pfx) {
+            let (id, ep) = view
+                .host_endpoints
+                .iter()
+                .find(|(_, ep)| ep.name == iface)?;
+            let tiers = if fwd { &ep.forward_tiers } else { &ep.tiers };
+            return Some((format!("hep/{id}"), tiers, dir));
+        }
+    }
+    None
+}
+
+/// What the prefix names, as `felix explain`'s `decidedBy` plus the
+/// direction (and the endpoint, for endpoint-chain denies).
+pub fn decided_by(view: &DataplaneView, prefix: &str) -> serde_json::Value {
+    match drop_prefix::parse(prefix) {
+        Some(DropPrefix::Rule {
+            ingress,
+            index,
+            key,
+        }) => {
+            let direction = if ingress { "ingress" } else { "egress" };
+            if let Some(((kind, ns, name), pol)) = view.policies.iter().find(|((k, n, m), _)| {
+                let id = pb::PolicyId {
+                    kind: k.clone(),
+                    namespace: n.clone(),
+                    name: m.clone(),
+                };
+                drop_prefix::owner_key(Some(&id), "") == key
+            }) {
+                let id = pb::PolicyId {
+                    kind: kind.clone(),
+                    namespace: ns.clone(),
+                    name: name.clone(),
+                };
+                return json!({"kind": "rule", "tier": pol.tier, "policy": policy_name(&id),
+                              "rule": index, "action": "Deny", "direction": direction});
+            }
+            if let Some(name) = view
+                .profiles
+                .keys()
+                .find(|n| drop_prefix::owner_key(None, n) == key)
+            {
+                return json!({"kind": "rule", "profile": name, "rule": index,
+                              "action": "Deny", "direction": direction});
+            }
+            json!({"kind": "rule", "unknownOwner": key, "rule": index, "action": "Deny",
+                   "direction": direction})
+        }
+        Some(DropPrefix::TierEnd { tier, chain }) => match endpoint_of(view, &chain) {
+            Some((ep, tiers, dir)) => {
+                let name = tiers.get(tier).map(|t| t.name.clone());
+                json!({"kind": "tierDefault", "tier": name, "action": "Deny",
+                       "endpoint": ep, "direction": dir})
+            }
+            None => json!({"kind": "tierDefault", "tierIndex": tier, "action": "Deny",
+                           "chain": chain}),
+        },
+        Some(DropPrefix::NoMatch { chain }) => match endpoint_of(view, &chain) {
+            Some((ep, _, dir)) => json!({"kind": "noMatch", "endpoint": ep, "direction": dir}),
+            None => json!({"kind": "noMatch", "chain": chain}),
+        },
+        None => json!({"kind": "unknown"}),
+    }
+}
+
+/// The local endpoint with address `a`, as `namespace/pod` (workloads) or
+/// `hep/<id>`.
+fn endpoint_name(view: &DataplaneView, a: std::net::IpAddr) -> Option<String> {
+    let s = a.to_string();
+    let in_nets = |nets: &[String]| {
+        nets.iter()
+            .filter_map(|n| n.parse::<ipnet::IpNet>().ok())
+            .any(|n| n.contains(&a))
+    };
+    if let Some(((_, w, _), _)) = view
+        .workload_endpoints
+        .iter()
+        .find(|(_, ep)| in_nets(&ep.ipv4_nets) || in_nets(&ep.ipv6_nets))
+    {
+        return Some(w.clone());
+    }
+    view.host_endpoints
+        .iter()
+        .find(|(_, ep)| ep.expected_ipv4_addrs.contains(&s) || ep.expected_ipv6_addrs.contains(&s))
+        .map(|(id, _)| format!("hep/{id}"))
+}
+
+/// The record of one reported packet (`seq` is set by the ring).
+pub fn record(view: &DataplaneView, p: &LoggedPacket, time: String) -> DropRecord {
+    let f = p.packet;
+    let ports = f.filter(|f| matches!(f.proto, 6 | 17 | 132));
+    DropRecord {
+        seq: 0,
+        time,
+        src: f.map(|f| f.src.to_string()),
+        dst: f.map(|f| f.dst.to_string()),
+        protocol: f.map(|f| f.proto),
+        src_port: ports.map(|f| f.src_port),
+        dst_port: ports.map(|f| f.dst_port),
+        src_endpoint: f.and_then(|f| endpoint_name(view, f.src)),
+        dst_endpoint: f.and_then(|f| endpoint_name(view, f.dst)),
+        decided_by: decided_by(view, &p.prefix),
+        prefix: p.prefix.clone(),
+    }
+}
