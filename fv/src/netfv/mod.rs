@@ -8,6 +8,10 @@
 //! * [`cluster`]: three nodes on two subnets behind a router, each running
 //!   `felix run` on one shared datastore;
 //! * [`traffic`]: in-process echo servers and probes;
+//! * [`probes`]: TCP, UDP and ICMP probes with a chosen conntrack tuple,
+//!   UDP echo servers;
+//! * [`explain_gen`]: the seeded worlds and flows of the `felix explain`
+//!   differential test;
 //! * [`datastore`]: the file datastore directory and resource YAML;
 //! * [`daemon`]: `felix run` / `felix admin`, convergence waits, faults;
 //! * [`kernel`]: chains, sets, routes, counters of both backends;
@@ -20,7 +24,9 @@
 pub mod cluster;
 pub mod daemon;
 pub mod datastore;
+pub mod explain_gen;
 pub mod kernel;
+pub mod probes;
 pub mod sandbox;
 pub mod topology;
 pub mod traffic;
