@@ -237,7 +237,7 @@ fn daemon_fault_commands_round_trip_through_the_admin_socket() {
         "--target",
         "driver/iptables-filter-v4",
         "--op",
-        "restore",
+        "iptables-restore",
         "--action",
         "delay",
         "--count",
@@ -253,12 +253,27 @@ fn daemon_fault_commands_round_trip_through_the_admin_socket() {
     let faults = d.admin_json(&["faults"]).unwrap();
     assert_eq!(
         faults,
-        serde_json::json!([{"target": "driver/iptables-filter-v4", "op": "restore",
+        serde_json::json!([{"target": "driver/iptables-filter-v4", "op": "iptables-restore",
             "action": "delay", "count": 3, "delayMs": 250}])
     );
     let out = d.admin(&["fault", "clear"]);
     assert!(out.status.success());
     assert_eq!(d.admin_json(&["faults"]).unwrap(), serde_json::json!([]));
+
+    // An operation the driver never performs is refused, naming the valid ones.
+    let out = d.admin(&[
+        "fault",
+        "add",
+        "--target",
+        "driver/iptables-filter-v4",
+        "--op",
+        "restore",
+        "--action",
+        "error",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("iptables-restore"), "{err}");
 
     // Bad usage is exit 2 (clap), a rejected fault too.
     let out = d.admin(&[
