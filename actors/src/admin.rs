@@ -9,6 +9,9 @@
 //! | `GET /faults/targets` | every actor and the operations a fault can target, `{"<actor>": ["*", op...]}` |
 //! | `DELETE /faults` | disarms all; answers `[]` |
 //! | `GET /metrics` | Prometheus text |
+//! | `GET /readback` | per driver, what it reads from the kernel and what a resync would change (see [`crate::readback`]) |
+//! | `GET /drift` | per driver, only what a resync would change; `inSync` when nothing would |
+//! | `GET /timings` | the latest applies' step durations and each driver's reconcile durations ([`crate::timings`]) |
 //! | routes added with [`AdminContext::route`] | what their handler answers (`POST /explain`) |
 //!
 //! The server runs on its own thread (see [`crate::server`]), reading shared snapshots only,

@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::readback::ReadBack;
 use crate::seam::{ActorSeam, Injected};
 
 /// Where a driver runs in the apply sequence.
@@ -147,6 +148,15 @@ pub trait Driver: Send + 'static {
 
     /// Pending work known to the driver itself.
     fn is_dirty(&self) -> bool;
+
+    /// Answers a read-back itself: what it finds in the kernel and what a resync now would
+    /// change, without changing anything. `None` (the default) lets the runtime probe a fresh
+    /// instance on a recording seam (see [`crate::readback`]), which suits every driver whose
+    /// writes return nothing the driver needs afterwards.
+    fn read_back(&mut self, desired: &Self::Desired) -> Option<Result<ReadBack, DriverError>> {
+        let _ = desired;
+        None
+    }
 }
 
 struct Slot<S> {
@@ -226,6 +236,10 @@ pub(crate) trait ErasedDriver: Send {
     fn run(&mut self, step: DriverStep) -> Result<(), DriverError>;
     fn queue_resync(&mut self);
     fn is_dirty(&self, step: DriverStep) -> bool;
+    /// The driver's own read-back, if it answers one.
+    fn read_back(&mut self) -> Option<Result<ReadBack, DriverError>>;
+    /// The steps one apply runs on this driver, in order.
+    fn steps(&self) -> &'static [DriverStep];
 }
 
 struct Bound<D: Driver> {
@@ -262,6 +276,19 @@ impl<D: Driver> ErasedDriver for Bound<D> {
 
     fn queue_resync(&mut self) {
         self.driver.queue_resync();
+    }
+
+    fn read_back(&mut self) -> Option<Result<ReadBack, DriverError>> {
+        let driver = &mut self.driver;
+        self.input.read(|desired| driver.read_back(desired))
+    }
+
+    fn steps(&self) -> &'static [DriverStep] {
+        if self.two_step {
+            &[DriverStep::Main, DriverStep::Deletions]
+        } else {
+            &[DriverStep::Main]
+        }
     }
 
     fn is_dirty(&self, step: DriverStep) -> bool {

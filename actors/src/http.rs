@@ -189,8 +189,11 @@ async fn write_response<S: AsyncWrite + Unpin>(s: &mut S, r: &Response) -> io::R
 pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, handler: Handler) {
     let resp = match tokio::time::timeout(REQUEST_DEADLINE, read_request(&mut s)).await {
         Ok(Ok(req)) => {
+            // On the blocking pool: a handler that waits (a read-back behind an apply) must
+            // not hold up the server's other connections.
             let h = Arc::clone(&handler);
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(&req)))
+            tokio::task::spawn_blocking(move || h(&req))
+                .await
                 .unwrap_or_else(|_| Response::error(500, "handler panicked"))
         }
         Ok(Err(resp)) => resp,

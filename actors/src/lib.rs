@@ -27,10 +27,12 @@ pub mod manager;
 mod manager_actor;
 pub mod metrics;
 pub mod prometheus;
+pub mod readback;
 pub mod seam;
 pub mod server;
 pub mod status;
 pub mod supervisor;
+pub mod timings;
 
 pub use admin::{admin_request, start_admin_server, AdminContext, DataplaneView};
 pub use apply::{ApplyEvent, ApplyEventKind, ApplyObserver, ApplyStep};
@@ -40,6 +42,7 @@ pub use health::{
 };
 pub use manager::{ApplyCtx, ApplyError, CrossManagerMsg, Manager};
 pub use metrics::{Collector, Metrics};
+pub use readback::{ReadBack, RecordedOp, Recording};
 pub use seam::{ActorSeam, Fault, FaultAction, FaultRegistry, Injected, Seam};
 pub use status::{
     ActorState, ActorStatus, LastError, RejectedChain, Role, StatusHandle, StatusSnapshot,

@@ -46,6 +46,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::Metrics;
+use crate::readback::Recording;
 
 /// What an armed fault does to a matching operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -286,6 +287,7 @@ impl Seam {
         ActorSeam {
             seam: self.clone(),
             actor: Arc::from(actor),
+            recording: None,
         }
     }
 }
@@ -295,6 +297,9 @@ impl Seam {
 pub struct ActorSeam {
     seam: Seam,
     actor: Arc<str>,
+    /// Set on a read-back probe's copy: writes are recorded, not run (see
+    /// [`crate::readback`]).
+    recording: Option<Recording>,
 }
 
 impl Default for ActorSeam {
@@ -312,7 +317,25 @@ impl ActorSeam {
 
     /// The same shared seam under another actor name.
     pub fn renamed(&self, actor: &str) -> ActorSeam {
-        self.seam.for_actor(actor)
+        ActorSeam {
+            recording: self.recording.clone(),
+            ..self.seam.for_actor(actor)
+        }
+    }
+
+    /// A copy of this seam for a read-back probe, and the log it fills. Kernel handles built
+    /// on the copy run reads and record writes instead of running them; no fault fires and
+    /// nothing is counted through it.
+    pub fn recording(&self) -> (ActorSeam, Recording) {
+        let rec = Recording::default();
+        let mut copy = self.clone();
+        copy.recording = Some(rec.clone());
+        (copy, rec)
+    }
+
+    /// The log of a read-back probe's seam (`None` on a real one).
+    pub fn recorder(&self) -> Option<&Recording> {
+        self.recording.as_ref()
     }
 
     /// Declares operations this actor performs through the seam (see [`FaultRegistry`]).
@@ -339,6 +362,10 @@ impl ActorSeam {
         let metrics = &self.seam.metrics;
         let span = tracing::debug_span!("kernel_op", actor = actor, op = op);
         let _entered = span.enter();
+        if self.recording.is_some() {
+            // A read-back probe: its reads are real but neither faulted nor counted.
+            return f();
+        }
         let start = crate::clock::real_now();
         self.seam.faults.note(actor, op);
         if let Some(fired) = self.seam.faults.take(actor, op) {

@@ -48,15 +48,17 @@ use crate::apply::{
 };
 use crate::clock::SharedClock;
 use crate::driver::{DriverSpec, Phase};
-use crate::driver_actor::{DriverActor, DriverReply, Failure, DRIVER_APPLY_OP};
+use crate::driver_actor::{DriverActor, DriverReply, Failure, ReadBackRequest, DRIVER_APPLY_OP};
 use crate::health::{Health, HealthReporter, ReporterSpec, StartupLatch};
 use crate::manager::{ApplyError, Manager};
 use crate::manager_actor::{ManagerActor, OnUpdate, MANAGER_OPS};
 use crate::metrics::Metrics;
+use crate::readback::{DriverReadBack, ReadBackAll};
 use crate::seam::{FaultRegistry, Seam};
 use crate::status::{
     rfc3339, ActorState, ActorStatus, LastApply, LastError, Role, StatusHandle, StatusSnapshot,
 };
+use crate::timings::ApplyTimings;
 
 /// Supervisor settings. `Default` gives upstream-like values.
 #[derive(Debug, Clone, PartialEq)]
@@ -300,6 +302,7 @@ pub struct Supervisor<M: Clone + Send + 'static> {
     reporter: HealthReporter,
     latch: Option<StartupLatch>,
     observer: Option<ApplyObserver>,
+    timings: ApplyTimings,
     clock: SharedClock,
 }
 
@@ -315,16 +318,36 @@ pub struct SupervisorHandle<M: Clone + Send + 'static> {
     pub metrics: Metrics,
     /// Health aggregator the supervisor reports into.
     pub health: Health,
+    /// Apply timings per step and driver (also served on `/timings`).
+    pub timings: ApplyTimings,
 }
 
 impl<M: Clone + Send + 'static> SupervisorHandle<M> {
     /// An admin context over this runtime's status, faults and metrics.
+    /// Also serves `GET /readback` and `GET /drift` (see [`crate::readback`]).
     pub fn admin_context(&self) -> AdminContext {
-        AdminContext::new(
+        let ctx = AdminContext::new(
             self.status.clone(),
             self.faults.clone(),
             self.metrics.clone(),
-        )
+        );
+        let addr = self.addr.clone();
+        let (readback, drift) =
+            crate::readback::handlers(Arc::new(move |m: ReadBackAll| addr.try_send(m).is_ok()));
+        ctx.route("GET", "/readback", readback);
+        ctx.route("GET", "/drift", drift);
+        let timings = self.timings.clone();
+        ctx.route(
+            "GET",
+            "/timings",
+            Arc::new(move |_r: &crate::http::Request| {
+                match serde_json::to_string(&timings.report()) {
+                    Ok(b) => crate::http::Response::json(200, b),
+                    Err(e) => crate::http::Response::error(500, &e.to_string()),
+                }
+            }),
+        );
+        ctx
     }
 }
 
@@ -465,13 +488,15 @@ impl<M: Clone + Send + 'static> SupervisorBuilder<M> {
                 dirty: false,
             })
             .collect();
+        let timings = ApplyTimings::default();
         let drivers = self
             .drivers
             .into_iter()
             .map(|spec| DriverSlot {
                 addr: {
                     let seam = seam.for_actor(&spec.name);
-                    DriverActor::new(&spec.name, (spec.factory)(&seam), seam).start()
+                    DriverActor::new(&spec.name, Arc::clone(&spec.factory), seam, timings.clone())
+                        .start()
                 },
                 spec,
                 restarts: 0,
@@ -524,7 +549,17 @@ impl<M: Clone + Send + 'static> SupervisorBuilder<M> {
             status: status.clone(),
             reporter,
             latch,
-            observer: self.observer,
+            observer: Some(match self.observer {
+                Some(user) => {
+                    let mine = timings.observer();
+                    Arc::new(move |e: &crate::apply::ApplyEvent| {
+                        mine(e);
+                        user(e);
+                    })
+                }
+                None => timings.observer(),
+            }),
+            timings: timings.clone(),
             clock: self.clock,
         };
         sup.publish_status();
@@ -535,6 +570,7 @@ impl<M: Clone + Send + 'static> SupervisorBuilder<M> {
             faults: self.faults,
             metrics: self.metrics,
             health: self.health,
+            timings,
         })
     }
 }
@@ -667,7 +703,13 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
         let slot = &mut self.drivers[idx];
         slot.addr = {
             let seam = self.seam.for_actor(&name);
-            DriverActor::new(&name, (slot.spec.factory)(&seam), seam).start()
+            DriverActor::new(
+                &name,
+                Arc::clone(&slot.spec.factory),
+                seam,
+                self.timings.clone(),
+            )
+            .start()
         };
         slot.restarts += 1;
         slot.resync = true;
@@ -978,6 +1020,36 @@ impl<M: Clone + Send + 'static> Handler<KernelChanged> for Supervisor<M> {
         }
         self.needs_apply = true;
         self.schedule_apply(ctx);
+    }
+}
+
+impl<M: Clone + Send + 'static> Handler<ReadBackAll> for Supervisor<M> {
+    type Result = ();
+
+    /// Asks every driver for its read-back at once and answers when all have.
+    fn handle(&mut self, msg: ReadBackAll, ctx: &mut Context<Self>) {
+        let asks: Vec<_> = self
+            .drivers
+            .iter()
+            .map(|d| {
+                let name = d.spec.name.clone();
+                let ask = d.addr.send(ReadBackRequest);
+                async move {
+                    let rb = ask.await.unwrap_or_else(|e| DriverReadBack {
+                        read_back: Default::default(),
+                        error: Some(format!("{name}: actor unavailable: {e}")),
+                    });
+                    (name, rb)
+                }
+            })
+            .collect();
+        ctx.spawn(
+            async move {
+                let all = futures_util::future::join_all(asks).await;
+                let _ = msg.reply.send(all.into_iter().collect());
+            }
+            .into_actor(self),
+        );
     }
 }
 

@@ -164,6 +164,20 @@ impl FakeDriver {
     }
 }
 
+/// A kernel write as a well-behaved kernel handle does it: on a read-back probe's seam it is
+/// recorded, not run.
+fn kernel_write(
+    seam: &ActorSeam,
+    op: &str,
+    f: impl FnOnce() -> Result<(), DriverError>,
+) -> Result<(), DriverError> {
+    if let Some(rec) = seam.recorder() {
+        rec.write(op, String::new());
+        return Ok(());
+    }
+    seam.op(op, f)
+}
+
 impl Driver for FakeDriver {
     type Desired = Map;
 
@@ -176,6 +190,9 @@ impl Driver for FakeDriver {
                 w.push(Ev::Op(name, "list"));
                 Ok::<_, DriverError>(self.kernel_view())
             })?;
+            if let Some(rec) = seam.recorder() {
+                rec.read("list", format!("{view:?}"));
+            }
             self.known = Some(view);
             self.resync = false;
         }
@@ -184,7 +201,7 @@ impl Driver for FakeDriver {
             DRole::IpSets => {
                 for (k, v) in desired {
                     if known.get(k) != Some(v) {
-                        seam.op("create", || {
+                        kernel_write(&seam, "create", || {
                             w.push(Ev::Op(name, "create"));
                             w.kernel.lock().ipsets.insert(*k, *v);
                             Ok::<_, DriverError>(())
@@ -198,7 +215,7 @@ impl Driver for FakeDriver {
                     Rendezvous::meet(&r.tables_in, &r.routes_in, &r.tables_met);
                 }
                 if known != desired {
-                    seam.op("restore", || {
+                    kernel_write(&seam, "restore", || {
                         w.push(Ev::Op(name, "restore"));
                         let mut k = w.kernel.lock();
                         for (rule, set) in desired {
@@ -219,7 +236,7 @@ impl Driver for FakeDriver {
                     Rendezvous::meet(&r.routes_in, &r.tables_in, &r.routes_met);
                 }
                 if known != desired {
-                    seam.op("sync", || {
+                    kernel_write(&seam, "sync", || {
                         w.push(Ev::Op(name, "sync"));
                         w.kernel.lock().routes = desired.clone();
                         Ok::<_, DriverError>(())
@@ -244,7 +261,7 @@ impl Driver for FakeDriver {
             .copied()
             .collect();
         for set in doomed {
-            seam.op("delete", || {
+            kernel_write(&seam, "delete", || {
                 w.push(Ev::Op(name, "delete"));
                 let mut k = w.kernel.lock();
                 if k.rules.values().any(|v| *v == set) {
@@ -1106,4 +1123,75 @@ async fn fault_targets_are_listed_validated_and_a_driver_apply_fault_fires() {
     let (_, left) = get(&sock, "/faults").await;
     assert_eq!(left, "[]", "both counts fired");
     assert_eq!(world.kernel.lock().rules.get(&1), Some(&3));
+}
+
+/// `GET path` on `admin`, from a thread of its own (the read-back handlers wait for the
+/// actors this test's runtime drives).
+async fn admin_get(admin: &AdminContext, path: &str) -> (u16, serde_json::Value) {
+    let (admin, path) = (admin.clone(), path.to_string());
+    let resp = tokio::task::spawn_blocking(move || {
+        admin.handle(&felix_actors::http::Request {
+            method: "GET".into(),
+            path,
+            body: String::new(),
+        })
+    })
+    .await
+    .expect("handler thread");
+    let body = serde_json::from_str(&resp.body).unwrap_or(serde_json::Value::Null);
+    (resp.status, body)
+}
+
+#[actix_rt::test]
+async fn read_back_names_what_a_resync_would_change_and_writes_nothing() {
+    let world = World::default();
+    let h = build(&world, fast_cfg(), FaultRegistry::new(), Default::default());
+    for id in 0..3 {
+        send_set(&h, Kind::IpSet, id, id);
+        send_set(&h, Kind::Policy, id, id);
+        send_set(&h, Kind::Route, id, 0);
+    }
+    h.addr.do_send(InSync);
+    wait_for(&h, Duration::from_secs(10), converged).await;
+    let admin = h.admin_context();
+    let (code, drift) = admin_get(&admin, "/drift").await;
+    assert_eq!(code, 200, "{drift}");
+    assert_eq!(drift["inSync"], true, "settled: {drift}");
+    assert_eq!(drift["drivers"].as_object().map(|m| m.len()), Some(3));
+    // Something else rewrites a rule behind felix's back.
+    world.kernel.lock().rules.insert(1, 77);
+    let ops_before = world.log.lock().len();
+    let (code, all) = admin_get(&admin, "/readback").await;
+    assert_eq!(code, 200, "{all}");
+    let tables = &all[TABLES];
+    assert!(
+        tables["actual"][0]["detail"]
+            .as_str()
+            .is_some_and(|t| t.contains("77")),
+        "the read-back shows the kernel's rule: {tables}"
+    );
+    assert_eq!(tables["changes"][0]["op"], "restore", "{tables}");
+    for d in [IPSETS, ROUTES] {
+        assert_eq!(all[d]["changes"], serde_json::json!([]), "{d}: {all}");
+    }
+    let (_, drift) = admin_get(&admin, "/drift").await;
+    assert_eq!(drift["inSync"], false, "{drift}");
+    assert_eq!(
+        world.kernel.lock().rules.get(&1),
+        Some(&77),
+        "a probe never writes"
+    );
+    assert!(
+        !world.log.lock()[ops_before..]
+            .iter()
+            .any(|e| matches!(e, Ev::Op(_, "restore" | "create" | "sync" | "delete"))),
+        "no write reached the kernel"
+    );
+    let (code, timings) = admin_get(&admin, "/timings").await;
+    assert_eq!(code, 200);
+    assert!(timings["applies"].as_array().is_some_and(|a| !a.is_empty()));
+    assert!(
+        timings["drivers"][TABLES]["calls"].as_u64() > Some(0),
+        "{timings}"
+    );
 }

@@ -62,6 +62,11 @@ pub mod op {
     /// Listing a device's clsact filters (whether a clsact qdisc is shared).
     pub const TC_LIST: &str = "tc_list";
 
+    /// The operations that only read kernel state (what a read-back probe may run).
+    pub const READ_ONLY: &[&str] = &[
+        MAP_OPEN, MAP_LOOKUP, PROG_OPEN, LINK_OPEN, TC_QUERY, TC_LIST, PROBE,
+    ];
+
     /// Every operation above (a BPF driver's fault targets).
     pub const ALL: &[&str] = &[
         MAP_CREATE,
@@ -200,6 +205,18 @@ impl BpfOps {
         what: impl Display,
         f: impl FnOnce() -> Result<T, io::Error>,
     ) -> Result<T, BpfError> {
+        if let Some(rec) = self.seam.recorder() {
+            // A read-back probe: BPF writes return handles the caller needs, so they are
+            // refused (and recorded), never run.
+            if !op::READ_ONLY.contains(&op) {
+                rec.write(op, what.to_string());
+                return Err(BpfError::Unexpected {
+                    op,
+                    what: what.to_string(),
+                    reason: "not run: a read-back probe does not write BPF state".into(),
+                });
+            }
+        }
         self.seam.op(op, || {
             f().map_err(|source| BpfError::Os {
                 op,

@@ -12,10 +12,6 @@ use crate::source::Source;
 
 /// The parameters that have no effect in felix-rs.
 pub const NO_EFFECT: &[Param] = &[
-    Param::LogFilePath,
-    Param::LogSeverityFile,
-    Param::LogSeveritySys,
-    Param::LogDebugFilenameRegex,
     Param::DebugDisableLogDropping,
     Param::KubeNodePortRanges,
     Param::WorkloadSourceSpoofing,
@@ -101,19 +97,20 @@ mod tests {
             "defaults warn about nothing"
         );
         let env = BTreeMap::from([
-            ("LogFilePath".to_string(), "/var/log/felix.log".to_string()),
+            ("UsageReportingEnabled".to_string(), "false".to_string()),
             ("IptablesRefreshInterval".to_string(), "30".to_string()),
         ]);
         let (cfg, errs) = Config::build(&[(Source::Environment, env)]);
         assert!(errs.is_empty(), "{errs:?}");
         assert_eq!(
             set_without_effect(&cfg),
-            vec![(Param::LogFilePath, Source::Environment)]
+            vec![(Param::UsageReportingEnabled, Source::Environment)]
         );
         // No effective parameter is listed (a spot check of ones felix-rs reads).
         for p in [
             Param::IptablesRefreshInterval,
             Param::IstioAmbientMode,
+            Param::LogFilePath,
             Param::VXLANPort,
         ] {
             assert!(!has_no_effect(p), "{p:?}");

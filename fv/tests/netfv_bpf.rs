@@ -228,6 +228,42 @@ fn allow_deny_unknown(attach_type: Option<&str>, debug: bool) -> Result<()> {
     ensure!(!has_clsact_filter(&fv, "calistrange0", "ingress")?);
     ensure!(tcx_programs(&fv, "calistrange0")?.is_empty());
 
+    // Every driver, `driver/bpf` included, is in step with the kernel (`GET /drift`).
+    let d = fv.d()?;
+    poll(SETTLE, || {
+        d.admin_json(&["drift"]).filter(|v| v["inSync"] == true)
+    })
+    .map_err(|e| {
+        anyhow!(
+            "BPF mode never in step ({e}): {:?}",
+            d.admin_json(&["drift"])
+        )
+    })?;
+    if tc {
+        // A filter removed behind felix's back is drift of `driver/bpf`, and asking does not
+        // put it back.
+        fv.sandbox.node.exec(
+            "tc",
+            &["filter", "del", "dev", "califront0", "ingress", "pref", "1"],
+        )?;
+        let drift = fv
+            .d()?
+            .admin_json(&["drift"])
+            .ok_or_else(|| anyhow!("no drift"))?;
+        ensure!(
+            drift["drivers"]["driver/bpf"].as_array().is_some_and(|c| c
+                .iter()
+                .any(|x| x["detail"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("califront0") && t.contains("Ingress")))),
+            "removed filter not in the drift: {drift}"
+        );
+        ensure!(
+            !has_clsact_filter(&fv, "califront0", "ingress")?,
+            "the probe re-attached"
+        );
+    }
+
     // An endpoint removed while felix runs: its hooks go.
     let before = fv.d()?.applies();
     fv.ds.remove("wep-db")?;

@@ -5,7 +5,8 @@
 //! endpoint) and the workloads; with it off, `GET /drops` says so. The second
 //! start also sets `IstioAmbientMode` (a graph option `felix run` reads at
 //! start): the Istio calculator's IP set must be in the desired view; and
-//! `LogFilePath`, which has no effect here: felix warns naming it.
+//! `LogFilePath`: the daemon's log lines also go to that file (its directory created); and
+//! `UsageReportingEnabled`, which has no effect here: felix warns naming it.
 
 use std::time::Duration;
 
@@ -125,16 +126,26 @@ fn drops(backend: Backend) -> Result<()> {
     fv.stop()?;
 
     // Off: GET /drops says why there is nothing.
+    let log_dir = tempfile::tempdir()?;
+    let log_file = log_dir.path().join("calico/felix.log");
     fv.start(&[
         ("FELIX_ISTIOAMBIENTMODE", "Enabled"),
-        ("FELIX_LOGFILEPATH", "/var/log/calico/felix.log"),
+        ("FELIX_LOGFILEPATH", &log_file.to_string_lossy()),
+        ("FELIX_USAGEREPORTINGENABLED", "false"),
     ])?;
     let log = fv.d()?.log_text();
     ensure!(
-        log.contains("parameter LogFilePath has no effect in felix-rs")
-            && !log.contains("parameter IstioAmbientMode has no effect"),
+        log.contains("parameter UsageReportingEnabled has no effect in felix-rs")
+            && !log.contains("parameter IstioAmbientMode has no effect")
+            && !log.contains("parameter LogFilePath has no effect"),
         "no-effect warning missing: {}",
         fv.d()?.log_tail(20)
+    );
+    let in_file = std::fs::read_to_string(&log_file).unwrap_or_default();
+    ensure!(
+        in_file.contains("admin socket listening") && in_file.contains(" INFO "),
+        "LogFilePath {}: the daemon's lines are not in the file: {in_file:?}",
+        log_file.display()
     );
     let view = fv
         .d()?

@@ -44,6 +44,17 @@ pub(crate) enum AdminCommand {
         #[arg(long)]
         follow: bool,
     },
+    /// GET /drift: per driver, what a resync would change in the kernel now
+    /// (`inSync` when nothing).
+    Drift,
+    /// Writes a diagnostics bundle (a directory): status, configuration with
+    /// sources, desired view, each driver's read-back and drift, apply
+    /// timings, metrics, faults, drops and recent logs.
+    Diags {
+        /// The directory to create (default `felix-diags-<UTC time>` here).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Arm or clear injected faults.
     Fault {
         #[command(subcommand)]
@@ -113,6 +124,8 @@ pub(crate) fn request_for(cmd: &AdminCommand) -> (&'static str, &'static str, Op
         AdminCommand::Faults => ("GET", "/faults", None),
         AdminCommand::Metrics => ("GET", "/metrics", None),
         AdminCommand::Drops { .. } => ("GET", "/drops", None),
+        AdminCommand::Drift => ("GET", "/drift", None),
+        AdminCommand::Diags { .. } => ("GET", "/status", None),
         AdminCommand::Fault {
             command: FaultCommand::Clear,
         } => ("DELETE", "/faults", None),
@@ -169,6 +182,11 @@ pub(crate) fn call(
 pub fn run(args: AdminArgs) -> Result<(), CliError> {
     if let AdminCommand::Drops { follow: true } = args.command {
         return follow_drops(&args.socket);
+    }
+    if let AdminCommand::Diags { out } = &args.command {
+        let dir = super::diags::write_bundle(&args.socket, out.as_deref())?;
+        println!("{}", dir.display());
+        return Ok(());
     }
     let (method, path, body) = request_for(&args.command);
     let body = call(&args.socket, method, path, body.as_deref())?;

@@ -7,6 +7,7 @@ pub mod admin;
 pub mod bench;
 pub mod calc;
 pub mod datastore;
+pub mod diags;
 pub mod explain;
 pub mod node_name;
 pub mod run;

@@ -175,7 +175,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
         .env
         .insert("FelixHostname".to_string(), opts.node.clone());
     let (local_cfg, local_errs) = local.build();
-    let log = logging::init(local_cfg.log_severity_screen());
+    let log = logging::init(&local_cfg);
     log_local_errors(&local_errs);
     let spec = DatastoreSpec::resolve(opts.datastore.as_deref(), &local_cfg)
         .map_err(|e| DaemonError::Input(e.to_string()))?;
@@ -413,10 +413,10 @@ impl Connector {
         None
     }
 
-    /// The settings applied without a restart: the screen log level and the
+    /// The settings applied without a restart: the logging levels and outputs and the
     /// health reporters' timeout overrides.
     fn apply_live_settings(&self, cfg: &Config) {
-        self.log.set_level(cfg.log_severity_screen());
+        self.log.configure(cfg);
         for name in self
             .shared
             .health
@@ -478,6 +478,7 @@ impl Connector {
                 self.node.clone(),
             ),
         );
+        super::diag_routes::add_routes(&admin, &cfg, &self.log);
         if let Some(r) = self.drops.take() {
             r.stop();
         }

@@ -84,6 +84,38 @@ impl Driver for BpfCleanupDriver {
     fn is_dirty(&self) -> bool {
         !self.done
     }
+
+    /// The pins an eBPF-mode run left (read only); a resync would tear them all down.
+    fn read_back(&mut self, _desired: &()) -> Option<Result<felix_actors::ReadBack, DriverError>> {
+        let root = &self.opts.root;
+        let listed = self.ops.run(op::PROBE, root.display(), || {
+            let mut names = Vec::new();
+            if root.exists() {
+                for e in std::fs::read_dir(root)? {
+                    names.push(e?.file_name().to_string_lossy().into_owned());
+                }
+            }
+            names.sort();
+            Ok(names)
+        });
+        Some(listed.map_err(driver_error).map(|names| {
+            let mut rb = felix_actors::ReadBack::default();
+            if !names.is_empty() {
+                rb.actual.push(felix_actors::RecordedOp {
+                    op: op::PROBE.into(),
+                    detail: format!("{}: {}", root.display(), names.join(" ")),
+                });
+                rb.changes.push(felix_actors::RecordedOp {
+                    op: "teardown".into(),
+                    detail: format!(
+                        "remove the BPF programs, links, filters and pins under {}",
+                        root.display()
+                    ),
+                });
+            }
+            rb
+        }))
+    }
 }
 
 #[cfg(test)]

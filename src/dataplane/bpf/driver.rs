@@ -503,6 +503,18 @@ impl Driver for BpfDriver {
         self.resync = true;
     }
 
+    fn read_back(
+        &mut self,
+        desired: &BpfDesired,
+    ) -> Option<Result<felix_actors::ReadBack, DriverError>> {
+        let (ops, sysfs) = (&self.ops, &self.opts.sysfs_net);
+        let ifindex_of = |n: &str| ifindex_in(ops, sysfs, n);
+        Some(
+            super::readback::read_back(self.dp.as_ref(), ops, desired, &ifindex_of)
+                .map_err(driver_error),
+        )
+    }
+
     fn is_dirty(&self) -> bool {
         // With the monitor, any interface change re-runs the reconcile (cheap when nothing
         // changed): a waiting interface may have appeared, or a programmed one been

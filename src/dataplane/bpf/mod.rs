@@ -8,6 +8,7 @@
 //! | [`ct_scan`] | (in `driver/bpf`) | [`CtScanner`]: the periodic conntrack scan (expiry, flows of removed endpoints) and its metric families |
 //! | [`tables`] | `manager/bpf-tables-vN` | [`BpfTablesManager`]: the small `*tables` ruleset BPF mode keeps (dispatch chains that pass the READY workload interfaces and drop every other `cali*` interface) |
 //! | [`ready`] | — | [`BpfReady`]: the interfaces `driver/bpf` has programmed (READY), which the accept chains follow |
+//! | `readback` | (in `driver/bpf`) | its read-back for `GET /drift`: hooks and `cali_iface` entries against the desired interfaces |
 //! | [`cleanup`] | `driver/bpf-cleanup` | [`BpfCleanupDriver`]: in iptables/nftables mode, removes every BPF object an eBPF-mode run left |
 //!
 //! The part-1 policy is "a simple policy program": a direction of a workload gets the allow
@@ -21,6 +22,7 @@ pub mod driver;
 pub mod ifindex;
 pub mod manager;
 pub mod policy;
+mod readback;
 pub mod ready;
 pub mod routes;
 pub mod tables;

@@ -17,8 +17,10 @@
 //! instead of one per interface, which competed with the table
 //! transactions).  `sysctl` writes every assignment it can and fails at the
 //! end if any failed; a failed batch is then written interface by interface
-//! to find the ones that failed.  Settings are
-//! idempotent, so a resync simply rewrites them; an interface that is
+//! to find the ones that failed.  Each batch is read first (one `sysctl -n`)
+//! and only the settings that differ are written, so a resync of a settled
+//! node writes nothing (`a_resync_of_settled_interfaces_writes_nothing`);
+//! when the read fails the whole batch is written; an interface that is
 //! missing or down is retried on later applies, and promptly when the
 //! interface monitor reports it ([`IfaceSettingsTable::interfaces_changed`]).
 //! Nothing is ever removed: the settings die with the interface.
@@ -104,6 +106,22 @@ impl IfaceSettingsTable {
         self.nl.write_sysctls(&args)
     }
 
+    /// The assignments of `kvs` the kernel does not hold yet (one `sysctl -n` read); all
+    /// of them when the read fails or answers otherwise than one value per key.
+    fn differing<'a>(&self, kvs: Vec<&'a String>) -> Vec<&'a String> {
+        let split = |kv: &'a String| kv.split_once('=').unwrap_or((kv.as_str(), ""));
+        let keys: Vec<&str> = kvs.iter().map(|kv| split(kv).0).collect();
+        match self.nl.read_sysctls(&keys) {
+            Ok(values) if values.len() == kvs.len() => kvs
+                .into_iter()
+                .zip(values)
+                .filter(|(kv, have)| split(kv).1 != have.as_str())
+                .map(|(kv, _)| kv)
+                .collect(),
+            _ => kvs,
+        }
+    }
+
     /// A table; the first apply writes every desired interface (and, with
     /// `ip_forwarding`, the global forwarding switch).
     pub fn new(ipv: IpVersion, nl: IpTool, ip_forwarding: bool) -> Self {
@@ -158,7 +176,9 @@ impl IfaceSettingsTable {
                     IpVersion::V4 => "net/ipv4/ip_forward",
                     IpVersion::V6 => "net/ipv6/conf/all/forwarding",
                 };
-                self.nl.write_sysctl(key, "1")?;
+                if self.nl.read_sysctl(key).ok().as_deref() != Some("1") {
+                    self.nl.write_sysctl(key, "1")?;
+                }
             }
             self.globals_done = true;
         }
@@ -183,8 +203,8 @@ impl IfaceSettingsTable {
             }
         }
         for batch in ready.chunks(SYSCTL_BATCH) {
-            let all = batch.iter().flat_map(|(_, kvs)| kvs.iter());
-            if batch.len() > 1 && self.write(all).is_ok() {
+            let todo = self.differing(batch.iter().flat_map(|(_, kvs)| kvs.iter()).collect());
+            if todo.is_empty() || (batch.len() > 1 && self.write(todo.into_iter()).is_ok()) {
                 stats.configured += batch.len();
                 continue;
             }
@@ -218,7 +238,54 @@ impl IfaceSettingsTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::kernel::{Commands, FakeResponse, ScriptedCommands};
+    use crate::dataplane::kernel::{CommandRequest, Commands, FakeResponse, ScriptedCommands};
+
+    fn is_write(c: &CommandRequest) -> bool {
+        c.program == "sysctl" && c.args.first().map(String::as_str) == Some("-q")
+    }
+
+    fn writes(fake: &ScriptedCommands) -> usize {
+        fake.calls().iter().filter(|c| is_write(c)).count()
+    }
+
+    #[test]
+    fn a_resync_of_settled_interfaces_writes_nothing() {
+        let listing = links_json(&["cali1", "cali2"]);
+        // The kernel holds what felix wants: each `sysctl -n` key answers its wanted value.
+        let fake = ScriptedCommands::new(move |req| match req.program.as_str() {
+            "ip" => FakeResponse::Ok(listing.clone()),
+            _ if req.args.first().map(String::as_str) == Some("-n") => {
+                let want = |k: &str| {
+                    let v = sysctls_for(IpVersion::V4, "x", &IfaceSettings { rp_filter: 1 });
+                    let leaf = k.rsplit('/').next().unwrap_or_default().to_string();
+                    v.iter()
+                        .find(|kv| {
+                            kv.split('=')
+                                .next()
+                                .is_some_and(|kk| kk.ends_with(&format!("/{leaf}")))
+                        })
+                        .and_then(|kv| kv.split('=').nth(1))
+                        .unwrap_or("1")
+                        .to_string()
+                };
+                let lines: Vec<String> = req.args[1..].iter().map(|k| want(k)).collect();
+                FakeResponse::Ok(lines.join("\n") + "\n")
+            }
+            _ => FakeResponse::Ok(String::new()),
+        });
+        let cmds = Commands::standalone(fake.clone(), "driver/ifaces-v4");
+        let mut t = IfaceSettingsTable::new(IpVersion::V4, IpTool::new(cmds), true);
+        let mut d = IfacesDesired::default();
+        d.set("m", "cali1".into(), IfaceSettings { rp_filter: 1 });
+        d.set("m", "cali2".into(), IfaceSettings { rp_filter: 1 });
+        let s = t.apply(&d).expect("apply");
+        assert_eq!(s.configured, 2);
+        assert_eq!(writes(&fake), 0, "{:?}", fake.calls());
+        t.queue_resync();
+        t.apply(&d).expect("resync");
+        assert_eq!(writes(&fake), 0, "a resync rewrote settled settings");
+        assert!(!t.is_dirty());
+    }
 
     #[test]
     fn configures_up_interfaces_once_and_waits_for_missing_ones() {
@@ -242,11 +309,7 @@ mod tests {
                 waiting: 1
             }
         );
-        let sysctl: Vec<_> = fake
-            .calls()
-            .into_iter()
-            .filter(|c| c.program == "sysctl")
-            .collect();
+        let sysctl: Vec<_> = fake.calls().into_iter().filter(is_write).collect();
         assert_eq!(sysctl.len(), 2);
         assert_eq!(sysctl[0].args, vec!["-q", "-w", "net/ipv4/ip_forward=1"]);
         assert!(sysctl[1]
@@ -263,7 +326,7 @@ mod tests {
                 waiting: 1
             }
         );
-        assert_eq!(fake.count("sysctl"), 0);
+        assert_eq!(writes(&fake), 0);
     }
 
     fn links_json(names: &[&str]) -> String {
@@ -294,11 +357,7 @@ mod tests {
         }
         let s = t.apply(&d).unwrap();
         assert_eq!(s.configured, 10);
-        let sysctl: Vec<_> = fake
-            .calls()
-            .into_iter()
-            .filter(|c| c.program == "sysctl")
-            .collect();
+        let sysctl: Vec<_> = fake.calls().into_iter().filter(is_write).collect();
         assert_eq!(sysctl.len(), 1, "{sysctl:?}");
         for n in &names {
             assert!(sysctl[0]
@@ -328,15 +387,11 @@ mod tests {
         }
         assert!(t.apply(&d).is_err());
         // The batch, then one command per interface.
-        assert_eq!(fake.count("sysctl"), 4);
+        assert_eq!(writes(&fake), 4);
         assert!(t.is_dirty());
         fake.clear_calls();
         assert!(t.apply(&d).is_err());
-        let again: Vec<_> = fake
-            .calls()
-            .into_iter()
-            .filter(|c| c.program == "sysctl")
-            .collect();
+        let again: Vec<_> = fake.calls().into_iter().filter(is_write).collect();
         assert_eq!(again.len(), 1, "{again:?}");
         assert!(again[0]
             .args

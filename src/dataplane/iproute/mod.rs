@@ -153,6 +153,14 @@ impl IpTool {
         Ok(out.stdout.trim().to_string())
     }
 
+    /// Reads several sysctls (slash form) with one `sysctl -n`: their values, in order.
+    pub fn read_sysctls(&self, keys: &[&str]) -> Result<Vec<String>, IpToolError> {
+        let mut args = vec!["-n"];
+        args.extend_from_slice(keys);
+        let out = self.cmds.run("sysctl-read", "sysctl", &args, None)?;
+        Ok(out.stdout.lines().map(|l| l.trim().to_string()).collect())
+    }
+
     /// Writes a sysctl given in slash form (safe for names with dots).
     pub fn write_sysctl(&self, key: &str, value: &str) -> Result<(), IpToolError> {
         let kv = format!("{key}={value}");

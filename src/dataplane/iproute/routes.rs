@@ -351,7 +351,11 @@ impl RouteTable {
             onlink: t.onlink,
             src,
             protocol: self.own.protocol_of(t),
-            scope_link: t.kind == RouteKind::Unicast && t.gateway.is_none(),
+            // IPv6 routes have no scope in the kernel (it reads back as universe): asking for
+            // `link` would make every read-back differ and every resync rewrite them.
+            scope_link: t.kind == RouteKind::Unicast
+                && t.gateway.is_none()
+                && t.dst.addr().is_ipv4(),
         }
     }
 

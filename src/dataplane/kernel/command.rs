@@ -340,6 +340,9 @@ impl Commands {
             args: args.iter().map(|s| s.to_string()).collect(),
             stdin,
         };
+        if let Some(out) = self.recorded_write(op, &req) {
+            return Ok(out);
+        }
         self.seam.op(op, || {
             let out = self.spawn(op, &req)?;
             if out.success() {
@@ -362,6 +365,9 @@ impl Commands {
         op: &str,
         req: &CommandRequest,
     ) -> Result<CommandOutput, KernelError> {
+        if let Some(out) = self.recorded_write(op, req) {
+            return Ok(out);
+        }
         let res = self.seam.op(op, || {
             let out = self.spawn(op, req)?;
             if out.success() {
@@ -376,12 +382,35 @@ impl Commands {
         }
     }
 
+    /// On a read-back probe's seam: records a write instead of running it (answering success
+    /// with no output). Reads run; their output is recorded by [`Commands::spawn`].
+    fn recorded_write(&self, op: &str, req: &CommandRequest) -> Option<CommandOutput> {
+        let rec = self.seam.recorder()?;
+        if super::is_read_only(op) {
+            return None;
+        }
+        let mut detail = req.display();
+        if let Some(stdin) = &req.stdin {
+            detail.push('\n');
+            detail.push_str(&String::from_utf8_lossy(stdin));
+        }
+        rec.write(op, detail);
+        Some(CommandOutput {
+            status: Some(0),
+            ..CommandOutput::default()
+        })
+    }
+
     fn spawn(&self, op: &str, req: &CommandRequest) -> Result<CommandOutput, KernelError> {
-        self.runner.exec(req).map_err(|source| KernelError::Spawn {
+        let out = self.runner.exec(req).map_err(|source| KernelError::Spawn {
             op: op.to_string(),
             command: req.display(),
             source,
-        })
+        })?;
+        if let Some(rec) = self.seam.recorder() {
+            rec.read(op, format!("{}\n{}", req.display(), out.stdout));
+        }
+        Ok(out)
     }
 }
 
@@ -401,5 +430,51 @@ impl From<KernelError> for Unchecked {
 impl From<felix_actors::Injected> for Unchecked {
     fn from(e: felix_actors::Injected) -> Self {
         Unchecked::Kernel(KernelError::Injected(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::kernel::{FakeResponse, ScriptedCommands};
+
+    #[test]
+    fn probe_writes_nothing_and_reads_for_real() {
+        let fake = ScriptedCommands::new(|req| {
+            if req.program == "iptables-save" {
+                FakeResponse::Ok("*filter\n:cali-FORWARD - [0:0]\nCOMMIT\n".into())
+            } else {
+                FakeResponse::Ok(String::new())
+            }
+        });
+        let (probe, rec) = ActorSeam::default().recording();
+        let cmds = Commands::new(fake.clone(), probe);
+        let out = cmds
+            .run("iptables-save", "iptables-save", &["-t", "filter"], None)
+            .expect("read");
+        assert!(out.stdout.contains("cali-FORWARD"));
+        let out = cmds
+            .run(
+                "iptables-restore",
+                "iptables-restore",
+                &["--noflush"],
+                Some(b"*filter\n-F cali-FORWARD\nCOMMIT\n"),
+            )
+            .expect("recorded, answered as success");
+        assert!(out.success());
+        let programs: Vec<String> = fake.calls().into_iter().map(|c| c.program).collect();
+        assert_eq!(
+            programs,
+            ["iptables-save"],
+            "the write never reached the runner"
+        );
+        let got = rec.take();
+        assert_eq!(got.actual.len(), 1);
+        assert!(got.actual[0]
+            .detail
+            .starts_with("iptables-save -t filter\n*filter"));
+        assert_eq!(got.changes.len(), 1);
+        assert_eq!(got.changes[0].op, "iptables-restore");
+        assert!(got.changes[0].detail.contains("-F cali-FORWARD"));
     }
 }

@@ -26,6 +26,32 @@ pub use retry::{Backoff, RetryPolicy};
 
 use felix_actors::{DriverError, FailureKind, Injected};
 
+/// The operations that only read the kernel. A read-back probe (`felix_actors::readback`)
+/// runs these for real and records every other operation instead of running it, so an
+/// operation missing here is at worst shown as a change, never performed by a probe.
+pub const READ_ONLY_OPS: &[&str] = &[
+    "iptables-save",
+    "nft-list-table",
+    "nft-list-tables",
+    "nft-list-chain",
+    "nft-list-chains",
+    "ipset-list",
+    "ipset-list-names",
+    "sysctl-read",
+    "netlink-open",
+    "addr-list",
+    "fdb-list",
+    "link-get",
+    "link-list",
+    "neigh-list",
+    "route-list",
+];
+
+/// Whether `op` only reads the kernel (see [`READ_ONLY_OPS`]).
+pub fn is_read_only(op: &str) -> bool {
+    READ_ONLY_OPS.contains(&op)
+}
+
 /// Errors of a kernel command, naming the operation and the command, and keeping the OS
 /// error or the tool's own message.
 #[derive(Debug, thiserror::Error)]

@@ -412,7 +412,7 @@ impl Seamed {
 
     /// Runs one operation through the seam; a socket-level error drops the socket so the
     /// next operation reopens it.
-    fn run<T>(
+    fn run<T: fmt::Debug>(
         &mut self,
         op: &'static str,
         f: impl FnOnce(&mut dyn Netlink) -> Result<T, NetlinkError>,
@@ -423,11 +423,29 @@ impl Seamed {
         if matches!(r, Err(NetlinkError::Io { .. })) {
             self.nl = None;
         }
+        if let (Some(rec), Ok(v)) = (seam.recorder(), &r) {
+            rec.read(op, format!("{v:#?}"));
+        }
         r
     }
 
+    /// One write through the seam; on a read-back probe's seam it is recorded (with `what`)
+    /// instead (see `crate::dataplane::kernel::READ_ONLY_OPS`).
+    fn write(
+        &mut self,
+        op: &'static str,
+        what: &dyn fmt::Debug,
+        f: impl FnOnce(&mut dyn Netlink) -> Result<(), NetlinkError>,
+    ) -> Result<(), NetlinkError> {
+        if let Some(rec) = self.seam.recorder() {
+            rec.write(op, format!("{what:?}"));
+            return Ok(());
+        }
+        self.run(op, f)
+    }
+
     /// A batch write through the seam: an injected fault fails every item.
-    fn batch<T>(
+    fn batch<T: fmt::Debug>(
         &mut self,
         op: &'static str,
         items: &[T],
@@ -435,6 +453,12 @@ impl Seamed {
     ) -> Vec<Result<(), NetlinkError>> {
         if items.is_empty() {
             return Vec::new();
+        }
+        if let Some(rec) = self.seam.recorder() {
+            for item in items {
+                rec.write(op, format!("{item:?}"));
+            }
+            return items.iter().map(|_| Ok(())).collect();
         }
         let out = self.run(op, |nl| Ok(f(nl, items)));
         match out {
@@ -484,7 +508,7 @@ impl Seamed {
     }
     /// See [`Netlink::add_vxlan`].
     pub fn add_vxlan(&mut self, spec: &VxlanSpec) -> Result<(), NetlinkError> {
-        self.run("link-add", |nl| nl.add_vxlan(spec))
+        self.write("link-add", spec, |nl| nl.add_vxlan(spec))
     }
     /// See [`Netlink::set_link`].
     pub fn set_link(
@@ -494,11 +518,12 @@ impl Seamed {
         mac: Option<[u8; 6]>,
         up: Option<bool>,
     ) -> Result<(), NetlinkError> {
-        self.run("link-set", |nl| nl.set_link(index, mtu, mac, up))
+        let what = (index, mtu, mac.map(|m| format_mac(&m)), up);
+        self.write("link-set", &what, |nl| nl.set_link(index, mtu, mac, up))
     }
     /// See [`Netlink::delete_link`].
     pub fn delete_link(&mut self, index: u32) -> Result<(), NetlinkError> {
-        self.run("link-del", |nl| nl.delete_link(index))
+        self.write("link-del", &index, |nl| nl.delete_link(index))
     }
     /// See [`Netlink::list_addrs`].
     pub fn list_addrs(&mut self, ipv: IpVersion) -> Result<Vec<(u32, IpNet)>, NetlinkError> {
@@ -506,11 +531,11 @@ impl Seamed {
     }
     /// See [`Netlink::add_addr`].
     pub fn add_addr(&mut self, index: u32, addr: IpNet) -> Result<(), NetlinkError> {
-        self.run("addr-add", |nl| nl.add_addr(index, addr))
+        self.write("addr-add", &(index, addr), |nl| nl.add_addr(index, addr))
     }
     /// See [`Netlink::del_addr`].
     pub fn del_addr(&mut self, index: u32, addr: IpNet) -> Result<(), NetlinkError> {
-        self.run("addr-del", |nl| nl.del_addr(index, addr))
+        self.write("addr-del", &(index, addr), |nl| nl.del_addr(index, addr))
     }
     /// See [`Netlink::list_neighbours`].
     pub fn list_neighbours(
@@ -571,6 +596,38 @@ mod tests {
         assert_eq!(parse_mac("66:0a:1b:2c:3d"), None);
         assert_eq!(parse_mac("66:0a:1b:2c:3d:4e:5f"), None);
         assert_eq!(parse_mac("zz:0a:1b:2c:3d:4e"), None);
+    }
+
+    #[test]
+    fn probe_writes_nothing_through_netlink() {
+        let (probe, rec) = felix_actors::ActorSeam::default().recording();
+        let fake = Arc::new(fake::FakeNetlink::default());
+        fake.put_route(Route {
+            table: TABLE_MAIN,
+            dst: "10.1.0.0/24".parse().expect("net"),
+            kind: RouteKind::Blackhole,
+            ifindex: None,
+            gateway: None,
+            onlink: false,
+            src: None,
+            protocol: 80,
+            scope_link: false,
+        });
+        let mut nl = Seamed::new(Arc::new(fake.clone()), probe);
+        let listed = nl.list_routes(IpVersion::V4).expect("list");
+        assert_eq!(listed.len(), 1);
+        let mut r = listed[0].clone();
+        r.dst = "10.2.0.0/24".parse().expect("net");
+        assert!(nl.replace_routes(&[r]).iter().all(Result::is_ok));
+        nl.delete_link(9).expect("recorded");
+        assert_eq!(fake.routes().len(), 1, "nothing written");
+        assert!(fake.take_writes().is_empty());
+        let got = rec.take();
+        assert_eq!(got.actual.len(), 1, "the listing is the read-back");
+        assert!(got.actual[0].detail.contains("10.1.0.0/24"));
+        let ops: Vec<&str> = got.changes.iter().map(|c| c.op.as_str()).collect();
+        assert_eq!(ops, ["route-replace", "link-del"]);
+        assert!(got.changes[0].detail.contains("10.2.0.0/24"));
     }
 
     #[test]
