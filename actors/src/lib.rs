@@ -21,6 +21,7 @@ pub mod apply;
 pub mod clock;
 pub mod driver;
 mod driver_actor;
+pub mod families;
 pub mod health;
 pub mod http;
 pub mod manager;

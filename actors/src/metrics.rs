@@ -1,8 +1,9 @@
 //! Runtime metrics and their Prometheus text rendering.
 //!
 //! Families (upstream names where upstream has them):
-//! * `felix_int_dataplane_apply_time_seconds` — histogram of apply() durations;
-//! * `felix_int_dataplane_msg_batch_size` — histogram of messages coalesced per apply;
+//! * `felix_int_dataplane_apply_time_seconds` — summary of apply() durations (upstream's
+//!   type);
+//! * `felix_int_dataplane_msg_batch_size` — summary of messages coalesced per apply;
 //! * `felix_int_dataplane_failures` — counter of failed applies;
 //! * `felix_int_dataplane_initial_resync_time_seconds` — gauge, duration of the first
 //!   successful apply after in-sync (the full read-back-and-reconcile);
@@ -12,7 +13,9 @@
 //! * `felix_dataplane_rejected_chains{actor}` — gauge, chains a driver programs as
 //!   drop-everything because the kernel refused them (0 once cleared).
 //!
-//! Other components can append their own families with [`Metrics::add_collector`].
+//! Other components feed labelled families by name ([`Metrics::set_gauge`],
+//! [`Metrics::add_counter`], [`Metrics::observe_summary`]; see [`crate::families`]) or append
+//! their own text with [`Metrics::add_collector`].
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -21,53 +24,11 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use crate::families::{Families, Summary};
 use crate::status::RejectedChain;
 
 /// A text collector appended verbatim to the Prometheus output.
 pub type Collector = Arc<dyn Fn() -> String + Send + Sync>;
-
-#[derive(Debug, Clone)]
-struct Histogram {
-    bounds: &'static [f64],
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
-}
-
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Self {
-        Self {
-            bounds,
-            counts: vec![0; bounds.len()],
-            sum: 0.0,
-            count: 0,
-        }
-    }
-
-    fn observe(&mut self, v: f64) {
-        for (i, b) in self.bounds.iter().enumerate() {
-            if v <= *b {
-                self.counts[i] += 1;
-            }
-        }
-        self.sum += v;
-        self.count += 1;
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {c}");
-        }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", self.sum, self.count);
-    }
-}
-
-const APPLY_BOUNDS: &[f64] = &[
-    0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-const BATCH_BOUNDS: &[f64] = &[1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0];
 
 #[derive(Debug, Clone, Default)]
 struct SeamStat {
@@ -90,8 +51,9 @@ pub struct ApplySummary {
 }
 
 struct Inner {
-    apply_time: Histogram,
-    batch_size: Histogram,
+    apply_time: Summary,
+    batch_size: Summary,
+    families: Families,
     failures: u64,
     initial_resync: Option<f64>,
     restarts: BTreeMap<String, u64>,
@@ -126,8 +88,9 @@ impl Metrics {
     pub fn new() -> Self {
         Self {
             inner: Arc::new(Mutex::new(Inner {
-                apply_time: Histogram::new(APPLY_BOUNDS),
-                batch_size: Histogram::new(BATCH_BOUNDS),
+                apply_time: Summary::default(),
+                batch_size: Summary::default(),
+                families: Families::default(),
                 failures: 0,
                 initial_resync: None,
                 restarts: BTreeMap::new(),
@@ -252,6 +215,34 @@ impl Metrics {
             .unwrap_or_default()
     }
 
+    /// Sets one series (`labels` in exposition form, e.g. `ip_version="4",table="filter"`,
+    /// or empty) of gauge family `name`.
+    pub fn set_gauge(&self, name: &'static str, help: &'static str, labels: &str, v: f64) {
+        self.inner.lock().families.set_gauge(name, help, labels, v);
+    }
+
+    /// Adds `delta` to one series of counter family `name`.
+    pub fn add_counter(&self, name: &'static str, help: &'static str, labels: &str, delta: f64) {
+        self.inner
+            .lock()
+            .families
+            .add_counter(name, help, labels, delta);
+    }
+
+    /// Records one observation in one series of summary family `name`.
+    pub fn observe_summary(&self, name: &'static str, help: &'static str, labels: &str, v: f64) {
+        self.inner
+            .lock()
+            .families
+            .observe_summary(name, help, labels, v);
+    }
+
+    /// Makes unlabelled summary family `name` exist before its first observation (as
+    /// upstream registers its families at start).
+    pub fn declare_summary(&self, name: &'static str, help: &'static str) {
+        self.inner.lock().families.declare_summary(name, help);
+    }
+
     /// Appends a collector whose text is added to [`Metrics::render_prometheus`].
     pub fn add_collector(&self, collector: Collector) {
         self.inner.lock().collectors.push(collector);
@@ -275,12 +266,13 @@ impl Metrics {
             g.apply_time.render(
                 &mut out,
                 "felix_int_dataplane_apply_time_seconds",
-                "Time in seconds for each dataplane apply.",
+                "Time in seconds that it took to apply a dataplane update.",
             );
             g.batch_size.render(
                 &mut out,
                 "felix_int_dataplane_msg_batch_size",
-                "Number of messages coalesced into one dataplane apply.",
+                "Number of messages processed in each batch. Higher values indicate more \
+                 batching to keep up.",
             );
             let _ = writeln!(
                 out,
@@ -336,6 +328,7 @@ impl Metrics {
                     );
                 }
             }
+            g.families.render(&mut out);
             for text in g.published.values() {
                 out.push_str(text);
             }
@@ -382,8 +375,8 @@ mod tests {
         );
         let text = m.render_prometheus();
         assert!(text.contains("felix_int_dataplane_apply_time_seconds_count 1"));
-        assert!(text.contains("felix_int_dataplane_msg_batch_size_bucket{le=\"1000\"} 1"));
-        assert!(text.contains("felix_int_dataplane_msg_batch_size_bucket{le=\"100\"} 0"));
+        assert!(text.contains("# TYPE felix_int_dataplane_apply_time_seconds summary"));
+        assert!(text.contains("felix_int_dataplane_msg_batch_size{quantile=\"0.5\"} 300"));
         assert!(text.contains("felix_int_dataplane_failures 1"));
         assert!(text
             .contains("felix_seam_op_errors_total{actor=\"driver/ipsets-v4\",op=\"restore\"} 1"));

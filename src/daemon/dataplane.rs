@@ -100,6 +100,25 @@ pub struct Dataplane {
     monitor: Option<InterfaceMonitor>,
 }
 
+/// Counts `payloads` by message type into upstream's `felix_int_dataplane_messages{type}`
+/// (one update per type and batch).
+fn count_messages(metrics: &felix_actors::Metrics, payloads: &[Payload]) {
+    let mut by_type: std::collections::BTreeMap<&'static str, u64> = Default::default();
+    for p in payloads {
+        *by_type
+            .entry(felix_proto::ext::payload_name(p))
+            .or_default() += 1;
+    }
+    for (name, n) in by_type {
+        metrics.add_counter(
+            "felix_int_dataplane_messages",
+            "Number dataplane messages by type.",
+            &format!("type=\"{name}\""),
+            n as f64,
+        );
+    }
+}
+
 /// Starts the interface monitor for `cfg`, poking `addr` on changes.
 fn start_monitor(
     cfg: &Config,
@@ -228,6 +247,7 @@ impl Dataplane {
             in_sync,
             guard,
         } = batch;
+        count_messages(&self.admin.metrics, &payloads);
         let addr = self.addr.clone();
         let spawned = self.arbiter.spawn(async move {
             if !payloads.is_empty() && addr.send(UpdateBatch(payloads)).await.is_err() {

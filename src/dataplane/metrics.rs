@@ -16,12 +16,31 @@
 //! | `felix_iptables_save_calls` / `_errors` | counter | `iptables-save` of `driver/iptables-*` |
 //! | `felix_ipset_calls` / `_errors` | counter | every operation of `driver/ipsets-*` (`ipset-restore`, `ipset-list`, ...) |
 //!
+//! | `felix_nft_calls` / `_errors` | counter | `nft-apply` of `driver/nftables-*` |
+//! | `felix_nft_list_calls` / `_errors` | counter | `nft-list-table` / `nft-list-tables` of `driver/nftables-*` |
+//!
 //! Summaries carry `_sum` and `_count` (no quantiles: the seam keeps totals, not samples).
+//!
+//! Families the drivers feed themselves ([`report_table`], [`report_ipsets`]), labelled as
+//! upstream's:
+//!
+//! | family | type | labels | what |
+//! |---|---|---|---|
+//! | `felix_iptables_chains` / `felix_nft_chains` | gauge | `ip_version`, `table` | chains of the desired state |
+//! | `felix_iptables_rules` / `felix_nft_rules` | gauge | `ip_version`, `table` | rules of the desired state (inserted ones included) |
+//! | `felix_iptables_lines_executed` / `felix_nftables_lines_executed` | counter | `ip_version`, `table` | rule and chain updates written |
+//! | `felix_ipsets_calico` | gauge | `ip_version` | our desired IP sets |
+//! | `felix_ipsets_total` | gauge | `ip_version` | every IP set the last listing saw |
+//! | `felix_ipset_lines_executed` | counter | — | lines fed to `ipset restore` |
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use felix_actors::{Collector, Metrics};
+
+use crate::dataplane::desired::TableDesired;
+use crate::dataplane::generictables::ApplyStats;
+use crate::dataplane::IpVersion;
 
 const ROUTES: &str = "driver/routes-";
 
@@ -93,7 +112,117 @@ fn render_tables(m: &Metrics) -> String {
         "Number of ipset command failures.",
         ipset.1,
     );
+    let nft = m.seam_totals("driver/nftables-", &["nft-apply"]);
+    let list = m.seam_totals("driver/nftables-", &["nft-list-table", "nft-list-tables"]);
+    counter(&mut out, "felix_nft_calls", "Number of nft calls.", nft.0);
+    counter(&mut out, "felix_nft_errors", "Number of nft errors.", nft.1);
+    counter(
+        &mut out,
+        "felix_nft_list_calls",
+        "Number of nft list calls.",
+        list.0,
+    );
+    counter(
+        &mut out,
+        "felix_nft_list_errors",
+        "Number of nft list errors.",
+        list.1,
+    );
     out
+}
+
+/// Which table families a driver feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableFamily {
+    /// `felix_iptables_*`.
+    Iptables,
+    /// `felix_nft_*` and `felix_nftables_lines_executed`.
+    Nftables,
+}
+
+/// The `ip_version` label value.
+fn ipv_label(ipv: IpVersion) -> &'static str {
+    match ipv {
+        IpVersion::V4 => "4",
+        IpVersion::V6 => "6",
+    }
+}
+
+/// Reports one table: its desired `chains` and `rules`, and the updates one apply wrote.
+pub fn report_table(
+    m: &Metrics,
+    family: TableFamily,
+    ipv: IpVersion,
+    table: &str,
+    (chains, rules): (usize, usize),
+    written: Option<&ApplyStats>,
+) {
+    let labels = format!("ip_version=\"{}\",table=\"{table}\"", ipv_label(ipv));
+    let (c, r, l) = match family {
+        TableFamily::Iptables => (
+            ("felix_iptables_chains", "Number of active iptables chains."),
+            ("felix_iptables_rules", "Number of active iptables rules."),
+            (
+                "felix_iptables_lines_executed",
+                "Number of iptables rule updates executed.",
+            ),
+        ),
+        TableFamily::Nftables => (
+            ("felix_nft_chains", "Number of active nft chains."),
+            ("felix_nft_rules", "Number of active nftables rules."),
+            (
+                "felix_nftables_lines_executed",
+                "Number of nftables rule updates executed.",
+            ),
+        ),
+    };
+    m.set_gauge(c.0, c.1, &labels, chains as f64);
+    m.set_gauge(r.0, r.1, &labels, rules as f64);
+    let lines = written.map_or(0, |s| {
+        s.rules_written + s.rules_deleted + s.chains_created + s.chains_deleted
+    });
+    m.add_counter(l.0, l.1, &labels, lines as f64);
+}
+
+/// Chains and rules of a desired table (inserted rules count as rules).
+pub fn table_size(d: &TableDesired) -> (usize, usize) {
+    let rules = d
+        .chains
+        .iter()
+        .map(|(_, c)| c.value.rules.len())
+        .sum::<usize>()
+        + d.inserts.iter().map(|(_, r)| r.value.len()).sum::<usize>();
+    (d.chains.len(), rules)
+}
+
+/// Reports the IP-set families of one IP version: our desired sets, and (when a listing was
+/// made) every set the kernel holds.
+pub fn report_ipsets(m: &Metrics, ipv: IpVersion, ours: usize, total: Option<usize>) {
+    let labels = format!("ip_version=\"{}\"", ipv_label(ipv));
+    m.set_gauge(
+        "felix_ipsets_calico",
+        "Number of active Calico IP sets.",
+        &labels,
+        ours as f64,
+    );
+    if let Some(t) = total {
+        m.set_gauge(
+            "felix_ipsets_total",
+            "Total number of active IP sets.",
+            &labels,
+            t as f64,
+        );
+    }
+}
+
+/// Counts the lines of one `ipset restore` input.
+pub fn report_ipset_lines(m: &Metrics, lines: usize) {
+    m.add_counter(
+        "felix_ipset_lines_executed",
+        "Number of ipset operations executed.",
+        "",
+        lines as f64,
+    );
 }
 
 fn summary(out: &mut String, name: &str, help: &str, (count, _, secs): (u64, u64, f64)) {

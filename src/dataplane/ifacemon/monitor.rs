@@ -67,6 +67,47 @@ const POLL: Duration = Duration::from_millis(250);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
+/// The interface and address messages of one batch (upstream's
+/// `felix_int_dataplane_iface_msg_batch_size` and `..._addr_msg_batch_size` summaries).
+#[derive(Default)]
+struct BatchSizes {
+    ifaces: usize,
+    addrs: usize,
+}
+
+const IFACE_BATCH: (&str, &str) = (
+    "felix_int_dataplane_iface_msg_batch_size",
+    "Number of interface state messages processed in each batch.",
+);
+const ADDR_BATCH: (&str, &str) = (
+    "felix_int_dataplane_addr_msg_batch_size",
+    "Number of interface address messages processed in each batch.",
+);
+
+impl BatchSizes {
+    /// Makes both families exist from the start.
+    fn declare(m: &felix_actors::Metrics) {
+        m.declare_summary(IFACE_BATCH.0, IFACE_BATCH.1);
+        m.declare_summary(ADDR_BATCH.0, ADDR_BATCH.1);
+    }
+
+    fn count(&mut self, ev: &IfaceEvent) {
+        match ev {
+            IfaceEvent::Addr { .. } => self.addrs += 1,
+            _ => self.ifaces += 1,
+        }
+    }
+
+    fn report(&self, m: &felix_actors::Metrics) {
+        if self.ifaces > 0 {
+            m.observe_summary(IFACE_BATCH.0, IFACE_BATCH.1, "", self.ifaces as f64);
+        }
+        if self.addrs > 0 {
+            m.observe_summary(ADDR_BATCH.0, ADDR_BATCH.1, "", self.addrs as f64);
+        }
+    }
+}
+
 struct Runner {
     source: Box<dyn LinkSource>,
     state: InterfaceState,
@@ -119,13 +160,19 @@ impl Runner {
             let Some(ev) = self.source.next_event(wait)? else {
                 continue;
             };
+            let mut sizes = BatchSizes::default();
+            sizes.count(&ev);
             let mut changed = self.handle(ev)?;
             for _ in 0..self.opts.max_batch {
                 match self.source.next_event(self.opts.coalesce)? {
-                    Some(ev) => changed |= self.handle(ev)?,
+                    Some(ev) => {
+                        sizes.count(&ev);
+                        changed |= self.handle(ev)?;
+                    }
                     None => break,
                 }
             }
+            sizes.report(self.seam.shared().metrics());
             if changed {
                 (self.notify)();
             }
@@ -173,6 +220,7 @@ impl InterfaceMonitor {
         opts: MonitorOptions,
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
+        BatchSizes::declare(seam.shared().metrics());
         let runner = Runner {
             source,
             state,

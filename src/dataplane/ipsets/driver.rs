@@ -186,6 +186,8 @@ pub struct IpSets {
     desired: BTreeMap<String, Desired>,
     /// Kernel state as known (ours only).
     dataplane: BTreeMap<String, Dp>,
+    /// Sets the last name listing saw that are not ours (for `felix_ipsets_total`).
+    foreign_sets: usize,
     full_resync_required: bool,
     bg_resync_requested: bool,
     must: BTreeSet<String>,
@@ -215,6 +217,7 @@ impl IpSets {
             cmds,
             opts,
             desired: BTreeMap::new(),
+            foreign_sets: 0,
             dataplane: BTreeMap::new(),
             full_resync_required: true,
             bg_resync_requested: false,
@@ -347,15 +350,16 @@ impl IpSets {
         !self.pending_deletions().is_empty()
     }
 
-    fn list_names(&self, stats: &mut IpSetsStats) -> Result<BTreeSet<String>, KernelError> {
+    fn list_names(&mut self, stats: &mut IpSetsStats) -> Result<BTreeSet<String>, KernelError> {
         stats.name_listings += 1;
         let out = self
             .cmds
             .run("ipset-list-names", "ipset", &["list", "-n"], None)?;
-        Ok(parse_names(&out.stdout)
+        let (ours, foreign): (BTreeSet<String>, BTreeSet<String>) = parse_names(&out.stdout)
             .into_iter()
-            .filter(|n| self.cfg.owns_ipset(n))
-            .collect())
+            .partition(|n| self.cfg.owns_ipset(n));
+        self.foreign_sets = foreign.len();
+        Ok(ours)
     }
 
     /// Forgets kernel knowledge of any desired or known set not listed, so
@@ -575,6 +579,10 @@ impl IpSets {
             ));
         }
         script.push_str("COMMIT\n");
+        crate::dataplane::metrics::report_ipset_lines(
+            self.cmds.seam().shared().metrics(),
+            script.lines().count(),
+        );
         self.cmds.run_owned(
             "ipset-restore",
             "ipset",
@@ -625,6 +633,12 @@ impl IpSets {
                 Ok(()) => {
                     self.dirty.clear();
                     self.check_all = false;
+                    crate::dataplane::metrics::report_ipsets(
+                        self.cmds.seam().shared().metrics(),
+                        self.cfg.ip_version(),
+                        self.desired.len(),
+                        Some(self.foreign_sets + self.dataplane.len()),
+                    );
                     return Ok(stats);
                 }
                 Err(e) => {

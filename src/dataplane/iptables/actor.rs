@@ -111,6 +111,14 @@ impl Driver for IptablesDriver {
         );
         let r = table.apply();
         report_rejected(&*table, self.cmds.seam());
+        crate::dataplane::metrics::report_table(
+            self.cmds.seam().shared().metrics(),
+            crate::dataplane::metrics::TableFamily::Iptables,
+            self.ipv,
+            self.table.as_str(),
+            crate::dataplane::metrics::table_size(desired),
+            r.as_ref().ok(),
+        );
         r?;
         Ok(())
     }

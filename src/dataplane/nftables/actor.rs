@@ -113,6 +113,19 @@ impl Driver for NftablesDriver {
         }
         let r = self.table.apply();
         report_rejected(&self.table, &self.seam);
+        let size = desired
+            .tables
+            .values()
+            .map(crate::dataplane::metrics::table_size)
+            .fold((0, 0), |(c, r), (c2, r2)| (c + c2, r + r2));
+        crate::dataplane::metrics::report_table(
+            self.seam.shared().metrics(),
+            crate::dataplane::metrics::TableFamily::Nftables,
+            self.table.ip_version(),
+            "calico",
+            size,
+            r.as_ref().ok(),
+        );
         r?;
         Ok(())
     }
