@@ -141,7 +141,7 @@ param_table! {
     KubeNodePortRanges { v3_field: Some("kubeNodePortRanges"), kind: K::PortRangeList, default: "30000:32767", group: G::Endpoints,
         doc: "Kubernetes NodePort ranges, so that host endpoint rules can treat NodePort traffic as forwarded." }
     WorkloadSourceSpoofing { v3_field: Some("workloadSourceSpoofing"), kind: K::OneOf(&["Disabled", "Any"]), default: "Disabled", group: G::Endpoints,
-        doc: "`Any` lets workloads that request it (by annotation) send from addresses other than their own." }
+        doc: "`Any` lets a workload endpoint send from the prefixes in its `allowSpoofedSourcePrefixes` (set from the pod annotation `cni.projectcalico.org/allowedSourcePrefixes`): they skip the anti-spoofing RPF check. With `Disabled` an endpoint that asks for it is ignored (as invalid)." }
     AllowVXLANPacketsFromWorkloads { v3_field: Some("allowVXLANPacketsFromWorkloads"), kind: K::Bool, group: G::Endpoints,
         doc: "Do not drop VXLAN-encapsulated packets sent by workloads." }
     AllowIPIPPacketsFromWorkloads { v3_field: Some("allowIPIPPacketsFromWorkloads"), kind: K::Bool, group: G::Endpoints,
@@ -281,7 +281,7 @@ param_table! {
     NATPortRange { v3_field: Some("natPortRange"), kind: K::PortRange, group: G::Nat,
         doc: "Source ports used by outgoing NAT; unset means the kernel's choice." }
     NATOutgoingExclusions { v3_field: Some("natOutgoingExclusions"), kind: K::OneOf(&["IPPoolsOnly", "IPPoolsAndHostIPs"]), default: "IPPoolsOnly", group: G::Nat,
-        doc: "Destinations exempt from outgoing NAT: IP pools only, or IP pools and host addresses." }
+        doc: "Destinations exempt from outgoing NAT: IP pools only, or IP pools and every node's address (the `all-hosts-net` IP set)." }
 
     // ---- eBPF dataplane ----
     BPFLogLevel { v3_field: Some("bpfLogLevel"), kind: K::OneOf(&["off", "info", "debug"]), default: "off", group: G::Bpf, non_zero: true,
