@@ -62,10 +62,6 @@ pub const NO_EFFECT: &[Param] = &[
     Param::UsageReportingInitialDelaySecs,
     Param::UsageReportingIntervalSecs,
     Param::DebugMemoryProfilePath,
-    Param::DebugSimulateCalcGraphHangAfter,
-    Param::DebugSimulateDataplaneHangAfter,
-    Param::DebugSimulateDataplaneApplyDelay,
-    Param::DebugPanicAfter,
     Param::DebugHost,
     Param::DebugPort,
 ];

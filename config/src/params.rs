@@ -355,15 +355,15 @@ param_table! {
     DebugMemoryProfilePath { v3_field: Some("debugMemoryProfilePath"), kind: K::File { must_exist: false }, group: G::Debug,
         doc: "Where to write a memory profile on request; empty disables." }
     DebugSimulateCalcGraphHangAfter { v3_field: Some("debugSimulateCalcGraphHangAfter"), kind: SECS, default: "0", group: G::Debug,
-        doc: "Test hook: make the calculation graph hang this long after start; 0 disables." }
+        doc: "Test hook: this long after the dataplane starts, the calculation graph hangs (no updates, flushes or health reports, so its liveness times out); 0 disables." }
     DebugSimulateDataplaneHangAfter { v3_field: Some("debugSimulateDataplaneHangAfter"), kind: SECS, default: "0", group: G::Debug,
-        doc: "Test hook: make the dataplane hang this long after start; 0 disables." }
+        doc: "Test hook: this long after it starts, the dataplane hangs (no applies or health reports, so its liveness times out); 0 disables." }
     DebugSimulateDataplaneApplyDelay { v3_field: Some("debugSimulateDataplaneApplyDelay"), kind: SECS, default: "0", group: G::Debug,
         doc: "Test hook: add this delay to every dataplane apply; 0 disables." }
     IstioAmbientMode { v3_field: Some("istioAmbientMode"), kind: ENABLED_DISABLED, default: "Disabled", group: G::Dataplane, restart: true,
         doc: "`Enabled` builds the Istio ambient calculator: the `all-istio-weps` IP set of workloads in ambient mode, and the ambient mark on their endpoints. Read when the calculation graph is built (`felix run` from its local configuration; `felix calc` and `felix explain` also from the first state's FelixConfiguration); a change restarts felix." }
     DebugPanicAfter { kind: SECS, default: "0", group: G::Debug,
-        doc: "Test hook: crash the daemon this long after start; 0 disables. Host-local in practice (not in the v3 API)." }
+        doc: "Test hook: this long after the dataplane starts, `felix run` stops and exits non-zero with an error naming this setting; 0 disables. Host-local in practice (not in the v3 API)." }
     DebugHost { v3_field: Some("debugHost"), kind: K::Str(S::HostAddress), default: "localhost", group: G::Debug,
         doc: "Address of the debug HTTP server." }
     DebugPort { v3_field: Some("debugPort"), kind: PORT, group: G::Debug,

@@ -39,6 +39,7 @@ pub mod config_load;
 pub mod dataplane;
 pub mod dataplane_wiring;
 pub mod datastore_spec;
+pub mod debug_sim;
 mod drops;
 mod lifecycle;
 pub mod logging;
@@ -134,4 +135,7 @@ pub enum RuntimeError {
     /// The daemon's control channel closed.
     #[error("the daemon's control channel closed")]
     ControlClosed,
+    /// `DebugPanicAfter` elapsed: the configured simulated crash.
+    #[error("DebugPanicAfter ({0:?}) elapsed: stopping with an error, as configured")]
+    DebugPanicAfter(std::time::Duration),
 }
