@@ -61,7 +61,7 @@ param_table! {
     DatastoreType { kind: K::OneOf(&["kubernetes", "etcdv3"]), default: "etcdv3", group: G::Datastore, local: true, non_zero: true,
         doc: "Datastore driver. felix-rs reads `etcdv3`; the datastore actually used is chosen by `felix run --datastore` (file or etcd), which takes precedence." }
     FelixHostname { kind: K::Str(S::Hostname), group: G::Datastore, local: true, non_zero: true,
-        doc: "This node's name, used to pick out the node's own endpoints and per-node config. When unset, `felix run` uses `--node` or the kernel host name." }
+        doc: "This node's name, used to pick out the node's own endpoints and per-node config. `felix run --node` wins over it; without `--node` it comes from the environment, then the config file; unset, `felix run` uses the kernel host name." }
     EtcdAddr { kind: K::Str(S::Authority), default: "127.0.0.1:2379", group: G::Datastore, local: true,
         doc: "etcd `host:port` to connect to when `EtcdEndpoints` is empty." }
     EtcdScheme { kind: K::OneOf(&["http", "https"]), default: "http", group: G::Datastore, local: true,

@@ -168,15 +168,15 @@ impl HealthServer {
 pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
     let mut local = LocalConfig::load(opts.config_file.as_deref())
         .map_err(|e| DaemonError::Input(e.to_string()))?;
-    // The resolved node name (`--node`, else `FELIX_FELIXHOSTNAME`, else the hostname) is
-    // this node's `FelixHostname` for everything that reads the configuration (the
-    // dataplane's cluster routes find this node's own VTEP by it).
+    let node = local.node_name(opts.node.as_deref(), crate::cli::node_name::hostname);
+    // The resolved node name (`--node`, else `FelixHostname` from the environment or the
+    // config file, else the hostname) is this node's `FelixHostname` for everything that
+    // reads the configuration (the dataplane's cluster routes find this node's own VTEP by
+    // it).
     local
         .env
         .retain(|k, _| !k.eq_ignore_ascii_case("FelixHostname"));
-    local
-        .env
-        .insert("FelixHostname".to_string(), opts.node.clone());
+    local.env.insert("FelixHostname".to_string(), node.clone());
     let (local_cfg, local_errs) = local.build();
     let log = logging::init(local_cfg.log_severity_screen());
     log_local_errors(&local_errs);
@@ -199,7 +199,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
         ),
     };
     tracing::info!(
-        node = %opts.node,
+        node = %node,
         datastore = %spec,
         config_file = ?local.file_path,
         "felix starting"
@@ -264,7 +264,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
     let calc = {
         let tx = ctl_tx.clone();
         CalcLoop::new(
-            &opts.node,
+            &node,
             sync_rx,
             Box::new(move |e| tx.send(Control::Calc(e)).is_ok()),
             view.clone(),
@@ -306,7 +306,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
         log,
         shared,
         view,
-        node: opts.node.clone(),
+        node: node.clone(),
         drops: None,
         ctl: ctl_tx,
         calc_hang,

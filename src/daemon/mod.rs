@@ -66,9 +66,10 @@ pub const RESTART_EXIT_CODE: u8 = 129;
 /// What `felix run` was asked to do.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// This node's name (already resolved from `--node`,
-    /// `FELIX_FELIXHOSTNAME` or the host name).
-    pub node: String,
+    /// `--node NAME`, if given. Without it the daemon uses `FelixHostname`
+    /// (environment, then config file), then the host name
+    /// ([`config_load::LocalConfig::node_name`]).
+    pub node: Option<String>,
     /// `--datastore SPEC`, if given.
     pub datastore: Option<String>,
     /// `--config FILE`, if given (a missing explicit file is an error).
