@@ -87,6 +87,11 @@ pub struct SupervisorConfig {
     pub liveness_timeout: Duration,
     /// Period of the apply summary log line.
     pub summary_interval: Duration,
+    /// `DebugSimulateDataplaneHangAfter`: this long after start (on the supervisor's clock)
+    /// the supervisor stops applying and reporting health, so its liveness watchdog trips.
+    pub debug_hang_after: Option<Duration>,
+    /// `DebugSimulateDataplaneApplyDelay`: every apply first waits this long.
+    pub debug_apply_delay: Option<Duration>,
 }
 
 impl Default for SupervisorConfig {
@@ -104,6 +109,8 @@ impl Default for SupervisorConfig {
             restart_window: Duration::from_secs(60),
             liveness_timeout: Duration::from_secs(90),
             summary_interval: Duration::from_secs(60),
+            debug_hang_after: None,
+            debug_apply_delay: None,
         }
     }
 }
@@ -304,6 +311,10 @@ pub struct Supervisor<M: Clone + Send + 'static> {
     observer: Option<ApplyObserver>,
     timings: ApplyTimings,
     clock: SharedClock,
+    /// When the simulated hang starts ([`SupervisorConfig::debug_hang_after`]).
+    hang_at: Option<Instant>,
+    /// The simulated hang has started.
+    hanging: bool,
 }
 
 /// What [`SupervisorBuilder::start`] returns.
@@ -521,7 +532,10 @@ impl<M: Clone + Send + 'static> SupervisorBuilder<M> {
             },
         );
         let latch = Some(self.health.startup_latch("dataplane-first-apply"));
+        let hang_at = self.cfg.debug_hang_after.map(|d| self.clock.now() + d);
         let sup = Supervisor {
+            hang_at,
+            hanging: false,
             limiter: RateLimiter::direct(Quota::per_second(rate).allow_burst(burst)),
             cfg: self.cfg,
             state_key: self.state_key,
@@ -622,7 +636,23 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
         });
     }
 
-    fn report_health(&self) {
+    /// True once the simulated hang has started (then for good): nothing is applied or
+    /// reported any more.
+    fn hung(&mut self) -> bool {
+        if self.hanging {
+            return true;
+        }
+        if self.hang_at.is_some_and(|at| self.clock.now() >= at) {
+            tracing::warn!("DebugSimulateDataplaneHangAfter elapsed: the dataplane now hangs (no applies, no health reports)");
+            self.hanging = true;
+        }
+        self.hanging
+    }
+
+    fn report_health(&mut self) {
+        if self.hung() {
+            return;
+        }
         let live = self.fatal.is_none();
         self.reporter.report(live, live && self.first_apply_done);
     }
@@ -773,7 +803,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
     }
 
     fn start_apply(&mut self, ctx: &mut Context<Self>) {
-        if self.fatal.is_some() || !self.in_sync || self.applying {
+        if self.fatal.is_some() || !self.in_sync || self.applying || self.hung() {
             return;
         }
         self.reap_dead();
@@ -814,10 +844,17 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
         };
         tracing::debug!(seq = self.apply_seq, batch, "apply starting");
         self.applying = true;
+        let delay = self.cfg.debug_apply_delay;
         ctx.wait(
-            run_apply(plan)
-                .into_actor(self)
-                .map(|out, act, ctx| act.finish_apply(out, ctx)),
+            async move {
+                if let Some(d) = delay {
+                    tracing::debug!(?d, "DebugSimulateDataplaneApplyDelay: delaying the apply");
+                    actix::clock::sleep(d).await;
+                }
+                run_apply(plan).await
+            }
+            .into_actor(self)
+            .map(|out, act, ctx| act.finish_apply(out, ctx)),
         );
     }
 

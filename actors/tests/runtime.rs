@@ -319,12 +319,25 @@ fn build_with_clock(
     fatal: Arc<Mutex<Vec<Fatal>>>,
     clock: clock::SharedClock,
 ) -> SupervisorHandle<Msg> {
+    let health = Health::with_clock(clock.clone());
+    build_with_health(world, cfg, faults, fatal, clock, health)
+}
+
+fn build_with_health(
+    world: &World,
+    cfg: SupervisorConfig,
+    faults: FaultRegistry,
+    fatal: Arc<Mutex<Vec<Fatal>>>,
+    clock: clock::SharedClock,
+    health: Health,
+) -> SupervisorHandle<Msg> {
     let mut b = SupervisorBuilder::new(cfg, |m: &Msg| match m {
         Msg::Set { kind, id, .. } => StateKey::Set(format!("{kind:?}/{id}")),
         Msg::Remove { kind, id } => StateKey::Remove(format!("{kind:?}/{id}")),
     })
     .faults(faults)
     .clock(clock)
+    .health(health)
     .on_fatal(move |f| fatal.lock().push(f));
     let w = world.clone();
     b = b.observer(Arc::new(move |e: &ApplyEvent| {
@@ -621,6 +634,70 @@ async fn burst_of_10000_messages_is_coalesced_into_few_applies() {
         s.applies <= 10,
         "expected coalescing, got {} applies",
         s.applies
+    );
+}
+
+/// `DebugSimulateDataplaneHangAfter`: once the time has passed on the supervisor's clock it
+/// applies nothing more and stops reporting, so its liveness (same clock) times out.
+#[actix_rt::test]
+async fn simulated_dataplane_hang_stops_applies_and_trips_liveness() {
+    let world = World::default();
+    let manual = clock::ManualClock::new();
+    let cfg = SupervisorConfig {
+        debug_hang_after: Some(Duration::from_secs(60)),
+        liveness_timeout: Duration::from_secs(90),
+        ..fast_cfg()
+    };
+    let h = build_with_clock(
+        &world,
+        cfg,
+        FaultRegistry::new(),
+        Default::default(),
+        Arc::new(manual.clone()),
+    );
+    h.addr.do_send(InSync);
+    let s = wait_for(&h, Duration::from_secs(10), converged).await;
+    assert!(h.health.liveness().healthy, "live before the hang");
+    manual.advance(Duration::from_secs(61));
+    send_set(&h, Kind::Route, 1, 0);
+    actix_rt::time::sleep(Duration::from_millis(300)).await;
+    let after = h.addr.send(GetStatus).await.unwrap();
+    assert_eq!(after.applies, s.applies, "no apply once hung");
+    assert!(
+        world.kernel.lock().routes.is_empty(),
+        "the update never reached the kernel"
+    );
+    manual.advance(Duration::from_secs(91));
+    assert!(
+        !h.health.liveness().healthy,
+        "the dataplane reporter went stale"
+    );
+}
+
+/// `DebugSimulateDataplaneApplyDelay`: every apply waits that long before it runs.
+#[actix_rt::test]
+async fn simulated_apply_delay_holds_each_apply_back() {
+    let world = World::default();
+    let cfg = SupervisorConfig {
+        debug_apply_delay: Some(Duration::from_millis(300)),
+        ..fast_cfg()
+    };
+    let h = build(&world, cfg, FaultRegistry::new(), Default::default());
+    let start = clock::real_now();
+    h.addr.do_send(InSync);
+    wait_for(&h, Duration::from_secs(10), |s| s.applies >= 1).await;
+    assert!(
+        start.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        start.elapsed()
+    );
+    let start = clock::real_now();
+    send_set(&h, Kind::Route, 1, 0);
+    wait_for(&h, Duration::from_secs(10), |s| s.applies >= 2).await;
+    assert!(
+        start.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        start.elapsed()
     );
 }
 

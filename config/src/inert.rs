@@ -14,7 +14,6 @@ use crate::source::Source;
 pub const NO_EFFECT: &[Param] = &[
     Param::DebugDisableLogDropping,
     Param::KubeNodePortRanges,
-    Param::WorkloadSourceSpoofing,
     Param::ExternalNodesCIDRList,
     Param::EndpointReportingEnabled,
     Param::EndpointReportingDelaySecs,
@@ -35,7 +34,6 @@ pub const NO_EFFECT: &[Param] = &[
     Param::IpInIpEnabled,
     Param::IpInIpMtu,
     Param::IpInIpTunnelAddr,
-    Param::NATOutgoingExclusions,
     Param::BPFConntrackLogLevel,
     Param::BPFDataIfacePattern,
     Param::BPFL3IfacePattern,
@@ -60,10 +58,6 @@ pub const NO_EFFECT: &[Param] = &[
     Param::UsageReportingInitialDelaySecs,
     Param::UsageReportingIntervalSecs,
     Param::DebugMemoryProfilePath,
-    Param::DebugSimulateCalcGraphHangAfter,
-    Param::DebugSimulateDataplaneHangAfter,
-    Param::DebugSimulateDataplaneApplyDelay,
-    Param::DebugPanicAfter,
     Param::DebugHost,
     Param::DebugPort,
 ];

@@ -61,7 +61,7 @@ param_table! {
     DatastoreType { kind: K::OneOf(&["kubernetes", "etcdv3"]), default: "etcdv3", group: G::Datastore, local: true, non_zero: true,
         doc: "Datastore driver. felix-rs reads `etcdv3`; the datastore actually used is chosen by `felix run --datastore` (file or etcd), which takes precedence." }
     FelixHostname { kind: K::Str(S::Hostname), group: G::Datastore, local: true, non_zero: true,
-        doc: "This node's name, used to pick out the node's own endpoints and per-node config. When unset, `felix run` uses `--node` or the kernel host name." }
+        doc: "This node's name, used to pick out the node's own endpoints and per-node config. `felix run --node` wins over it; without `--node` it comes from the environment, then the config file; unset, `felix run` uses the kernel host name." }
     EtcdAddr { kind: K::Str(S::Authority), default: "127.0.0.1:2379", group: G::Datastore, local: true,
         doc: "etcd `host:port` to connect to when `EtcdEndpoints` is empty." }
     EtcdScheme { kind: K::OneOf(&["http", "https"]), default: "http", group: G::Datastore, local: true,
@@ -141,7 +141,7 @@ param_table! {
     KubeNodePortRanges { v3_field: Some("kubeNodePortRanges"), kind: K::PortRangeList, default: "30000:32767", group: G::Endpoints,
         doc: "Kubernetes NodePort ranges, so that host endpoint rules can treat NodePort traffic as forwarded." }
     WorkloadSourceSpoofing { v3_field: Some("workloadSourceSpoofing"), kind: K::OneOf(&["Disabled", "Any"]), default: "Disabled", group: G::Endpoints,
-        doc: "`Any` lets workloads that request it (by annotation) send from addresses other than their own." }
+        doc: "`Any` lets a workload endpoint send from the prefixes in its `allowSpoofedSourcePrefixes` (set from the pod annotation `cni.projectcalico.org/allowedSourcePrefixes`): they skip the anti-spoofing RPF check. With `Disabled` an endpoint that asks for it is ignored (as invalid)." }
     AllowVXLANPacketsFromWorkloads { v3_field: Some("allowVXLANPacketsFromWorkloads"), kind: K::Bool, group: G::Endpoints,
         doc: "Do not drop VXLAN-encapsulated packets sent by workloads." }
     AllowIPIPPacketsFromWorkloads { v3_field: Some("allowIPIPPacketsFromWorkloads"), kind: K::Bool, group: G::Endpoints,
@@ -281,7 +281,7 @@ param_table! {
     NATPortRange { v3_field: Some("natPortRange"), kind: K::PortRange, group: G::Nat,
         doc: "Source ports used by outgoing NAT; unset means the kernel's choice." }
     NATOutgoingExclusions { v3_field: Some("natOutgoingExclusions"), kind: K::OneOf(&["IPPoolsOnly", "IPPoolsAndHostIPs"]), default: "IPPoolsOnly", group: G::Nat,
-        doc: "Destinations exempt from outgoing NAT: IP pools only, or IP pools and host addresses." }
+        doc: "Destinations exempt from outgoing NAT: IP pools only, or IP pools and every node's address (the `all-hosts-net` IP set)." }
 
     // ---- eBPF dataplane ----
     BPFLogLevel { v3_field: Some("bpfLogLevel"), kind: K::OneOf(&["off", "info", "debug"]), default: "off", group: G::Bpf, non_zero: true,
@@ -355,15 +355,15 @@ param_table! {
     DebugMemoryProfilePath { v3_field: Some("debugMemoryProfilePath"), kind: K::File { must_exist: false }, group: G::Debug,
         doc: "Where to write a memory profile on request; empty disables." }
     DebugSimulateCalcGraphHangAfter { v3_field: Some("debugSimulateCalcGraphHangAfter"), kind: SECS, default: "0", group: G::Debug,
-        doc: "Test hook: make the calculation graph hang this long after start; 0 disables." }
+        doc: "Test hook: this long after the dataplane starts, the calculation graph hangs (no updates, flushes or health reports, so its liveness times out); 0 disables." }
     DebugSimulateDataplaneHangAfter { v3_field: Some("debugSimulateDataplaneHangAfter"), kind: SECS, default: "0", group: G::Debug,
-        doc: "Test hook: make the dataplane hang this long after start; 0 disables." }
+        doc: "Test hook: this long after it starts, the dataplane hangs (no applies or health reports, so its liveness times out); 0 disables." }
     DebugSimulateDataplaneApplyDelay { v3_field: Some("debugSimulateDataplaneApplyDelay"), kind: SECS, default: "0", group: G::Debug,
         doc: "Test hook: add this delay to every dataplane apply; 0 disables." }
     IstioAmbientMode { v3_field: Some("istioAmbientMode"), kind: ENABLED_DISABLED, default: "Disabled", group: G::Dataplane, restart: true,
         doc: "`Enabled` builds the Istio ambient calculator: the `all-istio-weps` IP set of workloads in ambient mode, and the ambient mark on their endpoints. Read when the calculation graph is built (`felix run` from its local configuration; `felix calc` and `felix explain` also from the first state's FelixConfiguration); a change restarts felix." }
     DebugPanicAfter { kind: SECS, default: "0", group: G::Debug,
-        doc: "Test hook: crash the daemon this long after start; 0 disables. Host-local in practice (not in the v3 API)." }
+        doc: "Test hook: this long after the dataplane starts, `felix run` stops and exits non-zero with an error naming this setting; 0 disables. Host-local in practice (not in the v3 API)." }
     DebugHost { v3_field: Some("debugHost"), kind: K::Str(S::HostAddress), default: "localhost", group: G::Debug,
         doc: "Address of the debug HTTP server." }
     DebugPort { v3_field: Some("debugPort"), kind: PORT, group: G::Debug,

@@ -166,6 +166,10 @@ pub struct GraphOptions {
     pub istio_ambient: bool,
     /// The route resolver's configuration.
     pub routes: routes::RouteConfig,
+    /// `WorkloadSourceSpoofing: Any`: workload endpoints may carry
+    /// `allowSpoofedSourcePrefixes`; otherwise one that does is treated as
+    /// absent (upstream's validation filter).
+    pub workload_source_spoofing: bool,
 }
 
 impl GraphOptions {
@@ -176,6 +180,7 @@ impl GraphOptions {
         let pcr = cfg.program_cluster_routes();
         GraphOptions {
             istio_ambient: cfg.istio_ambient_mode().eq_ignore_ascii_case("enabled"),
+            workload_source_spoofing: cfg.workload_source_spoofing() == "Any",
             routes: routes::RouteConfig {
                 route_source: routes::RouteSource::from_param(cfg.route_source()),
                 bpf_enabled: cfg.bpf_enabled(),
@@ -198,6 +203,8 @@ impl GraphOptions {
 /// The assembled graph.  See the module docs.
 pub struct CalcGraph {
     hostname: String,
+    /// [`GraphOptions::workload_source_spoofing`].
+    spoofing_allowed: bool,
     arc: ActiveRulesCalculator,
     scanner: RuleScanner,
     ipsets: IpSetIndex,
@@ -223,6 +230,7 @@ impl CalcGraph {
     pub fn with_options(hostname: &str, options: GraphOptions) -> CalcGraph {
         let mut g = CalcGraph {
             hostname: hostname.to_string(),
+            spoofing_allowed: options.workload_source_spoofing,
             arc: ActiveRulesCalculator::new(),
             scanner: RuleScanner::new(),
             ipsets: IpSetIndex::new(),
@@ -313,7 +321,7 @@ impl CalcGraph {
     /// Feeds one update.
     pub fn on_update(&mut self, update: Update) {
         self.stats.updates_processed += 1;
-        let Update { key, value, .. } = validation::filter(update);
+        let Update { key, value, .. } = validation::filter(update, self.spoofing_allowed);
         match key {
             Key::WorkloadEndpoint(k) => {
                 let v = match value {
@@ -690,6 +698,11 @@ mod tests {
         };
         let d = GraphOptions::from_config(&cfg(&[]));
         assert!(!d.istio_ambient);
+        assert!(!d.workload_source_spoofing);
+        assert!(
+            GraphOptions::from_config(&cfg(&[("WorkloadSourceSpoofing", "Any")]))
+                .workload_source_spoofing
+        );
         assert_eq!(
             d.routes,
             routes::RouteConfig::default(),

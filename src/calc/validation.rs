@@ -8,16 +8,20 @@
 //! Invariants guaranteed downstream of this node:
 //! * a present value's variant matches its key's variant;
 //! * every selector in a policy (its own and its rules') and a live
-//!   migration's target selector parses.
+//!   migration's target selector parses;
+//! * a workload endpoint carries `allowSpoofedSourcePrefixes` only if
+//!   `WorkloadSourceSpoofing` is `Any` (the `spoofing_allowed` argument).
 
 use crate::model::{Key, Policy, Rule, Update, Value};
 use crate::selector;
 use smallvec::SmallVec;
 
 /// Returns the update unchanged, or with `value: None` if it is invalid.
-pub fn filter(mut update: Update) -> Update {
+/// `spoofing_allowed`: `WorkloadSourceSpoofing` is `Any`.
+pub fn filter(mut update: Update, spoofing_allowed: bool) -> Update {
     if let Some(v) = &update.value {
-        if let Err(reason) = check(&update.key, v) {
+        let verdict = check(&update.key, v).and_then(|()| check_spoofing(v, spoofing_allowed));
+        if let Err(reason) = verdict {
             tracing::warn!(key = %update.key, reason, "invalid value treated as absent");
             update.value = None;
         }
@@ -59,6 +63,17 @@ fn check(key: &Key, value: &Value) -> Result<(), &'static str> {
             }
             _ => Ok(()),
         },
+        _ => Ok(()),
+    }
+}
+
+/// Upstream's rule: an endpoint asking to send from other prefixes is
+/// invalid unless the node allows it.
+fn check_spoofing(value: &Value, allowed: bool) -> Result<(), &'static str> {
+    match value {
+        Value::WorkloadEndpoint(w) if !allowed && !w.allow_spoofed_source_prefixes.is_empty() => {
+            Err("source IP spoofing requested but WorkloadSourceSpoofing is not Any")
+        }
         _ => Ok(()),
     }
 }
@@ -134,6 +149,35 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    /// `WorkloadSourceSpoofing`: an endpoint with spoofed source prefixes is
+    /// absent unless spoofing is allowed; one without is kept either way.
+    #[test]
+    fn spoofing_endpoints_exist_only_when_spoofing_is_allowed() {
+        use crate::model::{WorkloadEndpoint, WorkloadEndpointKey};
+        use std::sync::Arc;
+        let key = Key::WorkloadEndpoint(WorkloadEndpointKey {
+            hostname: "node1".into(),
+            orchestrator_id: "k8s".into(),
+            workload_id: "ns/pod".into(),
+            endpoint_id: "eth0".into(),
+        });
+        let wep = |prefixes: &[&str]| {
+            Value::WorkloadEndpoint(Arc::new(WorkloadEndpoint {
+                allow_spoofed_source_prefixes: prefixes
+                    .iter()
+                    .map(|p| p.parse().unwrap())
+                    .collect(),
+                ..Default::default()
+            }))
+        };
+        let spoofing = Update::set(key.clone(), wep(&["10.9.0.0/16"]));
+        assert!(filter(spoofing.clone(), false).value.is_none());
+        assert!(filter(spoofing, true).value.is_some());
+        let plain = Update::set(key, wep(&[]));
+        assert!(filter(plain.clone(), false).value.is_some());
+        assert!(filter(plain, true).value.is_some());
     }
 
     #[test]

@@ -14,7 +14,8 @@ pub fn resolve(flag: Option<&str>) -> String {
     hostname()
 }
 
-fn hostname() -> String {
+/// The kernel's host name (`HOSTNAME`, then `localhost`, if unreadable).
+pub fn hostname() -> String {
     if let Ok(h) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
         let h = h.trim();
         if !h.is_empty() {

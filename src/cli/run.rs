@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{node_name, CliError};
+use super::CliError;
 use crate::daemon::{self, DaemonError, RunOptions, Stop, DEFAULT_ADMIN_SOCKET};
 
 const RUN_LONG_ABOUT: &str = "\
@@ -34,7 +34,8 @@ Exit codes: 0 stopped by a signal, 1 runtime failure, 2 bad usage or input.";
 #[derive(Debug, Args)]
 #[command(after_help = RUN_LONG_ABOUT)]
 pub struct RunArgs {
-    /// This node's name (default: FELIX_FELIXHOSTNAME, then the host name).
+    /// This node's name (default: FelixHostname from FELIX_FELIXHOSTNAME, then
+    /// from the config file, then the host name).
     #[arg(long, value_name = "NAME")]
     pub node: Option<String>,
     /// Datastore: file:DIR or etcdv3:http://HOST:PORT[,http://HOST:PORT...]
@@ -54,7 +55,7 @@ pub struct RunArgs {
 pub fn run(args: RunArgs) -> Result<(), CliError> {
     let started = felix_actors::clock::real_now();
     let opts = RunOptions {
-        node: node_name::resolve(args.node.as_deref()),
+        node: args.node,
         datastore: args.datastore,
         config_file: args.config,
         admin_socket: args.admin_socket,

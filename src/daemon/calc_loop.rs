@@ -30,16 +30,25 @@
 //! Reporter `calc-graph`: live while the loop turns (reports at least every
 //! [`CalcLoopConfig::report_interval`]); ready once the graph is in sync and
 //! the first flush is done.
+//!
+//! # Simulated hang
+//!
+//! Once [`CalcLoopConfig::hang`] is due on [`CalcLoopConfig::clock`]
+//! (`DebugSimulateCalcGraphHangAfter`), the loop stops for good: no input
+//! consumed, no flush, no health report (so the liveness times out), until
+//! the stop flag ends it.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use felix_actors::clock::SharedClock;
 use felix_actors::HealthReporter;
 use felix_proto::to_dataplane::Payload;
 use parking_lot::Mutex;
 
+use super::debug_sim::HangSwitch;
 use super::messages::to_dataplane;
 use super::metrics::{CalcMetrics, ClusterStats, UpdateTally};
 use crate::calc::view::DataplaneView;
@@ -69,6 +78,10 @@ pub struct CalcLoopConfig {
     pub faults: Option<felix_actors::FaultRegistry>,
     /// How the graph is built (e.g. the Istio ambient calculator).
     pub graph_options: crate::calc::GraphOptions,
+    /// `DebugSimulateCalcGraphHangAfter` (see the module docs); never due unless armed.
+    pub hang: HangSwitch,
+    /// The clock `hang` is read on.
+    pub clock: SharedClock,
 }
 
 impl Default for CalcLoopConfig {
@@ -81,6 +94,8 @@ impl Default for CalcLoopConfig {
             ready_if_absent: true,
             faults: None,
             graph_options: crate::calc::GraphOptions::default(),
+            hang: HangSwitch::default(),
+            clock: felix_actors::clock::system(),
         }
     }
 }
@@ -219,6 +234,10 @@ impl CalcLoop {
             if self.stop.load(Ordering::Acquire) {
                 break;
             }
+            if self.cfg.hang.due(self.cfg.clock.now()) {
+                self.hang();
+                break;
+            }
             let timeout = if self.dirty_since.is_some() && self.graph_in_sync {
                 self.cfg.min_flush_gap
             } else {
@@ -262,6 +281,17 @@ impl CalcLoop {
             self.report_health(false);
         }
         tracing::info!("calculation graph stopped");
+    }
+
+    /// The simulated hang: idles (consuming nothing, reporting nothing)
+    /// until the stop flag is set.
+    fn hang(&self) {
+        tracing::warn!(
+            "DebugSimulateCalcGraphHangAfter elapsed: the calculation graph now hangs (no updates, flushes or health reports)"
+        );
+        while !self.stop.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn handle(&mut self, ev: SyncerEvent) {
@@ -415,17 +445,22 @@ mod tests {
     }
 
     fn start() -> Harness {
+        start_with(Health::new(), None, CalcLoopConfig::default())
+    }
+
+    /// A loop reporting into `health` (with liveness `timeout`), with
+    /// `base`'s hang switch and clock.
+    fn start_with(health: Health, timeout: Option<Duration>, base: CalcLoopConfig) -> Harness {
         let faults = felix_actors::FaultRegistry::new();
         let (tx, rx) = mpsc::sync_channel(4);
         let (etx, events) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
-        let health = Health::new();
         let reporter = health.reporter(
             "calc-graph",
             ReporterSpec {
                 live: true,
                 ready: true,
-                timeout: None,
+                timeout,
             },
         );
         let lp = CalcLoop::new(
@@ -440,7 +475,7 @@ mod tests {
             CalcLoopConfig {
                 report_interval: Duration::from_millis(20),
                 faults: Some(faults.clone()),
-                ..Default::default()
+                ..base
             },
         );
         let thread = std::thread::spawn(move || lp.run());
@@ -552,6 +587,45 @@ mod tests {
         h.stop.store(true, Ordering::Release);
         drop(second);
         drop(h.tx);
+        h.thread.join().unwrap();
+    }
+
+    /// `DebugSimulateCalcGraphHangAfter`: once the armed switch is due on
+    /// the loop's clock, nothing more is flushed and the `calc-graph`
+    /// liveness (same clock) times out; the stop flag still ends the thread.
+    #[test]
+    fn simulated_hang_stops_flushes_and_health_reports() {
+        let clock = felix_actors::clock::ManualClock::new();
+        let hang = HangSwitch::default();
+        hang.arm(felix_actors::clock::Clock::now(&clock) + Duration::from_secs(10));
+        let h = start_with(
+            Health::with_clock(Arc::new(clock.clone())),
+            Some(Duration::from_secs(30)),
+            CalcLoopConfig {
+                hang,
+                clock: Arc::new(clock.clone()),
+                ..CalcLoopConfig::default()
+            },
+        );
+        h.tx.send(SyncerEvent::Status(SyncStatus::InSync)).unwrap();
+        drop(next_batch(&h));
+        assert!(h.health.liveness().healthy);
+        clock.advance(Duration::from_secs(11));
+        let node = Update::set(
+            Key::Node("a".into()),
+            Value::Node(std::sync::Arc::new(Default::default())),
+        );
+        h.tx.send(SyncerEvent::Updates(vec![node])).unwrap();
+        assert!(
+            h.events.recv_timeout(Duration::from_millis(300)).is_err(),
+            "a hung graph flushes nothing"
+        );
+        clock.advance(Duration::from_secs(31));
+        assert!(
+            !h.health.liveness().healthy,
+            "calc-graph liveness timed out"
+        );
+        h.stop.store(true, Ordering::Release);
         h.thread.join().unwrap();
     }
 

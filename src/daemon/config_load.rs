@@ -13,7 +13,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use felix_config::{load_config_file, process_env_overrides, Config, ConfigError, Layer, Source};
+use felix_config::{
+    load_config_file, process_env_overrides, Config, ConfigError, Layer, Param, Source,
+};
 use felix_proto as pb;
 
 use crate::calc::config_batcher::{SOURCE_DATASTORE_GLOBAL, SOURCE_DATASTORE_PER_HOST};
@@ -58,6 +60,23 @@ impl LocalConfig {
             file,
             env: process_env_overrides(),
         })
+    }
+
+    /// This node's name for `felix run`: `flag` (`--node`) if given, else
+    /// `FelixHostname` from the environment or the config file (the
+    /// environment wins and an invalid value is skipped, as for every
+    /// parameter), else `hostname()`. `FelixHostname` is host-local: the
+    /// datastore cannot set it (its per-node layer is chosen by it).
+    pub fn node_name(&self, flag: Option<&str>, hostname: impl FnOnce() -> String) -> String {
+        if let Some(n) = flag {
+            return n.to_string();
+        }
+        let (cfg, _) = self.build();
+        let name = cfg.felix_hostname();
+        if cfg.source(Param::FelixHostname) != Source::Default && !name.is_empty() {
+            return name.to_string();
+        }
+        hostname()
     }
 
     fn layers(&self) -> Vec<Layer> {
@@ -204,13 +223,33 @@ pub fn log_local_errors(errs: &[ConfigError]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use felix_config::Param;
 
     fn kv(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    /// `felix run`'s node name: `--node`, else `FelixHostname` from the
+    /// environment, else from the config file, else the host name.
+    #[test]
+    fn node_name_is_flag_then_env_then_config_file_then_hostname() {
+        let host = || "kernel-host".to_string();
+        let local = |file: &[(&str, &str)], env: &[(&str, &str)]| LocalConfig {
+            file_path: None,
+            file: kv(file),
+            env: kv(env),
+        };
+        let both = local(
+            &[("FelixHostname", "from-file")],
+            &[("FELIXHOSTNAME", "from-env")],
+        );
+        assert_eq!(both.node_name(Some("from-flag"), host), "from-flag");
+        assert_eq!(both.node_name(None, host), "from-env");
+        let file_only = local(&[("FelixHostname", "from-file")], &[]);
+        assert_eq!(file_only.node_name(None, host), "from-file");
+        assert_eq!(local(&[], &[]).node_name(None, host), "kernel-host");
     }
 
     #[test]

@@ -76,6 +76,8 @@ pub fn supervisor_config(cfg: &Config) -> SupervisorConfig {
         tables_refresh_interval: opt(cfg.table_refresh_interval()),
         // The dataplane's liveness: upstream's watchdog on its main loop.
         liveness_timeout: cfg.dataplane_watchdog_timeout(),
+        debug_hang_after: opt(cfg.debug_simulate_dataplane_hang_after()),
+        debug_apply_delay: opt(cfg.debug_simulate_dataplane_apply_delay()),
         ..SupervisorConfig::default()
     }
 }
@@ -310,12 +312,28 @@ mod tests {
             "DataplaneWatchdogTimeout default"
         );
         assert_eq!(sc.route_refresh_interval, None);
+        assert_eq!(
+            (sc.debug_hang_after, sc.debug_apply_delay),
+            (None, None),
+            "debug simulations off by default"
+        );
         let env: BTreeMap<String, String> = [
             ("BPFEnabled".to_string(), "true".to_string()),
             ("DataplaneWatchdogTimeout".to_string(), "15".to_string()),
+            (
+                "DebugSimulateDataplaneHangAfter".to_string(),
+                "30".to_string(),
+            ),
+            (
+                "DebugSimulateDataplaneApplyDelay".to_string(),
+                "2".to_string(),
+            ),
         ]
         .into();
         let (cfg, _) = Config::build(&[(Source::Environment, env)]);
+        let sc = supervisor_config(&cfg);
+        assert_eq!(sc.debug_hang_after, Some(Duration::from_secs(30)));
+        assert_eq!(sc.debug_apply_delay, Some(Duration::from_secs(2)));
         assert_eq!(supervisor_config(&cfg).dataplane, "bpf");
         assert_eq!(
             supervisor_config(&cfg).liveness_timeout,

@@ -27,6 +27,7 @@ use super::calc_loop::{Batch, CalcEvent, CalcLoop, CalcLoopConfig, Inflight, Sha
 use super::config_load::{log_local_errors, ConfigTracker, DatastoreLayers, LocalConfig};
 use super::dataplane::{Dataplane, Shared};
 use super::datastore_spec::DatastoreSpec;
+use super::debug_sim::{spawn_timer, DebugSim, HangSwitch};
 use super::logging::{self, LogHandle};
 use super::metrics::CalcMetrics;
 use super::{signals, DaemonError, RunOptions, RuntimeError, Stop, SYNC_CHANNEL_CAPACITY};
@@ -44,6 +45,8 @@ enum Control {
     Signal(&'static str),
     Calc(CalcEvent),
     Fatal(Fatal),
+    /// `DebugPanicAfter` elapsed.
+    DebugPanic(Duration),
 }
 
 enum Outcome {
@@ -165,15 +168,15 @@ impl HealthServer {
 pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
     let mut local = LocalConfig::load(opts.config_file.as_deref())
         .map_err(|e| DaemonError::Input(e.to_string()))?;
-    // The resolved node name (`--node`, else `FELIX_FELIXHOSTNAME`, else the hostname) is
-    // this node's `FelixHostname` for everything that reads the configuration (the
-    // dataplane's cluster routes find this node's own VTEP by it).
+    let node = local.node_name(opts.node.as_deref(), crate::cli::node_name::hostname);
+    // The resolved node name (`--node`, else `FelixHostname` from the environment or the
+    // config file, else the hostname) is this node's `FelixHostname` for everything that
+    // reads the configuration (the dataplane's cluster routes find this node's own VTEP by
+    // it).
     local
         .env
         .retain(|k, _| !k.eq_ignore_ascii_case("FelixHostname"));
-    local
-        .env
-        .insert("FelixHostname".to_string(), opts.node.clone());
+    local.env.insert("FelixHostname".to_string(), node.clone());
     let (local_cfg, local_errs) = local.build();
     let log = logging::init(&local_cfg);
     log_local_errors(&local_errs);
@@ -196,7 +199,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
         ),
     };
     tracing::info!(
-        node = %opts.node,
+        node = %node,
         datastore = %spec,
         config_file = ?local.file_path,
         "felix starting"
@@ -257,10 +260,11 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
 
     let view: SharedView = Arc::new(Mutex::new(DataplaneView::new()));
     let stop = Arc::new(AtomicBool::new(false));
+    let calc_hang = HangSwitch::default();
     let calc = {
         let tx = ctl_tx.clone();
         CalcLoop::new(
-            &opts.node,
+            &node,
             sync_rx,
             Box::new(move |e| tx.send(Control::Calc(e)).is_ok()),
             view.clone(),
@@ -278,6 +282,8 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
                 // consulted here yet: the graph's options come from the
                 // environment and the config file).
                 graph_options: crate::calc::GraphOptions::from_config(&local_cfg),
+                // Armed by the connector once the full configuration is known.
+                hang: calc_hang.clone(),
                 ..CalcLoopConfig::default()
             },
         )
@@ -300,9 +306,11 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
         log,
         shared,
         view,
-        node: opts.node.clone(),
+        node: node.clone(),
         drops: None,
         ctl: ctl_tx,
+        calc_hang,
+        stop: stop.clone(),
     };
     let outcome = loop {
         let Ok(ctl) = ctl_rx.recv() else {
@@ -311,6 +319,10 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
         match ctl {
             Control::Signal(s) => break Outcome::Signal(s),
             Control::Fatal(f) => break Outcome::Fatal(RuntimeError::DataplaneFatal(f)),
+            Control::DebugPanic(d) => {
+                tracing::error!(after = ?d, "DebugPanicAfter elapsed: felix stops with an error, as configured");
+                break Outcome::Fatal(RuntimeError::DebugPanicAfter(d));
+            }
             Control::Calc(CalcEvent::Batch(b)) => {
                 if let Some(o) = conn.on_batch(b) {
                     break o;
@@ -371,6 +383,10 @@ struct Connector {
     node: String,
     drops: Option<crate::dataplane::drops::reader::DropReader>,
     ctl: mpsc::Sender<Control>,
+    /// The calc loop's `DebugSimulateCalcGraphHangAfter` switch.
+    calc_hang: HangSwitch,
+    /// The daemon's stop flag (ends the `DebugPanicAfter` timer).
+    stop: Arc<AtomicBool>,
 }
 
 impl Connector {
@@ -453,6 +469,12 @@ impl Connector {
                 p.name()
             );
         }
+        if let Err(e) = self.start_debug_simulations(&cfg) {
+            return Some(Outcome::Fatal(RuntimeError::Io {
+                what: "starting the DebugPanicAfter timer",
+                source: e,
+            }));
+        }
         self.health.apply(health_config(&cfg), &self.shared.health);
         self.apply_live_settings(&cfg);
         self.metrics_port
@@ -499,6 +521,31 @@ impl Connector {
         }
         self.latch = None;
         None
+    }
+
+    /// Announces and arms the debug simulations `cfg` sets (the dataplane's
+    /// are in its supervisor configuration); see [`super::debug_sim`].
+    fn start_debug_simulations(&self, cfg: &Config) -> std::io::Result<()> {
+        let sim = DebugSim::from_config(cfg);
+        sim.warn_at_start();
+        let clock = felix_actors::clock::system();
+        if let Some(d) = sim.calc_hang_after {
+            self.calc_hang.arm(clock.now() + d);
+        }
+        if let Some(d) = sim.panic_after {
+            let ctl = self.ctl.clone();
+            spawn_timer(
+                "debug-panic-after",
+                d,
+                clock,
+                Duration::from_secs(1),
+                self.stop.clone(),
+                move || {
+                    let _ = ctl.send(Control::DebugPanic(d));
+                },
+            )?;
+        }
+        Ok(())
     }
 
     fn shutdown(mut self) {

@@ -39,6 +39,7 @@ pub mod config_load;
 pub mod dataplane;
 pub mod dataplane_wiring;
 pub mod datastore_spec;
+pub mod debug_sim;
 mod diag_routes;
 mod drops;
 mod lifecycle;
@@ -67,9 +68,10 @@ pub const RESTART_EXIT_CODE: u8 = 129;
 /// What `felix run` was asked to do.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// This node's name (already resolved from `--node`,
-    /// `FELIX_FELIXHOSTNAME` or the host name).
-    pub node: String,
+    /// `--node NAME`, if given. Without it the daemon uses `FelixHostname`
+    /// (environment, then config file), then the host name
+    /// ([`config_load::LocalConfig::node_name`]).
+    pub node: Option<String>,
     /// `--datastore SPEC`, if given.
     pub datastore: Option<String>,
     /// `--config FILE`, if given (a missing explicit file is an error).
@@ -136,4 +138,7 @@ pub enum RuntimeError {
     /// The daemon's control channel closed.
     #[error("the daemon's control channel closed")]
     ControlClosed,
+    /// `DebugPanicAfter` elapsed: the configured simulated crash.
+    #[error("DebugPanicAfter ({0:?}) elapsed: stopping with an error, as configured")]
+    DebugPanicAfter(std::time::Duration),
 }

@@ -9,7 +9,12 @@
 //! - the routes to local workloads (`/32` or `/128` per address via the
 //!   workload's interface), for endpoints in state `active`;
 //! - the host-side interface settings of workload interfaces (proxy ARP,
-//!   forwarding, ...; see `iproute::IfaceSettingsTable`).
+//!   forwarding, ...; see `iproute::IfaceSettingsTable`);
+//! - `cali-rpf-skip` (raw table), rendered with the dispatch chains: the
+//!   source prefixes each owned workload interface may send from besides
+//!   its own addresses (`allowSpoofedSourcePrefixes`, which the calc graph
+//!   passes only with `WorkloadSourceSpoofing=Any`), exempt from the
+//!   anti-spoofing RPF check.
 //!
 //! Dirty tracking: per endpoint, plus one flag for the dispatch chains
 //! (set only when the set of interface names changes).
@@ -108,6 +113,10 @@ pub struct EndpointManager {
     host_ifaces: BTreeMap<Key, Vec<String>>,
     /// A host endpoint changed since the last resolution.
     hosts_changed: bool,
+    /// Workloads with `allow_spoofed_source_prefixes`.
+    spoofers: BTreeSet<Key>,
+    /// What the last rendered `cali-rpf-skip` holds (interface, prefixes).
+    rpf_for: Vec<(String, Vec<IpNet>)>,
 }
 
 /// True if the workload is administratively up (the only state that gets
@@ -144,7 +153,46 @@ impl EndpointManager {
             ifaces: None,
             host_ifaces: BTreeMap::new(),
             hosts_changed: false,
+            spoofers: BTreeSet::new(),
+            rpf_for: Vec::new(),
         }
+    }
+
+    /// Per owned workload interface (in name order), the spoofable source
+    /// prefixes of this family; interfaces with none are left out.
+    fn rpf_allowed(&self) -> Vec<(String, Vec<IpNet>)> {
+        let mut out: BTreeMap<String, Vec<IpNet>> = BTreeMap::new();
+        for key in &self.spoofers {
+            let Some(ep) = self.workloads.get(key) else {
+                continue;
+            };
+            if ep.name.is_empty() || !self.owns_iface(key) {
+                continue;
+            }
+            let nets: Vec<IpNet> = ep
+                .allow_spoofed_source_prefixes
+                .iter()
+                .filter_map(|p| match parse_net(p) {
+                    Some(n) => Some(n.trunc()),
+                    None => {
+                        tracing::warn!(prefix = %p, iface = %ep.name, "unparseable spoofed source prefix skipped");
+                        None
+                    }
+                })
+                .filter(|n| self.family_ok(n))
+                .collect();
+            if !nets.is_empty() {
+                out.insert(ep.name.clone(), nets);
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    fn family_ok(&self, n: &IpNet) -> bool {
+        matches!(
+            (n, self.ipv),
+            (IpNet::V4(_), IpVersion::V4) | (IpNet::V6(_), IpVersion::V6)
+        )
     }
 
     /// Resolves host endpoints without an interface name against the
@@ -298,7 +346,9 @@ impl EndpointManager {
             }
             Key::Dispatch => {
                 let (wl, host) = self.iface_names();
-                Some(self.source.dispatch_chains(&wl, &host))
+                let mut chains = self.source.dispatch_chains(&wl, &host);
+                chains.push((TableName::Raw, self.source.rpf_skip_chain(&self.rpf_for)));
+                Some(chains)
             }
         }
     }
@@ -310,17 +360,14 @@ impl EndpointManager {
             IpVersion::V6 => &ep.ipv6_nets,
         };
         nets.iter()
-            .filter_map(|s| match s.parse::<IpNet>() {
-                Ok(n) => Some(n),
-                Err(_) => match s.parse::<std::net::IpAddr>() {
-                    Ok(a) => Some(IpNet::from(a)),
-                    Err(_) => {
-                        tracing::warn!(net = %s, iface = %ep.name, "unparseable endpoint address skipped");
-                        None
-                    }
-                },
+            .filter_map(|s| match parse_net(s) {
+                Some(n) => Some(n),
+                None => {
+                    tracing::warn!(net = %s, iface = %ep.name, "unparseable endpoint address skipped");
+                    None
+                }
             })
-            .filter(|n| matches!((n, self.ipv), (IpNet::V4(_), IpVersion::V4) | (IpNet::V6(_), IpVersion::V6)))
+            .filter(|n| self.family_ok(n))
             .map(RouteTarget::device)
             .collect()
     }
@@ -422,6 +469,11 @@ impl Manager<Payload> for EndpointManager {
                 };
                 let ep = u.endpoint.clone().unwrap_or_default();
                 let iface = (!ep.name.is_empty()).then(|| ep.name.clone());
+                if ep.allow_spoofed_source_prefixes.is_empty() {
+                    self.spoofers.remove(&key);
+                } else {
+                    self.spoofers.insert(key.clone());
+                }
                 let old_name = self.workloads.insert(key.clone(), ep).map(|e| e.name);
                 if old_name.as_deref() != self.workloads.get(&key).map(|e| e.name.as_str()) {
                     self.dispatch_dirty = true;
@@ -439,6 +491,7 @@ impl Manager<Payload> for EndpointManager {
                 if self.workloads.remove(&key).is_some() {
                     self.dispatch_dirty = true;
                 }
+                self.spoofers.remove(&key);
                 self.set_claim(&key, None);
                 key
             }
@@ -483,6 +536,7 @@ impl Manager<Payload> for EndpointManager {
                 .iter()
                 .filter_map(|k| self.render(k).map(|c| (k.clone(), c)))
                 .collect();
+            self.rpf_for = self.rpf_allowed();
             if let Some(d) = self.render(&Key::Dispatch) {
                 all.push((Key::Dispatch, d));
             }
@@ -512,7 +566,10 @@ impl Manager<Payload> for EndpointManager {
             let rendered = self.render(key);
             self.chains.update(&mut plan, key, rendered);
         }
-        if dispatch_changed || !self.chains_has_dispatch() {
+        let rpf = self.rpf_allowed();
+        let rpf_changed = rpf != self.rpf_for;
+        self.rpf_for = rpf;
+        if dispatch_changed || rpf_changed || !self.chains_has_dispatch() {
             let d = self.render(&Key::Dispatch);
             self.chains.update(&mut plan, &Key::Dispatch, d);
             if let Some(n) = names {
@@ -548,6 +605,13 @@ impl EndpointManager {
         }
         self.dispatch_dirty = false;
     }
+}
+
+/// `s` as a network, a bare address as a host network; `None` if neither.
+fn parse_net(s: &str) -> Option<IpNet> {
+    s.parse::<IpNet>()
+        .ok()
+        .or_else(|| s.parse::<std::net::IpAddr>().ok().map(IpNet::from))
 }
 
 /// Which interfaces each host endpoint applies to (see the module docs): named ones to their

@@ -6,14 +6,21 @@
 //! to anywhere outside all pools (with no masquerade pool the set is empty
 //! and the rule matches nothing).
 //!
-//! One dirty flag: pool changes are rare, so the pass rewrites the two sets
-//! and the chain.
+//! With `NATOutgoingExclusions=IPPoolsAndHostIPs` ([`MasqManager::excluding_host_ips`])
+//! it also keeps `all-hosts-net`, the addresses of every node of its family
+//! (from `HostMetadataUpdate`), and the chain leaves traffic to those
+//! unmasqueraded too. Invariant: the chain names the host set if and only if
+//! the manager writes it.
+//!
+//! One dirty flag: pool and node changes are rare, so the pass rewrites the
+//! sets and the chain.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use felix_actors::{ApplyCtx, ApplyError, Manager};
-use felix_proto::IpamPool;
+use felix_proto::{HostMetadataUpdate, IpamPool};
 use ipnet::IpNet;
 
 use crate::dataplane::generictables::Chain;
@@ -30,6 +37,8 @@ use crate::dataplane::desired::SetSpec;
 pub const IPSET_ID_ALL_POOLS: &str = "network-ip-pools";
 /// Set ID of the masquerade pools (upstream's name).
 pub const IPSET_ID_MASQ_POOLS: &str = "masq-ipam-pools";
+/// Set ID of every node's address (upstream's name).
+pub const IPSET_ID_ALL_HOSTS: &str = "all-hosts-net";
 
 /// See the module docs.
 pub struct MasqManager {
@@ -39,6 +48,8 @@ pub struct MasqManager {
     tables: TableInputs,
     sets: SetInputs,
     pools: BTreeMap<String, (IpNet, IpamPool)>,
+    /// `Some` (hostname to address of this family) iff host IPs are excluded.
+    hosts: Option<BTreeMap<String, IpAddr>>,
     dirty: bool,
 }
 
@@ -58,13 +69,40 @@ impl MasqManager {
             tables,
             sets,
             pools: BTreeMap::new(),
+            hosts: None,
             dirty: true,
         }
     }
 
+    /// `NATOutgoingExclusions=IPPoolsAndHostIPs`: also leave traffic to any
+    /// node's address unmasqueraded (keeping `all-hosts-net`).
+    #[must_use]
+    pub fn excluding_host_ips(mut self, exclude: bool) -> Self {
+        self.hosts = exclude.then(BTreeMap::new);
+        self
+    }
+
     /// True for the messages this manager consumes.
     pub fn wants(msg: &Payload) -> bool {
-        matches!(msg, Payload::IpamPoolUpdate(_) | Payload::IpamPoolRemove(_))
+        matches!(
+            msg,
+            Payload::IpamPoolUpdate(_)
+                | Payload::IpamPoolRemove(_)
+                | Payload::HostMetadataUpdate(_)
+                | Payload::HostMetadataRemove(_)
+        )
+    }
+
+    /// The node address of this family in `u` (a trailing `/len` ignored).
+    fn host_addr(&self, u: &HostMetadataUpdate) -> Option<IpAddr> {
+        let raw = match self.ipv {
+            IpVersion::V4 => &u.ipv4_addr,
+            IpVersion::V6 => &u.ipv6_addr,
+        };
+        let bare = raw.split('/').next().unwrap_or_default();
+        bare.parse::<IpAddr>()
+            .ok()
+            .filter(|a| a.is_ipv4() == (self.ipv == IpVersion::V4))
     }
 
     fn family_ok(&self, net: &IpNet) -> bool {
@@ -101,6 +139,21 @@ impl Manager<Payload> for MasqManager {
             Payload::IpamPoolRemove(r) => {
                 self.dirty |= self.pools.remove(&r.id).is_some();
             }
+            Payload::HostMetadataUpdate(u) => {
+                let addr = self.host_addr(u);
+                if let Some(hosts) = self.hosts.as_mut() {
+                    let changed = match addr {
+                        Some(a) => hosts.insert(u.hostname.clone(), a) != Some(a),
+                        None => hosts.remove(&u.hostname).is_some(),
+                    };
+                    self.dirty |= changed;
+                }
+            }
+            Payload::HostMetadataRemove(r) => {
+                if let Some(hosts) = self.hosts.as_mut() {
+                    self.dirty |= hosts.remove(&r.hostname).is_some();
+                }
+            }
             _ => {}
         }
     }
@@ -122,35 +175,29 @@ impl Manager<Payload> for MasqManager {
             .map(|(n, _)| n.to_string())
             .collect();
         let owner = self.name.as_str();
-        self.sets.write(ctx, |d| {
-            d.replace_owned(
-                owner,
-                [
-                    (
-                        IPSET_ID_ALL_POOLS.to_string(),
-                        SetSpec {
-                            set_type: IpSetType::HashNet,
-                            members: all,
-                        },
-                    ),
-                    (
-                        IPSET_ID_MASQ_POOLS.to_string(),
-                        SetSpec {
-                            set_type: IpSetType::HashNet,
-                            members: masq,
-                        },
-                    ),
-                ],
-            )
-        });
-        let chains: Vec<Chain> = self
-            .source
-            .masquerade_chains(
-                &self.source.ipset_name(IPSET_ID_MASQ_POOLS),
-                &self.source.ipset_name(IPSET_ID_ALL_POOLS),
-            )
-            .into_iter()
-            .collect();
+        let net_set = |members| SetSpec {
+            set_type: IpSetType::HashNet,
+            members,
+        };
+        let mut owned = vec![
+            (IPSET_ID_ALL_POOLS.to_string(), net_set(all)),
+            (IPSET_ID_MASQ_POOLS.to_string(), net_set(masq)),
+        ];
+        if let Some(hosts) = &self.hosts {
+            // Two nodes may share an address: the set dedups.
+            let members = hosts.values().map(IpAddr::to_string).collect();
+            owned.push((IPSET_ID_ALL_HOSTS.to_string(), net_set(members)));
+        }
+        self.sets.write(ctx, |d| d.replace_owned(owner, owned));
+        let hosts_set = self
+            .hosts
+            .is_some()
+            .then(|| self.source.ipset_name(IPSET_ID_ALL_HOSTS));
+        let chains: Vec<Chain> = self.source.masquerade_chains(
+            &self.source.ipset_name(IPSET_ID_MASQ_POOLS),
+            &self.source.ipset_name(IPSET_ID_ALL_POOLS),
+            hosts_set.as_deref(),
+        );
         self.tables.write(ctx, TableName::Nat, |d| {
             d.chains
                 .replace_owned(owner, chains.into_iter().map(|c| (c.name.clone(), c)));

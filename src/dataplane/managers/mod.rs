@@ -36,7 +36,7 @@ pub use cluster_routes::{
 };
 pub use endpoints::{resolve_host_endpoints, EndpointManager, EndpointOutputs};
 pub use ipsets::{set_type_of, IpSetsManager};
-pub use masq::{MasqManager, IPSET_ID_ALL_POOLS, IPSET_ID_MASQ_POOLS};
+pub use masq::{MasqManager, IPSET_ID_ALL_HOSTS, IPSET_ID_ALL_POOLS, IPSET_ID_MASQ_POOLS};
 pub use policy::PolicyManager;
 pub use render::{ChainSource, RendererSource};
 pub use static_chains::StaticManager;

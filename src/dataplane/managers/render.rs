@@ -5,6 +5,7 @@
 //! internals.
 
 use felix_proto::{HostEndpoint, Policy, PolicyId, Profile, ProfileId, WorkloadEndpoint};
+use ipnet::IpNet;
 
 use crate::dataplane::generictables::{Chain, Rule};
 use crate::dataplane::ipsets::IpVersionConfig;
@@ -31,8 +32,17 @@ pub trait ChainSource: Send + Sync + 'static {
         workload_ifaces: &[String],
         host_ifaces: &[String],
     ) -> Vec<(TableName, Chain)>;
-    /// The NAT-outgoing chains (nat table), given kernel set names.
-    fn masquerade_chains(&self, masq_pool_set: &str, all_pools_set: &str) -> Vec<Chain>;
+    /// The NAT-outgoing chains (nat table), given kernel set names;
+    /// `all_hosts_set`: also exclude destinations in that set (node IPs).
+    fn masquerade_chains(
+        &self,
+        masq_pool_set: &str,
+        all_pools_set: &str,
+        all_hosts_set: Option<&str>,
+    ) -> Vec<Chain>;
+    /// `cali-rpf-skip` (raw table): per workload interface, the source
+    /// prefixes exempt from the anti-spoofing check.
+    fn rpf_skip_chain(&self, allowed: &[(String, Vec<IpNet>)]) -> Chain;
     /// Kernel name of a calc-graph IP set ID.
     fn ipset_name(&self, set_id: &str) -> String;
 }
@@ -133,9 +143,17 @@ impl ChainSource for RendererSource {
     ) -> Vec<(TableName, Chain)> {
         self.renderer.dispatch_chains(workload_ifaces, host_ifaces)
     }
-    fn masquerade_chains(&self, masq_pool_set: &str, all_pools_set: &str) -> Vec<Chain> {
+    fn masquerade_chains(
+        &self,
+        masq_pool_set: &str,
+        all_pools_set: &str,
+        all_hosts_set: Option<&str>,
+    ) -> Vec<Chain> {
         self.renderer
-            .masquerade_chains(masq_pool_set, all_pools_set)
+            .masquerade_chains(masq_pool_set, all_pools_set, all_hosts_set)
+    }
+    fn rpf_skip_chain(&self, allowed: &[(String, Vec<IpNet>)]) -> Chain {
+        self.renderer.rpf_skip_chain(allowed)
     }
     fn ipset_name(&self, set_id: &str) -> String {
         self.sets.name_for_main_ipset(set_id)

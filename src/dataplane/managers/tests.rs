@@ -99,22 +99,43 @@ impl ChainSource for Fake {
         rules.push(Rule::new(MatchCriteria::new(), Action::Drop));
         vec![(TableName::Filter, Chain::new("cali-to-wl-dispatch", rules))]
     }
-    fn masquerade_chains(&self, masq: &str, all: &str) -> Vec<Chain> {
+    fn masquerade_chains(&self, masq: &str, all: &str, hosts: Option<&str>) -> Vec<Chain> {
+        let mut m = MatchCriteria::new()
+            .source_ip_set(masq)
+            .with(Match::DestIpSet {
+                set: all.into(),
+                negate: true,
+            });
+        if let Some(h) = hosts {
+            m = m.with(Match::DestIpSet {
+                set: h.into(),
+                negate: true,
+            });
+        }
         vec![Chain::new(
             "cali-nat-outgoing",
             vec![Rule::new(
-                MatchCriteria::new()
-                    .source_ip_set(masq)
-                    .with(Match::DestIpSet {
-                        set: all.into(),
-                        negate: true,
-                    }),
+                m,
                 Action::Masquerade {
                     to_ports: None,
                     fully_random: false,
                 },
             )],
         )]
+    }
+    fn rpf_skip_chain(&self, allowed: &[(String, Vec<IpNet>)]) -> Chain {
+        let rules = allowed
+            .iter()
+            .flat_map(|(i, nets)| {
+                nets.iter().map(move |n| {
+                    Rule::new(
+                        MatchCriteria::new().in_interface(i).source_net(*n),
+                        Action::Accept,
+                    )
+                })
+            })
+            .collect();
+        Chain::new("cali-rpf-skip", rules)
     }
     fn ipset_name(&self, id: &str) -> String {
         format!("cali40{id}")
@@ -211,6 +232,57 @@ fn routes_of(out: &EndpointOutputs) -> BTreeMap<String, BTreeSet<IpNet>> {
             })
             .collect()
     })
+}
+
+/// `allowSpoofedSourcePrefixes` (passed by the calc graph only with
+/// `WorkloadSourceSpoofing=Any`): `cali-rpf-skip` (raw) accepts the
+/// workload's prefixes of the manager's family from its interface, the
+/// interface's `rp_filter` is relaxed, and both revert when the prefixes go.
+#[test]
+fn endpoint_manager_exempts_spoofed_source_prefixes_from_the_rpf_check() {
+    let out = ep_outputs(TableInputs::new_iptables());
+    let mut m = EndpointManager::new(
+        "manager/endpoints-v4",
+        IpVersion::V4,
+        Arc::new(Fake),
+        out.clone(),
+    );
+    let rpf = |out: &EndpointOutputs| {
+        tables(out).read(TableName::Raw, |d| {
+            d.chains
+                .get(&"cali-rpf-skip".to_string())
+                .map(|c| c.rules.clone())
+        })
+    };
+    let rp_filter = |out: &EndpointOutputs, iface: &str| {
+        out.ifaces
+            .read(|d| d.get(&iface.to_string()).map(|s| s.rp_filter))
+    };
+    pass(&mut m, true);
+    assert_eq!(rpf(&out), Some(Vec::new()), "empty with no spoofers");
+    let spoofer = pb::WorkloadEndpoint {
+        allow_spoofed_source_prefixes: vec!["10.9.0.1/16".into(), "fd00:9::/64".into()],
+        ..wep("cali1", "10.65.0.2", "active")
+    };
+    m.on_update(&wep_update("a", spoofer));
+    m.on_update(&wep_update("b", wep("cali2", "10.65.0.3", "active")));
+    pass(&mut m, false);
+    assert_eq!(
+        rpf(&out),
+        Some(vec![Rule::new(
+            MatchCriteria::new()
+                .in_interface("cali1")
+                .source_net("10.9.0.0/16".parse().unwrap()),
+            Action::Accept,
+        )])
+    );
+    assert_eq!(rp_filter(&out, "cali1"), Some(0));
+    assert_eq!(rp_filter(&out, "cali2"), Some(1));
+    // The prefixes go: the exemption and the relaxed rp_filter go with them.
+    m.on_update(&wep_update("a", wep("cali1", "10.65.0.2", "active")));
+    pass(&mut m, false);
+    assert_eq!(rpf(&out), Some(Vec::new()));
+    assert_eq!(rp_filter(&out, "cali1"), Some(1));
 }
 
 #[test]
@@ -501,6 +573,71 @@ fn masq_manager_keeps_pool_sets_of_its_family_and_the_nat_chain() {
             .unwrap()
     });
     assert_eq!(nat.rules.len(), 1);
+}
+
+/// `NATOutgoingExclusions=IPPoolsAndHostIPs`: the masq manager keeps
+/// `all-hosts-net` with each node's address of its family (mask stripped,
+/// other family ignored, removal honoured) and the chain excludes it; with
+/// the default (`IPPoolsOnly`) it keeps no host set and the chain names none.
+#[test]
+fn masq_manager_excludes_host_ips_only_when_configured() {
+    let host = |name: &str, v4: &str, v6: &str| {
+        Payload::HostMetadataUpdate(pb::HostMetadataUpdate {
+            hostname: name.into(),
+            ipv4_addr: v4.into(),
+            ipv6_addr: v6.into(),
+            ..Default::default()
+        })
+    };
+    for exclude in [false, true] {
+        let tables = TableInputs::new_iptables();
+        let sets = SetInputs::Ipset(DesiredInput::new(IpSetsDesired::default()));
+        let mut m = MasqManager::new(
+            "manager/masq-v4",
+            IpVersion::V4,
+            Arc::new(Fake),
+            tables.clone(),
+            sets.clone(),
+        )
+        .excluding_host_ips(exclude);
+        assert!(MasqManager::wants(&host("n", "", "")));
+        m.on_update(&host("node1", "192.168.0.1/24", "fd00::1"));
+        m.on_update(&host("node2", "192.168.0.2", ""));
+        m.on_update(&host("node3", "", "fd00::3"));
+        m.on_update(&host("node4", "192.168.0.4", ""));
+        m.on_update(&Payload::HostMetadataRemove(pb::HostMetadataRemove {
+            hostname: "node4".into(),
+            ..Default::default()
+        }));
+        pass(&mut m, true);
+        let hosts = sets.read(|d| {
+            d.get(&IPSET_ID_ALL_HOSTS.to_string())
+                .map(|s| s.members.iter().cloned().collect::<Vec<_>>())
+        });
+        let nat = tables.read(TableName::Nat, |d| {
+            d.chains
+                .get(&"cali-nat-outgoing".to_string())
+                .cloned()
+                .unwrap()
+        });
+        if exclude {
+            assert_eq!(hosts.unwrap(), vec!["192.168.0.1", "192.168.0.2"]);
+            assert_eq!(
+                nat.ip_set_names(),
+                vec![
+                    "cali40masq-ipam-pools",
+                    "cali40network-ip-pools",
+                    "cali40all-hosts-net"
+                ]
+            );
+        } else {
+            assert_eq!(hosts, None);
+            assert_eq!(
+                nat.ip_set_names(),
+                vec!["cali40masq-ipam-pools", "cali40network-ip-pools"]
+            );
+        }
+    }
 }
 
 #[test]

@@ -339,8 +339,14 @@ pub(crate) fn floating_ip_chains(pairs: &[(std::net::IpAddr, std::net::IpAddr)])
 }
 
 /// `cali-nat-outgoing`: masquerade traffic from natOutgoing pools to
-/// destinations outside every pool.
-pub(crate) fn nat_outgoing_chain(cfg: &RenderConfig, masq_set: &str, all_pools_set: &str) -> Chain {
+/// destinations outside every pool (and, given `all_hosts_set`, outside
+/// every node's address).
+pub(crate) fn nat_outgoing_chain(
+    cfg: &RenderConfig,
+    masq_set: &str,
+    all_pools_set: &str,
+    all_hosts_set: Option<&str>,
+) -> Chain {
     let base = |proto: Option<&str>| {
         let mut m = MatchCriteria::new()
             .source_ip_set(masq_set)
@@ -348,6 +354,12 @@ pub(crate) fn nat_outgoing_chain(cfg: &RenderConfig, masq_set: &str, all_pools_s
                 set: all_pools_set.into(),
                 negate: true,
             });
+        if let Some(hosts) = all_hosts_set {
+            m = m.with(Match::DestIpSet {
+                set: hosts.into(),
+                negate: true,
+            });
+        }
         if let Some(p) = proto {
             m = m.protocol(p);
         }

@@ -232,9 +232,13 @@ mod full_ruleset {
         chains.extend(r.host_endpoint_chains("hep0", &hep));
         chains.extend(r.dispatch_chains(&["cali1234".into()], &["hep0".into()]));
         chains.extend(
-            r.masquerade_chains(&namer("masq-ipam-pools"), &namer("all-ipam-pools"))
-                .into_iter()
-                .map(|c| (TableName::Nat, c)),
+            r.masquerade_chains(
+                &namer("masq-ipam-pools"),
+                &namer("all-ipam-pools"),
+                Some(&namer("all-hosts-net")),
+            )
+            .into_iter()
+            .map(|c| (TableName::Nat, c)),
         );
         (chains, inserts)
     }
@@ -273,6 +277,7 @@ mod full_ruleset {
             (SRC_SET, "hash:net", Some("10.0.0.2")),
             ("masq-ipam-pools", "hash:net", None),
             ("all-ipam-pools", "hash:net", None),
+            ("all-hosts-net", "hash:net", None),
         ] {
             let n = names.name_for_main_ipset(id);
             node.sh("ipset", &["create", &n, ty]);
@@ -348,7 +353,7 @@ mod full_ruleset {
             NftSetKind::Net,
             ["10.0.0.2".to_string()],
         );
-        for id in ["masq-ipam-pools", "all-ipam-pools"] {
+        for id in ["masq-ipam-pools", "all-ipam-pools", "all-hosts-net"] {
             table.set_ip_set(&names.name_for_main_ipset(id), NftSetKind::Net, []);
         }
         let mut program = |action: &str| {
@@ -389,7 +394,12 @@ mod full_ruleset {
         felix_netns::require!(netns tools);
         let node = TestNetns::create();
         let names = IpVersionConfig::new(IpVersion::V6);
-        let set_ids = [SRC_SET, "masq-ipam-pools", "all-ipam-pools"];
+        let set_ids = [
+            SRC_SET,
+            "masq-ipam-pools",
+            "all-ipam-pools",
+            "all-hosts-net",
+        ];
         for id in set_ids {
             let n = names.name_for_main_ipset(id);
             node.sh("ipset", &["create", &n, "hash:net", "family", "inet6"]);

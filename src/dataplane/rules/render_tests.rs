@@ -651,21 +651,56 @@ fn insert_rules_dispatch_and_nat_in_both_backends() {
         vec!["iifname \"eth0\" counter goto mangle-cali-fh-eth0"]
     );
 
-    let masq = r.masquerade_chains("cali40masq-ipam-pools", "cali40all-ipam-pools");
+    let masq = r.masquerade_chains("cali40masq-ipam-pools", "cali40all-ipam-pools", None);
     assert_eq!(
         ipt_lines(&masq[0]),
         vec!["-A cali-nat-outgoing -m set --match-set cali40masq-ipam-pools src -m set ! --match-set cali40all-ipam-pools dst --jump MASQUERADE"]
     );
     let snat = ipt(&[("NATOutgoingAddress", "192.0.2.1")]);
-    assert!(ipt_lines(&snat.masquerade_chains("a", "b")[0])[0]
+    assert!(ipt_lines(&snat.masquerade_chains("a", "b", None)[0])[0]
         .ends_with("--jump SNAT --to-source 192.0.2.1"));
     let ranged = ipt(&[("NATPortRange", "32768:65000")]);
-    let lines = ipt_lines(&ranged.masquerade_chains("a", "b")[0]);
+    let lines = ipt_lines(&ranged.masquerade_chains("a", "b", None)[0]);
     assert_eq!(lines.len(), 5);
     assert!(
         lines[0].contains("-p tcp --jump MASQUERADE --to-ports 32768-65000"),
         "{lines:?}"
     );
+}
+
+/// `NATOutgoingExclusions`: with `IPPoolsOnly` (no host set given) the
+/// NAT-outgoing rule excludes only the pools; with `IPPoolsAndHostIPs` (the
+/// masq manager passes `all-hosts-net`) every rule, port-ranged ones too,
+/// also excludes the node addresses, in both syntaxes.
+#[test]
+fn nat_outgoing_excludes_host_ips_only_when_given_the_host_set() {
+    let r = ipt(&[]);
+    let pools_only = ipt_lines(&r.masquerade_chains("m", "p", None)[0]);
+    assert_eq!(
+        pools_only,
+        vec!["-A cali-nat-outgoing -m set --match-set m src -m set ! --match-set p dst --jump MASQUERADE"]
+    );
+    let with_hosts = ipt_lines(&r.masquerade_chains("m", "p", Some("h"))[0]);
+    assert_eq!(
+        with_hosts,
+        vec!["-A cali-nat-outgoing -m set --match-set m src -m set ! --match-set p dst -m set ! --match-set h dst --jump MASQUERADE"]
+    );
+    let ranged = ipt(&[("NATPortRange", "32768:65000")]);
+    let lines = ipt_lines(&ranged.masquerade_chains("m", "p", Some("h"))[0]);
+    assert_eq!(lines.len(), 5);
+    for l in &lines {
+        assert!(l.contains("! --match-set h dst"), "{l}");
+    }
+    let nft = renderer(&[], IpVersion::V4, Backend::Nftables);
+    let c = &nft.masquerade_chains("m", "p", Some("h"))[0];
+    let got = nft_lines(c, IpVersion::V4);
+    assert_eq!(got.len(), 1);
+    assert!(
+        got[0].contains("ip daddr != @p") && got[0].contains("ip daddr != @h"),
+        "{got:?}"
+    );
+    let c = &nft.masquerade_chains("m", "p", None)[0];
+    assert!(!nft_lines(c, IpVersion::V4)[0].contains("@h"));
 }
 
 #[test]

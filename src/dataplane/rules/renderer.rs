@@ -521,12 +521,24 @@ impl Renderer {
 
     /// `cali-nat-outgoing` (nat table): masquerade (or SNAT to
     /// `NATOutgoingAddress`) traffic from the `masq_pool_set` sources to
-    /// destinations outside `all_pools_set`. With no natOutgoing pools the
-    /// masquerade set is empty and the rule matches nothing.
-    pub fn masquerade_chains(&self, masq_pool_set: &str, all_pools_set: &str) -> Vec<Chain> {
+    /// destinations outside `all_pools_set` (and outside `all_hosts_set`
+    /// when given: `NATOutgoingExclusions=IPPoolsAndHostIPs`). With no
+    /// natOutgoing pools the masquerade set is empty and the rule matches
+    /// nothing.
+    pub fn masquerade_chains(
+        &self,
+        masq_pool_set: &str,
+        all_pools_set: &str,
+        all_hosts_set: Option<&str>,
+    ) -> Vec<Chain> {
         self.layer(
             TableName::Nat,
-            vec![nat_outgoing_chain(&self.cfg, masq_pool_set, all_pools_set)],
+            vec![nat_outgoing_chain(
+                &self.cfg,
+                masq_pool_set,
+                all_pools_set,
+                all_hosts_set,
+            )],
         )
     }
 

@@ -219,15 +219,12 @@ pub(super) fn register_managers(
             vx.clone(),
         ))
     });
-    let src = fam.source.clone();
+    let (src, exclude_hosts) = (fam.source.clone(), shared.nat_exclude_host_ips);
     Ok(fam.manager(b, "masq", MasqManager::wants, move |n| {
-        Box::new(MasqManager::new(
-            n,
-            ipv,
-            src.clone(),
-            tables.clone(),
-            sets.clone(),
-        ))
+        Box::new(
+            MasqManager::new(n, ipv, src.clone(), tables.clone(), sets.clone())
+                .excluding_host_ips(exclude_hosts),
+        )
     }))
 }
 

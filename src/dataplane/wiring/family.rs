@@ -53,6 +53,8 @@ pub(super) struct Shared {
     pub vxlan_mtu: [Option<u32>; 2],
     /// `DeviceRouteSourceAddress` and `...IPv6`.
     pub device_route_src: [Option<std::net::IpAddr>; 2],
+    /// `NATOutgoingExclusions=IPPoolsAndHostIPs`: NAT-outgoing leaves traffic to node IPs alone.
+    pub nat_exclude_host_ips: bool,
 }
 
 impl Shared {
@@ -104,6 +106,7 @@ impl Shared {
                 device_route_src: None,
             },
             prefixes: cfg.interface_prefix().to_vec(),
+            nat_exclude_host_ips: cfg.nat_outgoing_exclusions() == "IPPoolsAndHostIPs",
         }
     }
 
@@ -329,15 +332,12 @@ impl Family {
                 vx.clone(),
             ))
         });
-        let src = self.source.clone();
+        let (src, exclude_hosts) = (self.source.clone(), shared.nat_exclude_host_ips);
         self.manager(b, "masq", MasqManager::wants, move |n| {
-            Box::new(MasqManager::new(
-                n,
-                ipv,
-                src.clone(),
-                tables.clone(),
-                sets.clone(),
-            ))
+            Box::new(
+                MasqManager::new(n, ipv, src.clone(), tables.clone(), sets.clone())
+                    .excluding_host_ips(exclude_hosts),
+            )
         })
     }
 }
