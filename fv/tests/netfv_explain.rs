@@ -36,7 +36,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
-use felix_fv::netfv::daemon::{felix_binary, DEADLINE};
+use felix_fv::netfv::daemon::{felix_binary, BpfFs, DEADLINE};
 use felix_fv::netfv::datastore::{cluster_yaml, Datastore};
 use felix_fv::netfv::explain_gen::{
     Flow, Proto, TupleAlloc, World, MARKER_LABEL, NAMESPACES, SERVER_PORTS, WORKLOADS,
@@ -100,6 +100,8 @@ struct Bench {
     _udp: Vec<UdpServer>,
     sandbox: Sandbox,
     ds: Datastore,
+    /// eBPF mode's bpffs (after the daemon: unmounted once it is gone).
+    _bpffs: Option<BpfFs>,
     backend: Backend,
     felix: PathBuf,
     socket: PathBuf,
@@ -120,7 +122,21 @@ impl Bench {
             udp.push(UdpServer::start(&ns, w.pod, &SERVER_PORTS)?);
         }
         write_world(&ds, &World::open())?;
-        let mut daemon = Daemon::start(&sandbox.node, &ds.path(), ds.scratch(), backend, &[])?;
+        let bpffs = match backend {
+            Backend::Bpf => Some(BpfFs::new("explain")?),
+            _ => None,
+        };
+        let mut daemon = match &bpffs {
+            Some(fs) => Daemon::start_with_bpffs(
+                &sandbox.node,
+                &ds.path(),
+                ds.scratch(),
+                backend,
+                &[],
+                fs.path(),
+            )?,
+            None => Daemon::start(&sandbox.node, &ds.path(), ds.scratch(), backend, &[])?,
+        };
         daemon.wait_converged(0)?;
         let st = daemon.status().unwrap_or_default();
         anyhow::ensure!(
@@ -135,6 +151,7 @@ impl Bench {
             _udp: udp,
             sandbox,
             ds,
+            _bpffs: bpffs,
             backend,
             felix: felix_binary()?,
             socket,
@@ -577,4 +594,10 @@ fn explain_matches_kernel_iptables() {
 fn explain_matches_kernel_nftables() {
     felix_netns::require!(netns TOOLS);
     run(Backend::Nftables);
+}
+
+#[test]
+fn explain_matches_kernel_bpf() {
+    felix_netns::require!(netns TOOLS);
+    run(Backend::Bpf);
 }

@@ -7,7 +7,13 @@
 //! * throughput: one TCP stream A -> B for `--seconds`;
 //! * connection rate: sequential connect / one byte / close from A to B for `--seconds`;
 //!
-//! each the median of three rounds (throughput and connections alternating).
+//! * denied packets: one-byte UDP datagrams A -> B to a port a rule denies, as fast as the
+//!   sender can push them, for `--seconds`: the per-packet cost of a denied packet
+//!   (`ns/denied`); the `*-drops` modes run the same with `DropAttributionEnabled`, so the
+//!   difference is drop attribution's per-packet cost (its rate-limited NFLOG rule before
+//!   each deny; the userspace reader is not running, it reads at most the rate limit).
+//!
+//! each the median of three rounds (throughput, connections and denied packets alternating).
 //!
 //! Each mode runs in a child process inside its own throwaway namespace (the outer process
 //! owns and deletes it); the child prints one `TRAFFIC` line, the outer prints the table with
@@ -43,6 +49,10 @@ pub enum Mode {
     Nftables,
     /// eBPF mode.
     Bpf,
+    /// iptables mode with `DropAttributionEnabled`.
+    IptablesDrops,
+    /// nftables mode with `DropAttributionEnabled`.
+    NftablesDrops,
 }
 
 impl Mode {
@@ -52,6 +62,8 @@ impl Mode {
             Mode::Iptables => "iptables",
             Mode::Nftables => "nftables",
             Mode::Bpf => "bpf",
+            Mode::IptablesDrops => "iptables-drops",
+            Mode::NftablesDrops => "nftables-drops",
         }
     }
 }
@@ -71,6 +83,8 @@ pub struct TrafficSizes {
 pub const NETNS_PREFIX: &str = "felix-bench-tr-";
 
 const PORT: u16 = 5201;
+/// The UDP port a rule of the allowing policy denies.
+const DENIED_PORT: u16 = 5209;
 /// Rounds of each measurement; the median is reported.
 const ROUNDS: usize = 3;
 const WORKLOAD_A: Ipv4Addr = Ipv4Addr::new(10, 65, 0, 1);
@@ -85,16 +99,19 @@ pub struct Figures {
     pub conns: f64,
     /// Time to program the policies (0 with no felix), seconds.
     pub program_s: f64,
+    /// Denied UDP datagrams the sender pushed per second.
+    pub denied_pps: f64,
 }
 
 impl Figures {
     fn line(&self, mode: Mode) -> String {
         format!(
-            "TRAFFIC mode={} gbps={:.3} conns={:.1} program_s={:.3}",
+            "TRAFFIC mode={} gbps={:.3} conns={:.1} program_s={:.3} denied_pps={:.0}",
             mode.as_str(),
             self.gbps,
             self.conns,
-            self.program_s
+            self.program_s,
+            self.denied_pps
         )
     }
 
@@ -107,6 +124,7 @@ impl Figures {
                 gbps: kv.get("gbps")?.parse().ok()?,
                 conns: kv.get("conns")?.parse().ok()?,
                 program_s: kv.get("program_s")?.parse().ok()?,
+                denied_pps: kv.get("denied_pps")?.parse().ok()?,
             },
         ))
     }
@@ -202,6 +220,12 @@ fn input(n: usize) -> Vec<Update> {
         action: Action::Allow,
         ..Default::default()
     };
+    let deny_udp = Rule {
+        action: Action::Deny,
+        protocol: Some(crate::model::Protocol::Name("udp".into())),
+        dst_ports: vec![crate::model::Port::Number(DENIED_PORT)],
+        ..Default::default()
+    };
     v.push(Update::set(
         Key::Policy(PolicyKey {
             name: "bench-allow".to_string(),
@@ -213,7 +237,7 @@ fn input(n: usize) -> Vec<Update> {
             order: Some(1e9),
             selector: "app == 'app-0'".to_string(),
             types: vec!["ingress".to_string(), "egress".to_string()],
-            inbound_rules: vec![allow.clone()],
+            inbound_rules: vec![deny_udp, allow.clone()],
             outbound_rules: vec![allow],
             ..Default::default()
         })),
@@ -316,6 +340,26 @@ fn conn_rate(a: &Netns, secs: u64) -> Result<f64, BenchError> {
     })
 }
 
+/// Denied one-byte UDP datagrams per second pushed from `a` for `secs`.
+fn denied_rate(a: &Netns, secs: u64) -> Result<f64, BenchError> {
+    run_in(a, move || {
+        let s = std::net::UdpSocket::bind(("0.0.0.0", 0)).map_err(|e| format!("bind: {e}"))?;
+        let to = SocketAddr::new(IpAddr::V4(WORKLOAD_B), DENIED_PORT);
+        let t0 = felix_actors::clock::real_now();
+        let mut n: u64 = 0;
+        while t0.elapsed() < Duration::from_secs(secs) {
+            for _ in 0..256 {
+                // A full queue or an ICMP error from an earlier datagram is not a failure
+                // of this measurement; the count is of datagrams handed to the kernel.
+                if s.send_to(b"x", to).is_ok() {
+                    n += 1;
+                }
+            }
+        }
+        Ok(n as f64 / t0.elapsed().as_secs_f64())
+    })
+}
+
 /// Runs one mode inside the current namespace (the child side) and prints its line.
 pub fn run_inner(mode: Mode, sizes: &TrafficSizes) -> Result<Figures, BenchError> {
     let topo = topology()?;
@@ -326,6 +370,14 @@ pub fn run_inner(mode: Mode, sizes: &TrafficSizes) -> Result<Figures, BenchError
             Mode::Iptables | Mode::None => &[("NFTablesMode", "Disabled")],
             Mode::Nftables => &[("NFTablesMode", "Enabled")],
             Mode::Bpf => &[("NFTablesMode", "Disabled"), ("BPFEnabled", "true")],
+            Mode::IptablesDrops => &[
+                ("NFTablesMode", "Disabled"),
+                ("DropAttributionEnabled", "true"),
+            ],
+            Mode::NftablesDrops => &[
+                ("NFTablesMode", "Enabled"),
+                ("DropAttributionEnabled", "true"),
+            ],
         };
         let cfg = config_with(extra)?;
         let r = Running::start(&cfg, Arc::new(RecordingCommands::default()))?;
@@ -343,23 +395,25 @@ pub fn run_inner(mode: Mode, sizes: &TrafficSizes) -> Result<Figures, BenchError
         v.sort_by(f64::total_cmp);
         v.get(v.len() / 2).copied().unwrap_or(0.0)
     };
-    let rounds = || -> Result<(f64, f64), BenchError> {
-        let (mut g, mut c) = (Vec::new(), Vec::new());
+    let rounds = || -> Result<(f64, f64, f64), BenchError> {
+        let (mut g, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             g.push(throughput(&topo.a, sizes.seconds)?);
             c.push(conn_rate(&topo.a, sizes.seconds)?);
+            d.push(denied_rate(&topo.a, sizes.seconds)?);
         }
-        Ok((median(g), median(c)))
+        Ok((median(g), median(c), median(d)))
     };
     let result = rounds();
     stop.store(true, Ordering::Relaxed);
     let _ = srv.join();
     drop(running);
-    let (gbps, conns) = result?;
+    let (gbps, conns, denied_pps) = result?;
     Ok(Figures {
         gbps,
         conns,
         program_s,
+        denied_pps,
     })
 }
 
@@ -404,22 +458,35 @@ pub fn run_outer(modes: &[Mode], sizes: &TrafficSizes) -> anyhow::Result<()> {
 fn table(rows: &[(String, Figures)], sizes: &TrafficSizes) -> String {
     let base = rows.iter().find(|(m, _)| m == "none").map(|(_, f)| *f);
     let mut out = format!(
-        "traffic: two workloads, {} policies applying to both (+1 allowing), median of 3 rounds of {} s\n  {:<10} {:>10} {:>8} {:>12} {:>8} {:>12}\n",
-        sizes.policies, sizes.seconds, "mode", "Gbit/s", "vs none", "conns/s", "vs none", "program s"
+        "traffic: two workloads, {} policies applying to both (+1 allowing), median of 3 rounds of {} s\n  {:<15} {:>10} {:>8} {:>12} {:>8} {:>12} {:>12} {:>14}\n",
+        sizes.policies, sizes.seconds, "mode", "Gbit/s", "vs none", "conns/s", "vs none", "program s", "ns/denied", "drops cost ns"
     );
+    let plain = |m: &str| -> Option<f64> {
+        let base = m.strip_suffix("-drops")?;
+        rows.iter()
+            .find(|(n, _)| n == base)
+            .map(|(_, f)| f.denied_pps)
+    };
     for (m, f) in rows {
         let vs = |x: f64, b: Option<f64>| match b {
             Some(b) if b > 0.0 => format!("{:.1}%", 100.0 * x / b),
             _ => "-".to_string(),
         };
+        let ns = |pps: f64| if pps > 0.0 { 1e9 / pps } else { 0.0 };
+        let cost = match plain(m) {
+            Some(p) if p > 0.0 && f.denied_pps > 0.0 => format!("{:+.0}", ns(f.denied_pps) - ns(p)),
+            _ => "-".to_string(),
+        };
         out.push_str(&format!(
-            "  {:<10} {:>10.2} {:>8} {:>12.0} {:>8} {:>12.3}\n",
+            "  {:<15} {:>10.2} {:>8} {:>12.0} {:>8} {:>12.3} {:>12.0} {:>14}\n",
             m,
             f.gbps,
             vs(f.gbps, base.map(|b| b.gbps)),
             f.conns,
             vs(f.conns, base.map(|b| b.conns)),
-            f.program_s
+            f.program_s,
+            ns(f.denied_pps),
+            cost
         ));
     }
     out
@@ -435,6 +502,7 @@ mod tests {
             gbps: 10.0,
             conns: 2000.0,
             program_s: 0.5,
+            denied_pps: 500_000.0,
         };
         let (m, back) = Figures::parse(&f.line(Mode::Bpf)).expect("parses");
         assert_eq!(m, "bpf");
@@ -443,15 +511,26 @@ mod tests {
             gbps: 20.0,
             conns: 4000.0,
             program_s: 0.0,
+            denied_pps: 1_000_000.0,
+        };
+        let drops = Figures {
+            denied_pps: 400_000.0,
+            ..f
         };
         let t = table(
-            &[("none".into(), base), ("bpf".into(), f)],
+            &[
+                ("none".into(), base),
+                ("bpf".into(), f),
+                ("bpf-drops".into(), drops),
+            ],
             &TrafficSizes {
                 policies: 1000,
                 seconds: 3,
             },
         );
         assert!(t.contains("50.0%"), "{t}");
+        // 2,500 ns per denied packet against 2,000: drop attribution costs 500 ns.
+        assert!(t.contains(" 2500 ") && t.contains("+500"), "{t}");
         assert_eq!(Figures::parse("garbage"), None);
     }
 

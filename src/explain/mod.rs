@@ -122,7 +122,8 @@ fn nets_contain(nets: &[String], a: IpAddr) -> bool {
         .any(|n| n.contains(&a))
 }
 
-fn find_workload(
+/// The local workload endpoint holding address `a` (in its family's nets).
+pub(crate) fn find_workload(
     view: &DataplaneView,
     a: IpAddr,
 ) -> Option<(pb::WorkloadEndpointId, &pb::WorkloadEndpoint)> {
@@ -145,7 +146,11 @@ fn find_workload(
     })
 }
 
-fn find_host_endpoint(view: &DataplaneView, a: IpAddr) -> Option<(&String, &pb::HostEndpoint)> {
+/// The local host endpoint expecting address `a`.
+pub(crate) fn find_host_endpoint(
+    view: &DataplaneView,
+    a: IpAddr,
+) -> Option<(&String, &pb::HostEndpoint)> {
     let s = a.to_string();
     view.host_endpoints.iter().find(|(_, ep)| {
         let addrs = if a.is_ipv6() {

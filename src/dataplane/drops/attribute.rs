@@ -109,25 +109,12 @@ pub fn decided_by(view: &DataplaneView, prefix: &str) -> serde_json::Value {
 }
 
 /// The local endpoint with address `a`, as `namespace/pod` (workloads) or
-/// `hep/<id>`.
+/// `hep/<id>`: the same lookup `felix explain` makes.
 fn endpoint_name(view: &DataplaneView, a: std::net::IpAddr) -> Option<String> {
-    let s = a.to_string();
-    let in_nets = |nets: &[String]| {
-        nets.iter()
-            .filter_map(|n| n.parse::<ipnet::IpNet>().ok())
-            .any(|n| n.contains(&a))
-    };
-    if let Some(((_, w, _), _)) = view
-        .workload_endpoints
-        .iter()
-        .find(|(_, ep)| in_nets(&ep.ipv4_nets) || in_nets(&ep.ipv6_nets))
-    {
-        return Some(w.clone());
+    if let Some((id, _)) = crate::explain::find_workload(view, a) {
+        return Some(id.workload_id);
     }
-    view.host_endpoints
-        .iter()
-        .find(|(_, ep)| ep.expected_ipv4_addrs.contains(&s) || ep.expected_ipv6_addrs.contains(&s))
-        .map(|(id, _)| format!("hep/{id}"))
+    crate::explain::find_host_endpoint(view, a).map(|(id, _)| format!("hep/{id}"))
 }
 
 /// The record of one reported packet (`seq` is set by the ring).
