@@ -10,7 +10,7 @@
 //! how kernel tests point a driver at a throwaway network namespace.
 
 /// The command operations of `driver/ifaces-vN` (its fault targets).
-pub const OPS: &[&str] = &["sysctl", "sysctl-read"];
+pub const OPS: &[&str] = &["link-list", "sysctl", "sysctl-read"];
 
 mod actor;
 mod ifaces;
