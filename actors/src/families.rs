@@ -20,6 +20,15 @@ pub const SUMMARY_WINDOW: usize = 1024;
 /// The quantiles a summary reports (upstream's defaults).
 pub const QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
 
+/// `{labels}`, or nothing for an unlabelled series.
+fn braced(labels: &str) -> String {
+    if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels}}}")
+    }
+}
+
 /// A Prometheus summary.
 #[derive(Debug, Clone, Default)]
 pub struct Summary {
@@ -60,15 +69,8 @@ impl Summary {
                 self.quantile(q)
             );
         }
-        let braces = |s: &str| {
-            if s.is_empty() {
-                String::new()
-            } else {
-                format!("{{{s}}}")
-            }
-        };
-        let _ = writeln!(out, "{name}_sum{} {}", braces(labels), self.sum);
-        let _ = writeln!(out, "{name}_count{} {}", braces(labels), self.count);
+        let _ = writeln!(out, "{name}_sum{} {}", braced(labels), self.sum);
+        let _ = writeln!(out, "{name}_count{} {}", braced(labels), self.count);
     }
 
     /// Renders a whole unlabelled summary family.
@@ -157,13 +159,6 @@ impl Families {
     }
 
     pub(crate) fn render(&self, out: &mut String) {
-        let braces = |s: &str| {
-            if s.is_empty() {
-                String::new()
-            } else {
-                format!("{{{s}}}")
-            }
-        };
         for (name, (help, series)) in &self.by_name {
             let kind = match series {
                 Series::Gauge(_) => "gauge",
@@ -174,7 +169,7 @@ impl Families {
             match series {
                 Series::Gauge(s) | Series::Counter(s) => {
                     for (labels, v) in s {
-                        let _ = writeln!(out, "{name}{} {v}", braces(labels));
+                        let _ = writeln!(out, "{name}{} {v}", braced(labels));
                     }
                 }
                 Series::Summary(s) => {

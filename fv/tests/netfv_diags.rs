@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, ensure, Context, Result};
-use felix_fv::netfv::kernel::iptables_calico_state;
+use felix_fv::netfv::kernel::iptables_save_tool;
 use felix_fv::netfv::wait::poll;
 use felix_fv::netfv::{Backend, Check, Fv, TOOLS};
 use felix_netns::Netns;
@@ -43,10 +43,7 @@ fn flush_forward(node: &Netns, backend: Backend) -> Result<()> {
 
 /// The iptables save tool holding our chains.
 fn save_tool(node: &Netns) -> Result<String> {
-    iptables_calico_state(node)
-        .into_keys()
-        .find(|t| !t.starts_with("ip6"))
-        .ok_or_else(|| anyhow!("no iptables flavour holds our chains"))
+    iptables_save_tool(node).ok_or_else(|| anyhow!("no iptables flavour holds our chains"))
 }
 
 /// The rules of felix's `cali-FORWARD` chain (filter layer).

@@ -56,9 +56,14 @@ fn sink_level(cfg: &Config, p: Param) -> Option<LogLevel> {
     (!v.is_empty()).then(|| LogLevel::from_param(v))
 }
 
+/// The netlink decoder's harmless warnings (every sink drops them; its errors are kept).
+fn is_netlink_noise(meta: &Metadata<'_>) -> bool {
+    meta.target().starts_with("netlink_packet_route") && *meta.level() != tracing::Level::ERROR
+}
+
 /// Whether an event or span of `meta` passes the screen's filters.
 fn keep(meta: &Metadata<'_>, screen: &AtomicU8, debug_files: &RwLock<Option<Pattern>>) -> bool {
-    if meta.target().starts_with("netlink_packet_route") && *meta.level() != tracing::Level::ERROR {
+    if is_netlink_noise(meta) {
         return false;
     }
     if level_rank(meta.level()) < screen.load(Ordering::Relaxed) {
@@ -96,11 +101,7 @@ pub fn init(cfg: &Config) -> LogHandle {
         .with_filter(filter_fn(move |meta| keep(meta, &screen, &files)));
     let files = handle.debug_files.clone();
     let sinks = super::log_sinks::SinkLayer::new(handle.sinks.clone()).with_filter(filter_fn(
-        move |meta| {
-            !(meta.target().starts_with("netlink_packet_route")
-                && *meta.level() != tracing::Level::ERROR)
-                && debug_file_allowed(meta, &files)
-        },
+        move |meta| !is_netlink_noise(meta) && debug_file_allowed(meta, &files),
     ));
     let installed = tracing_subscriber::registry()
         .with(fmt)

@@ -85,6 +85,14 @@ pub fn nft_sets(node: &Netns, family: &str) -> Result<BTreeSet<String>> {
         .collect())
 }
 
+/// The IPv4 iptables save tool (`iptables-legacy-save` or `iptables-nft-save`) holding our
+/// chains: the flavour the daemon programs.
+pub fn iptables_save_tool(node: &Netns) -> Option<String> {
+    iptables_calico_state(node)
+        .into_keys()
+        .find(|t| !t.starts_with("ip6"))
+}
+
 /// Our IPv4 `cali-*` chains for the backend (iptables: all tables of
 /// `iptables-save`, the flavour the daemon picked; nftables: `ip calico`).
 pub fn calico_chains(node: &Netns, backend: Backend) -> Result<BTreeSet<String>> {
@@ -131,10 +139,7 @@ pub fn rule_counters(node: &Netns, backend: Backend) -> Result<BTreeMap<String, 
     match backend {
         Backend::Iptables | Backend::Bpf => {
             // The flavour the daemon programs: the one holding our chains.
-            let tool = iptables_calico_state(node)
-                .into_keys()
-                .find(|t| !t.starts_with("ip6"))
-                .unwrap_or_else(|| "iptables-save".to_string());
+            let tool = iptables_save_tool(node).unwrap_or_else(|| "iptables-save".to_string());
             let text = node.exec(&tool, &["-c"])?;
             let mut table = String::new();
             for l in text.lines() {

@@ -14,14 +14,14 @@
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use felix_netns::enter_netns;
+
+use super::traffic::PortThreads;
 
 /// What a probe saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,53 +52,28 @@ impl Outcome {
 /// UDP echo servers on `[::]:port` (dual stack) in one namespace: every
 /// datagram gets `<identity>\n` back.
 pub struct UdpServer {
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    _threads: PortThreads,
 }
 
 impl UdpServer {
     /// Starts one socket per port inside namespace `netns`.
     pub fn start(netns: &str, identity: &str, ports: &[u16]) -> Result<UdpServer> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
-        for &port in ports {
-            let (tx, rx) = std::sync::mpsc::channel();
-            let ns = netns.to_string();
-            let id = identity.to_string();
-            let stop2 = stop.clone();
-            threads.push(std::thread::spawn(move || {
-                let bound = enter_netns(&ns).and_then(|_| {
-                    let s = UdpSocket::bind(("::", port))?;
-                    s.set_read_timeout(Some(Duration::from_millis(100)))?;
-                    Ok(s)
-                });
-                match bound {
-                    Ok(s) => {
-                        let _ = tx.send(Ok(()));
-                        let mut buf = [0u8; 512];
-                        while !stop2.load(Ordering::Relaxed) {
-                            if let Ok((_, peer)) = s.recv_from(&mut buf) {
-                                let _ = s.send_to(format!("{id}\n").as_bytes(), peer);
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                    }
-                }
-            }));
-            rx.recv()
-                .map_err(|_| anyhow!("UDP server thread for port {port} died"))??;
-        }
-        Ok(UdpServer { stop, threads })
+        let bind = |port: u16| -> std::io::Result<UdpSocket> {
+            let s = UdpSocket::bind(("::", port))?;
+            s.set_read_timeout(Some(Duration::from_millis(100)))?;
+            Ok(s)
+        };
+        PortThreads::start(netns, identity, ports, "UDP server", bind, serve_udp)
+            .map(|t| UdpServer { _threads: t })
     }
 }
 
-impl Drop for UdpServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
+/// Answers every datagram with `<identity>\n` until `stop`.
+fn serve_udp(s: UdpSocket, id: &str, stop: &AtomicBool) {
+    let mut buf = [0u8; 512];
+    while !stop.load(Ordering::Relaxed) {
+        if let Ok((_, peer)) = s.recv_from(&mut buf) {
+            let _ = s.send_to(format!("{id}\n").as_bytes(), peer);
         }
     }
 }

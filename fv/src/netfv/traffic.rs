@@ -27,30 +27,43 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_millis(1200);
 /// address the server saw), or, when it is `hold`, every further line
 /// echoed back until the client closes (a long-lived connection).
 pub struct Server {
+    _threads: PortThreads,
+}
+
+/// One thread per port inside a namespace, each serving a socket it bound there, until the
+/// value is dropped (then every thread is stopped and joined). Shared by the TCP [`Server`]
+/// and the UDP `probes::UdpServer`.
+pub struct PortThreads {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
 
-impl Server {
-    /// Starts one listener per port inside namespace `netns`.
-    pub fn start(netns: &str, identity: &str, ports: &[u16]) -> Result<Server> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
+impl PortThreads {
+    /// For each of `ports`, a thread that enters `netns`, binds with `bind(port)` and, once
+    /// bound (reported before this returns), runs `serve(socket, identity, stop)`; `what`
+    /// names the server in errors.
+    pub fn start<S: 'static>(
+        netns: &str,
+        identity: &str,
+        ports: &[u16],
+        what: &str,
+        bind: fn(u16) -> std::io::Result<S>,
+        serve: fn(S, &str, &AtomicBool),
+    ) -> Result<PortThreads> {
+        let mut me = PortThreads {
+            stop: Arc::new(AtomicBool::new(false)),
+            threads: Vec::new(),
+        };
         for &port in ports {
             let (tx, rx) = std::sync::mpsc::channel();
             let ns = netns.to_string();
             let id = identity.to_string();
-            let stop2 = stop.clone();
-            threads.push(std::thread::spawn(move || {
-                let bound = enter_netns(&ns).and_then(|_| {
-                    let l = TcpListener::bind(("::", port))?;
-                    l.set_nonblocking(true)?;
-                    Ok(l)
-                });
-                match bound {
-                    Ok(l) => {
+            let stop = me.stop.clone();
+            me.threads.push(std::thread::spawn(move || {
+                match enter_netns(&ns).and_then(|_| bind(port)) {
+                    Ok(sock) => {
                         let _ = tx.send(Ok(()));
-                        serve(l, &id, &stop2);
+                        serve(sock, &id, &stop);
                     }
                     Err(e) => {
                         let _ = tx.send(Err(e));
@@ -58,9 +71,31 @@ impl Server {
                 }
             }));
             rx.recv()
-                .map_err(|_| anyhow!("server thread for port {port} died"))??;
+                .map_err(|_| anyhow!("{what} thread for port {port} died"))??;
         }
-        Ok(Server { stop, threads })
+        Ok(me)
+    }
+}
+
+impl Drop for PortThreads {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Server {
+    /// Starts one listener per port inside namespace `netns`.
+    pub fn start(netns: &str, identity: &str, ports: &[u16]) -> Result<Server> {
+        let bind = |port: u16| -> std::io::Result<TcpListener> {
+            let l = TcpListener::bind(("::", port))?;
+            l.set_nonblocking(true)?;
+            Ok(l)
+        };
+        PortThreads::start(netns, identity, ports, "server", bind, serve)
+            .map(|t| Server { _threads: t })
     }
 }
 
@@ -105,15 +140,6 @@ fn serve(l: TcpListener, identity: &str, stop: &AtomicBool) {
                 });
             }
             Err(_) => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
         }
     }
 }

@@ -589,6 +589,21 @@ pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
 mod tests {
     use super::*;
 
+    /// A blackhole route to `dst` in the main table, protocol 80.
+    fn blackhole(dst: &str) -> Route {
+        Route {
+            table: TABLE_MAIN,
+            dst: dst.parse().expect("net"),
+            kind: RouteKind::Blackhole,
+            ifindex: None,
+            gateway: None,
+            onlink: false,
+            src: None,
+            protocol: 80,
+            scope_link: false,
+        }
+    }
+
     #[test]
     fn macs_round_trip_and_bad_ones_are_refused() {
         let m = parse_mac("66:0a:1B:2c:3d:4e").unwrap();
@@ -602,17 +617,7 @@ mod tests {
     fn probe_writes_nothing_through_netlink() {
         let (probe, rec) = felix_actors::ActorSeam::default().recording();
         let fake = Arc::new(fake::FakeNetlink::default());
-        fake.put_route(Route {
-            table: TABLE_MAIN,
-            dst: "10.1.0.0/24".parse().expect("net"),
-            kind: RouteKind::Blackhole,
-            ifindex: None,
-            gateway: None,
-            onlink: false,
-            src: None,
-            protocol: 80,
-            scope_link: false,
-        });
+        fake.put_route(blackhole("10.1.0.0/24"));
         let mut nl = Seamed::new(Arc::new(fake.clone()), probe);
         let listed = nl.list_routes(IpVersion::V4).expect("list");
         assert_eq!(listed.len(), 1);
@@ -658,17 +663,7 @@ mod tests {
             .unwrap();
         let fake = Arc::new(fake::FakeNetlink::default());
         let mut nl = Seamed::new(Arc::new(fake.clone()), seam);
-        let r = Route {
-            table: TABLE_MAIN,
-            dst: "10.0.0.0/24".parse().unwrap(),
-            kind: RouteKind::Blackhole,
-            ifindex: None,
-            gateway: None,
-            onlink: false,
-            src: None,
-            protocol: 80,
-            scope_link: false,
-        };
+        let r = blackhole("10.0.0.0/24");
         let out = nl.replace_routes(&[r.clone(), r.clone()]);
         assert_eq!(out.len(), 2);
         assert!(matches!(out[0], Err(NetlinkError::Injected(_))));
