@@ -19,7 +19,16 @@
 // that fails. Every missing record fails closed (deny). Built twice; the
 // debug build logs each decision.
 //
-// The layouts are mirrored by bpf/src/layout.rs (policy records).
+// Drop reports (DropAttributionEnabled): a denied packet's walk remembers
+// what denied it (a deny rule: policy handle + record of its stream; a
+// tier's end or the list's end: endpoint-list record; a policy or list not
+// written: fail closed) and, when cali_drop_cfg enables it, one event per
+// packet goes to the cali_drops ring buffer, at most cali_drop_cfg.per_sec
+// per second per (hashed) rule so a flood costs bounded CPU; counts of
+// reported, suppressed and lost (ring full) events are kept per CPU.
+//
+// The layouts are mirrored by bpf/src/layout.rs (policy records) and
+// bpf/src/drops.rs (drop reports).
 
 #include "cali.h"
 #include "routes.h"
@@ -149,6 +158,97 @@ struct {
 	__uint(max_entries, LOG_SLOTS);
 } cali_pol_log2 SEC(".maps");
 
+// Drop reports.
+#define DROP_RL_SLOTS 1024 // rate-limit buckets (rule hash % slots)
+#define DROP_RING_SIZE (256 * 1024)
+
+#define WHY_NONE     0
+#define WHY_RULE     1 // handle's deny rule; index: record of its stream
+#define WHY_TIER_END 2 // index: the endpoint list's TIER_END record
+#define WHY_LIST_END 3 // index: the endpoint list's END record
+#define WHY_MISSING  4 // handle's policy (or, handle 0, the list) not written
+#define WHY_BROKEN   5 // a record missing or the step budget spent
+
+#define DROP_STAT_REPORTED   0
+#define DROP_STAT_SUPPRESSED 1
+#define DROP_STAT_LOST       2
+
+struct cali_drop_cfg {
+	__u32 enabled;
+	__u32 per_sec; // reports per second per rule bucket
+};
+
+struct cali_drop_rl {
+	__u64 window_ns; // start of the current second
+	__u32 count;     // reports in it
+	__u32 pad;
+};
+
+struct cali_drop_event {
+	__u64 ts_ns;   // bpf_ktime_get_ns
+	__u32 ifindex; // the hook's interface
+	__u32 hook;    // globals flags of the hook (GLOBALS_F_*)
+	__u32 slot;    // policy slot
+	__u32 list;    // POL_DIR_* of the list that denied
+	__u32 why;     // WHY_*
+	__u32 handle;  // policy handle (WHY_RULE, WHY_MISSING)
+	__u32 index;   // record index (stream for WHY_RULE, list otherwise)
+	__u8 src[16];
+	__u8 dst[16];
+	__u16 sport;
+	__u16 dport;
+	__u8 ip_ver;
+	__u8 proto;
+	__u8 icmp_type;
+	__u8 icmp_code;
+	__u32 st_flags; // CALI_ST_*
+};
+
+// What denied a walk (filled on a deny or no-match verdict).
+struct drop_why {
+	__u32 why;
+	__u32 list;
+	__u32 handle;
+	__u32 index;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, DROP_RING_SIZE);
+} cali_drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct cali_drop_cfg);
+	__uint(max_entries, 1);
+} cali_drop_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct cali_drop_rl);
+	__uint(max_entries, DROP_RL_SLOTS);
+} cali_drop_rl SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 3);
+} cali_drop_stats SEC(".maps");
+
+// Per-CPU scratch of the current packet's `why` (map memory, not the stack:
+// the verifier does not track its values, so the deny paths do not multiply
+// the states it explores). Written by the walks, read by report_drop, in one
+// program run on one CPU.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct drop_why);
+	__uint(max_entries, 1);
+} cali_drop_why SEC(".maps");
+
 #define V_NONE     -1
 #define V_ALLOW    0
 #define V_DENY     1
@@ -163,7 +263,17 @@ struct walk {
 	__u32 pass_target;
 	__u32 steps;
 	int verdict;
+	// Map memory (cali_drop_why), so that what the walk records adds no
+	// verifier state.
+	struct drop_why *why;
 };
+
+static __always_inline void why_set(struct walk *w, __u32 why, __u32 handle, __u32 index)
+{
+	w->why->why = why;
+	w->why->handle = handle;
+	w->why->index = index;
+}
 
 static __always_inline int prefix_match(const __u8 *a, const __u8 *b, __u32 plen)
 {
@@ -254,6 +364,7 @@ static __always_inline void policy_done(struct walk *w, __u32 t)
 		w->ep_cur++;
 		break;
 	default:
+		why_set(w, WHY_RULE, w->pol_handle, w->pol_cur);
 		w->verdict = V_DENY;
 		break;
 	}
@@ -285,6 +396,7 @@ static long step(__u32 i, void *ctx)
 			idx = w->pol_base + cur;
 			op = bpf_map_lookup_elem(&cali_pol_ops2, &idx);
 			if (!op) {
+				why_set(w, WHY_BROKEN, w->pol_handle, cur);
 				w->verdict = V_DENY;
 				return 1;
 			}
@@ -293,6 +405,7 @@ static long step(__u32 i, void *ctx)
 			else
 				next = eval(w, op) ? op->t : op->f;
 			if (next >= T_FIRST) {
+				w->pol_cur = cur; // the deciding record (a deny names it)
 				policy_done(w, next);
 				return w->verdict != V_NONE;
 			}
@@ -302,12 +415,14 @@ static long step(__u32 i, void *ctx)
 		return 0;
 	}
 	if (w->ep_cur >= w->ep_len) {
+		why_set(w, WHY_BROKEN, 0, w->ep_cur);
 		w->verdict = V_DENY;
 		return 1;
 	}
 	idx = w->ep_base + w->ep_cur;
 	op = bpf_map_lookup_elem(&cali_pol_ops2, &idx);
 	if (!op) {
+		why_set(w, WHY_BROKEN, 0, w->ep_cur);
 		w->verdict = V_DENY;
 		return 1;
 	}
@@ -320,6 +435,7 @@ static long step(__u32 i, void *ctx)
 		p = bpf_map_lookup_elem(&cali_pol_idx2, &handle);
 		if (!p) {
 			CALI_LOG("policy %d missing: deny", handle);
+			why_set(w, WHY_MISSING, handle, w->ep_cur);
 			w->verdict = V_DENY;
 			return 1;
 		}
@@ -342,9 +458,11 @@ static long step(__u32 i, void *ctx)
 			return 0;
 		}
 		CALI_LOG("end of tier: deny");
+		why_set(w, WHY_TIER_END, 0, w->ep_cur);
 		w->verdict = V_DENY;
 		return 1;
 	default:
+		why_set(w, op->code == OP_EP_END ? WHY_LIST_END : WHY_BROKEN, 0, w->ep_cur);
 		if (op->code == OP_EP_END && op->arg == EP_END_NO_MATCH) {
 			CALI_LOG("end of endpoint list: no match");
 			w->verdict = V_NO_MATCH;
@@ -358,15 +476,20 @@ static long step(__u32 i, void *ctx)
 
 // Walks the list of (slot, dir): V_ALLOW, V_DENY or V_NO_MATCH. A missing
 // list denies (fail closed: the driver writes every list of a hook before
-// the hook can run).
-static __always_inline int walk_list(struct cali_state *st, __u32 slot, __u32 dir)
+// the hook can run). On a deny or no match, `why` says what decided.
+static __always_inline int walk_list(struct cali_state *st, __u32 slot, __u32 dir,
+				     struct drop_why *why)
 {
 	struct cali_ep_key key = { .slot = slot, .dir = dir };
 	struct cali_ep_val *ep = bpf_map_lookup_elem(&cali_pol_ep2, &key);
 	struct walk w = {};
 
+	why->list = dir;
 	if (!ep) {
 		CALI_LOG("no policy list for slot %d dir %d: deny", slot, dir);
+		why->why = WHY_MISSING;
+		why->handle = 0;
+		why->index = 0;
 		return V_DENY;
 	}
 	w.st = st;
@@ -374,11 +497,14 @@ static __always_inline int walk_list(struct cali_state *st, __u32 slot, __u32 di
 	w.ep_base = ep->base;
 	w.ep_len = ep->len;
 	w.verdict = V_NONE;
+	w.why = why;
 	bpf_loop(MAX_STEPS, step, &w, 0);
 	CALI_LOG("policy walk of dir %d: verdict %d after %d steps", dir, w.verdict, w.steps);
-	if (w.verdict == V_ALLOW || w.verdict == V_NO_MATCH)
-		return w.verdict;
-	return V_DENY;
+	if (w.verdict == V_ALLOW)
+		return V_ALLOW;
+	if (w.verdict == V_NONE)
+		why_set(&w, WHY_BROKEN, 0, w.ep_cur);
+	return w.verdict == V_NO_MATCH ? V_NO_MATCH : V_DENY;
 }
 
 #define AF_INET 2
@@ -420,7 +546,8 @@ static __always_inline int host_addr(struct __sk_buff *skb, const struct cali_st
 //   pre-DNAT policy (ingress only; allow: accepted) -> normal policy for
 //   traffic to or from the host itself (default deny), applyOnForward policy
 //   for traffic forwarded through the interface (no match: allowed).
-static __always_inline int hep_policy(struct __sk_buff *skb, struct cali_state *st, __u32 flags, __u32 slot)
+static __always_inline int hep_policy(struct __sk_buff *skb, struct cali_state *st, __u32 flags, __u32 slot,
+				      struct drop_why *why)
 {
 	int ingress = !!(flags & GLOBALS_F_INGRESS);
 	// Ingress: what arrives for the host or to be forwarded; egress: what the
@@ -435,7 +562,7 @@ static __always_inline int hep_policy(struct __sk_buff *skb, struct cali_state *
 	if (fsafe && host)
 		return V_ALLOW;
 	if (!fsafe) {
-		v = walk_list(st, slot, ingress ? POL_DIR_UNTRACKED_IN : POL_DIR_UNTRACKED_OUT);
+		v = walk_list(st, slot, ingress ? POL_DIR_UNTRACKED_IN : POL_DIR_UNTRACKED_OUT, why);
 		if (v == V_ALLOW) {
 			skb->cb[CB_FLAGS] |= CB_F_NOTRACK;
 			return V_ALLOW;
@@ -443,16 +570,80 @@ static __always_inline int hep_policy(struct __sk_buff *skb, struct cali_state *
 		if (v == V_DENY)
 			return V_DENY;
 		if (ingress) {
-			v = walk_list(st, slot, POL_DIR_PREDNAT_IN);
+			v = walk_list(st, slot, POL_DIR_PREDNAT_IN, why);
 			if (v != V_NO_MATCH)
 				return v;
 		}
 	}
 	if (host)
-		v = walk_list(st, slot, ingress ? POL_DIR_INGRESS : POL_DIR_EGRESS);
+		v = walk_list(st, slot, ingress ? POL_DIR_INGRESS : POL_DIR_EGRESS, why);
 	else
-		v = walk_list(st, slot, ingress ? POL_DIR_FORWARD_IN : POL_DIR_FORWARD_OUT);
+		v = walk_list(st, slot, ingress ? POL_DIR_FORWARD_IN : POL_DIR_FORWARD_OUT, why);
 	return v == V_DENY ? V_DENY : V_ALLOW;
+}
+
+static __always_inline void drop_stat(__u32 which)
+{
+	__u64 *n = bpf_map_lookup_elem(&cali_drop_stats, &which);
+
+	if (n)
+		*n += 1;
+}
+
+// Reports a denied packet when drop reports are on, within the rate limit of
+// its rule's bucket (shared by every CPU: a race between the check and the
+// add, or a racing window reset, only lets a few more through).
+static __always_inline void report_drop(struct __sk_buff *skb, const struct cali_state *st,
+					__u32 flags, __u32 slot, const struct drop_why *why)
+{
+	__u32 zero = 0;
+	struct cali_drop_cfg *cfg = bpf_map_lookup_elem(&cali_drop_cfg, &zero);
+	struct cali_drop_event *e;
+	struct cali_drop_rl *rl;
+	__u32 bucket;
+	__u64 now;
+
+	if (!cfg || !cfg->enabled || why->why == WHY_NONE)
+		return;
+	bucket = (why->handle * 2654435761u ^ why->index * 40503u ^ why->list << 3 ^ why->why) %
+		 DROP_RL_SLOTS;
+	rl = bpf_map_lookup_elem(&cali_drop_rl, &bucket);
+	if (!rl)
+		return;
+	now = bpf_ktime_get_ns();
+	if (now - rl->window_ns >= 1000000000ull) {
+		rl->window_ns = now;
+		rl->count = 0;
+	}
+	if (rl->count >= cfg->per_sec) {
+		drop_stat(DROP_STAT_SUPPRESSED);
+		return;
+	}
+	__sync_fetch_and_add(&rl->count, 1);
+	e = bpf_ringbuf_reserve(&cali_drops, sizeof(*e), 0);
+	if (!e) {
+		drop_stat(DROP_STAT_LOST);
+		return;
+	}
+	e->ts_ns = now;
+	e->ifindex = skb->ifindex;
+	e->hook = flags;
+	e->slot = slot;
+	e->list = why->list;
+	e->why = why->why;
+	e->handle = why->handle;
+	e->index = why->index;
+	__builtin_memcpy(e->src, st->src, 16);
+	__builtin_memcpy(e->dst, st->dst, 16);
+	e->sport = st->sport;
+	e->dport = st->dport;
+	e->ip_ver = st->ip_ver;
+	e->proto = st->proto;
+	e->icmp_type = st->icmp_type;
+	e->icmp_code = st->icmp_code;
+	e->st_flags = st->flags;
+	bpf_ringbuf_submit(e, 0);
+	drop_stat(DROP_STAT_REPORTED);
 }
 
 SEC("tc")
@@ -460,18 +651,21 @@ int cali_pol_rules(struct __sk_buff *skb)
 {
 	__u32 zero = 0;
 	__u32 flags = skb->cb[CB_FLAGS];
+	__u32 slot = skb->cb[CB_POLICY];
 	struct cali_state *st = bpf_map_lookup_elem(&cali_state2, &zero);
+	struct drop_why *why = bpf_map_lookup_elem(&cali_drop_why, &zero);
 	int v;
 
-	if (!st)
+	if (!st || !why)
 		goto deny;
+	why->why = WHY_NONE;
 	if (flags & GLOBALS_F_HEP) {
-		v = hep_policy(skb, st, flags, skb->cb[CB_POLICY]);
+		v = hep_policy(skb, st, flags, slot, why);
 	} else {
 		// A workload's host-side TC ingress carries what the workload sends: its
 		// egress policy.
-		v = walk_list(st, skb->cb[CB_POLICY],
-			      (flags & GLOBALS_F_INGRESS) ? POL_DIR_EGRESS : POL_DIR_INGRESS);
+		v = walk_list(st, slot, (flags & GLOBALS_F_INGRESS) ? POL_DIR_EGRESS : POL_DIR_INGRESS,
+			      why);
 		// A workload's lists end in a default deny; "no match" is no allow.
 		if (v == V_NO_MATCH)
 			v = V_DENY;
@@ -480,6 +674,7 @@ int cali_pol_rules(struct __sk_buff *skb)
 		bpf_tail_call(skb, &cali_progs, skb->cb[CB_ALLOW]);
 		return TC_ACT_SHOT;
 	}
+	report_drop(skb, st, flags, slot, why);
 deny:
 	bpf_tail_call(skb, &cali_progs, skb->cb[CB_DENY]);
 	return TC_ACT_SHOT;

@@ -8,6 +8,7 @@
 //!   bpffs mount and old-version removal.
 //! * [`attach`]: `BPFAttachType`, kernel probes, mechanism selection.
 //! * [`conntrack`]: the `cali_ct` map, its layouts, expiry scan and timeouts.
+//! * [`drops`]: drop reports of the policy interpreter (ring buffer, switch, rate limit).
 //! * [`migrate`]: copy-on-upgrade (and resize) of a pinned map that must keep its contents.
 //! * [`policy`]: the policy interpreter's records (`progs/pol_rules.c`) and their assembler.
 //! * [`polmaps`]: the interpreter's pinned maps (rule records, policy index, endpoint lists,
@@ -20,6 +21,7 @@
 pub mod attach;
 pub mod conntrack;
 pub mod dataplane;
+pub mod drops;
 pub mod layout;
 pub mod maps;
 pub mod migrate;

@@ -61,10 +61,12 @@ pub mod op {
     pub const SET_ASIDE: &str = "set_aside";
     /// Listing a device's clsact filters (whether a clsact qdisc is shared).
     pub const TC_LIST: &str = "tc_list";
+    /// Setting up and polling a ring buffer (drop reports): mmap and epoll of the map.
+    pub const RING_POLL: &str = "ring_poll";
 
     /// The operations that only read kernel state (what a read-back probe may run).
     pub const READ_ONLY: &[&str] = &[
-        MAP_OPEN, MAP_LOOKUP, PROG_OPEN, LINK_OPEN, TC_QUERY, TC_LIST, PROBE,
+        MAP_OPEN, MAP_LOOKUP, PROG_OPEN, LINK_OPEN, TC_QUERY, TC_LIST, PROBE, RING_POLL,
     ];
 
     /// Every operation above (a BPF driver's fault targets).
@@ -93,6 +95,7 @@ pub mod op {
         MOUNT,
         SET_ASIDE,
         TC_LIST,
+        RING_POLL,
     ];
 }
 

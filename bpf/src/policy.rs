@@ -558,18 +558,30 @@ fn cheap_first(mut groups: Vec<&Group>) -> Vec<&Group> {
 /// no rule decides reaches [`T_NEXT`]. Rules that can never match (an empty positive group)
 /// are left out; empty negated groups are dropped.
 pub fn assemble_policy(rules: &[RuleIr]) -> Result<Vec<Op>, AssembleError> {
+    assemble_policy_spans(rules).map(|(ops, _)| ops)
+}
+
+/// Where a rule's records start in its stream, and its position among the assembled rules.
+pub type RuleSpan = (u32, usize);
+
+/// [`assemble_policy`], plus where each kept rule starts: `(first record, position in
+/// rules)`, in order. A rule's records are contiguous up to the next kept rule's first
+/// record (or the stream's end), so the record that decided a packet names its rule. A rule
+/// that can never match is left out and has no span.
+pub fn assemble_policy_spans(rules: &[RuleIr]) -> Result<(Vec<Op>, Vec<RuleSpan>), AssembleError> {
     // Each kept rule: its groups (non-empty, protocol fused), their preconditions, the action.
     type Kept<'a> = (Vec<&'a Group>, Vec<u16>, RuleAction);
-    let kept: Vec<Kept<'_>> = rules
+    let (positions, kept): (Vec<usize>, Vec<Kept<'_>>) = rules
         .iter()
-        .filter(|r| r.groups.iter().all(|g| g.negate || !g.any_of.is_empty()))
-        .map(|r| {
+        .enumerate()
+        .filter(|(_, r)| r.groups.iter().all(|g| g.negate || !g.any_of.is_empty()))
+        .map(|(i, r)| {
             let (groups, pre) = fuse_proto(cheap_first(
                 r.groups.iter().filter(|g| !g.any_of.is_empty()).collect(),
             ));
-            (groups, pre, r.action)
+            (i, (groups, pre, r.action))
         })
-        .collect();
+        .unzip();
     let size = |groups: &[&Group], action: RuleAction| -> usize {
         let tests: usize = groups.iter().map(|g| g.any_of.len()).sum();
         tests + usize::from(action == RuleAction::Log || groups.is_empty())
@@ -579,8 +591,10 @@ pub fn assemble_policy(rules: &[RuleIr]) -> Result<Vec<Op>, AssembleError> {
         return Err(AssembleError::TooLong(total));
     }
     let mut out: Vec<Op> = Vec::with_capacity(total);
+    let mut spans = Vec::with_capacity(kept.len());
     for (i, (groups, pre, action)) in kept.iter().enumerate() {
         let start = out.len();
+        spans.push((start as u32, positions[i]));
         let end = start + size(groups, *action);
         let next_rule = if i + 1 == kept.len() {
             T_NEXT
@@ -639,7 +653,7 @@ pub fn assemble_policy(rules: &[RuleIr]) -> Result<Vec<Op>, AssembleError> {
         }
         debug_assert_eq!(out.len(), end);
     }
-    Ok(out)
+    Ok((out, spans))
 }
 
 /// One tier of an endpoint's list: its policies' handles in order and its default action.
@@ -884,7 +898,19 @@ mod tests {
             }],
             action: RuleAction::Allow,
         };
-        assert!(assemble_policy(&[never]).expect("ok").is_empty());
+        assert!(assemble_policy(std::slice::from_ref(&never))
+            .expect("ok")
+            .is_empty());
+
+        // Spans: the never-matching rule has none; every other rule's records start where
+        // its span says and run to the next span.
+        let mut with_never = rules.clone();
+        with_never.insert(1, never);
+        let (ops2, spans) = assemble_policy_spans(&with_never).expect("assembles");
+        assert_eq!(ops2, ops);
+        // Rule 0: protocol (1 record) + two ports (2) + negated net (1) = 4; the log
+        // rule: 1 record; the deny: 1 record.
+        assert_eq!(spans, vec![(0, 0), (4, 2), (5, 3)]);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! | `cali_ipsets2` | LPM trie | [`IpSetKey`] -> `u32` (1) |
 //! | `cali_pol_log2` | per-CPU array | handle % `LOG_SLOTS` -> log hits (`u64`) |
 //! | `<root>/cali_state2` | per-CPU array | 0 -> [`crate::policy::PacketState`], pinned by libbpf by name under the root (`pin_root_path`) |
+//! | `cali_drops`, `cali_drop_cfg`, `cali_drop_rl`, `cali_drop_stats` | see [`crate::drops`] | drop reports |
 //!
 //! The endpoint map is per attach mechanism because policy slots are per
 //! (mechanism, direction) jump map; the interpreter loaded for a mechanism is bound to that
@@ -23,6 +24,7 @@ use libbpf_rs::libbpf_sys;
 use libbpf_rs::{MapCore, MapFlags, MapType, Object, ObjectBuilder, Program, ProgramAttachType};
 
 use crate::attach::Mechanism;
+use crate::drops::{DropMaps, DROP_SPECS};
 use crate::layout::Hook;
 use crate::maps::{jump_map, progs_map, JumpMap, MapSpec, PinnedMap};
 use crate::ops::{op, BpfError, BpfOps};
@@ -105,7 +107,16 @@ pub const STATE_MAP: MapSpec = MapSpec {
 };
 
 /// Every policy map spec pinned under the root (for old-version removal at start of day).
-pub const ROOT_SPECS: [MapSpec; 4] = [POL_OPS_MAP, POL_IDX_MAP, IPSETS_MAP, POL_LOG_MAP];
+pub const ROOT_SPECS: [MapSpec; 8] = [
+    POL_OPS_MAP,
+    POL_IDX_MAP,
+    IPSETS_MAP,
+    POL_LOG_MAP,
+    DROP_SPECS[0],
+    DROP_SPECS[1],
+    DROP_SPECS[2],
+    DROP_SPECS[3],
+];
 
 /// The policy maps, open.
 #[derive(Debug)]
@@ -116,6 +127,7 @@ pub struct PolicyMaps {
     ipsets: PinnedMap,
     log: PinnedMap,
     eps: BTreeMap<Mechanism, PinnedMap>,
+    drops: DropMaps,
 }
 
 impl PolicyMaps {
@@ -136,7 +148,13 @@ impl PolicyMaps {
             ipsets: PinnedMap::open_or_create(ops, IPSETS_MAP, root)?,
             log: PinnedMap::open_or_create(ops, POL_LOG_MAP, root)?,
             eps,
+            drops: DropMaps::open_or_create(ops, root)?,
         })
+    }
+
+    /// The drop-report maps.
+    pub fn drops(&self) -> &DropMaps {
+        &self.drops
     }
 
     /// The pin root.
@@ -358,7 +376,7 @@ impl PolicyProgram {
         let progs = JumpMap::open_or_create(ops, progs_map(hook), &dir)?;
         let jump = JumpMap::open_or_create(ops, jump_map(hook), &dir)?;
         let ep = maps.ep(mech)?;
-        let bind: [(&str, BorrowedFd<'_>); 7] = [
+        let bind: [(&str, BorrowedFd<'_>); 11] = [
             ("cali_progs", progs.map().fd()),
             ("cali_jump", jump.map().fd()),
             ("cali_pol_ops2", maps.ops_map.fd()),
@@ -366,6 +384,10 @@ impl PolicyProgram {
             ("cali_pol_ep2", ep.fd()),
             ("cali_ipsets2", maps.ipsets.fd()),
             ("cali_pol_log2", maps.log.fd()),
+            ("cali_drops", maps.drops.ring.fd()),
+            ("cali_drop_cfg", maps.drops.cfg.fd()),
+            ("cali_drop_rl", maps.drops.rl.fd()),
+            ("cali_drop_stats", maps.drops.stats.fd()),
         ];
         let bytes = if debug {
             objects::POL_RULES_DEBUG

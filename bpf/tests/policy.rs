@@ -20,6 +20,14 @@ const UDP: u8 = 17;
 const ICMP: u8 = 1;
 const ICMP6: u8 = 58;
 
+fn addr(a: &[u8; 16], v6: bool) -> std::net::IpAddr {
+    let x = std::net::Ipv6Addr::from(*a);
+    match x.to_ipv4_mapped() {
+        Some(v4) if !v6 => v4.into(),
+        _ => x.into(),
+    }
+}
+
 /// A crafted packet's facts.
 #[derive(Debug, Clone, Copy)]
 struct Pkt {
@@ -48,6 +56,14 @@ fn a6(last: u8) -> [u8; 16] {
 }
 
 impl Pkt {
+    fn src_addr(&self) -> std::net::IpAddr {
+        addr(&self.src, self.v6)
+    }
+
+    fn dst_addr(&self) -> std::net::IpAddr {
+        addr(&self.dst, self.v6)
+    }
+
     fn v4(proto: u8) -> Self {
         Pkt {
             v6: false,
@@ -1027,5 +1043,116 @@ fn a_host_endpoint_walks_failsafes_untracked_pre_dnat_then_normal_or_forward_pol
             rig.allows(&p),
             "forward allow; the normal deny does not apply"
         );
+    });
+}
+
+#[test]
+fn bpf_drop_reports_name_the_record_and_respect_the_switch_and_the_rate() {
+    use felix_bpf::drops::{DropConfig, DropEvent, DropRingReader, DropWhy};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use std::time::Duration;
+
+    felix_netns::require!(netns["ip"]);
+    common::in_netns(|| {
+        let mut rig = Rig::new(false);
+        let got: Rc<RefCell<Vec<DropEvent>>> = Rc::default();
+        let sink = got.clone();
+        let reader = DropRingReader::open(&rig.ops, &rig._root.0, move |e| {
+            sink.borrow_mut().push(e.expect("event parses"));
+        })
+        .expect("open ring")
+        .expect("ring pinned");
+        let take = |rig: &mut Rig| -> Vec<DropEvent> {
+            reader
+                .poll(&rig.ops, Duration::from_millis(50))
+                .expect("poll");
+            got.borrow_mut().drain(..).collect()
+        };
+        let tcp = Pkt::v4(TCP);
+        // Rule 0 (one record) allows UDP; rule 1 (record 1) denies TCP.
+        let rules = [
+            rule(vec![any(vec![Test::Proto(UDP)])], RuleAction::Allow),
+            rule(vec![any(vec![Test::Proto(TCP)])], RuleAction::Deny),
+        ];
+        rig.single(1, &rules);
+
+        // Off (the maps' initial state): a deny reports nothing.
+        assert!(!rig.allows(&tcp));
+        assert!(take(&mut rig).is_empty(), "reported while off");
+
+        let on = |per_sec| DropConfig {
+            enabled: true,
+            per_sec,
+        };
+        rig.maps
+            .drops()
+            .configure(&rig.ops, on(1000))
+            .expect("configure");
+        assert!(!rig.allows(&tcp));
+        let e = take(&mut rig);
+        assert_eq!(e.len(), 1, "{e:?}");
+        let e = e[0];
+        assert_eq!(
+            (e.why, e.handle, e.index, e.slot, e.list),
+            (DropWhy::Rule, 1, 1, rig.slot, rig.dir())
+        );
+        assert_eq!(
+            (e.src_addr(), e.dst_addr(), e.proto, e.sport, e.dport),
+            (tcp.src_addr(), tcp.dst_addr(), TCP, tcp.sport, tcp.dport)
+        );
+        // An allowed packet is not reported.
+        assert!(rig.allows(&Pkt::v4(UDP)));
+        assert!(take(&mut rig).is_empty());
+
+        // A tier's end: record 1 of [REF 13, TIER_END].
+        rig.rules(
+            13,
+            &[rule(vec![any(vec![Test::Proto(UDP)])], RuleAction::Deny)],
+        );
+        rig.endpoint(&[tier(&[13], false)], &[]);
+        assert!(!rig.allows(&tcp));
+        let e = take(&mut rig);
+        assert_eq!((e[0].why, e[0].index), (DropWhy::TierEnd, 1), "{e:?}");
+        // The list's end: [REF 13, TIER_END(pass), REF 13, END] -> record 3.
+        rig.endpoint(&[tier(&[13], true)], &[13]);
+        assert!(!rig.allows(&tcp));
+        let e = take(&mut rig);
+        assert_eq!((e[0].why, e[0].index), (DropWhy::ListEnd, 3), "{e:?}");
+        // A policy not written: fail closed, naming the handle.
+        rig.endpoint(&[tier(&[999], true)], &[]);
+        assert!(!rig.allows(&tcp));
+        let e = take(&mut rig);
+        assert_eq!((e[0].why, e[0].handle), (DropWhy::Missing, 999), "{e:?}");
+
+        // The rate: at most `per_sec` reports per rule per second; the rest are counted.
+        rig.single(1, &rules);
+        rig.maps
+            .drops()
+            .configure(&rig.ops, on(3))
+            .expect("configure");
+        let before = rig.maps.drops().stats(&rig.ops).expect("stats");
+        for _ in 0..20 {
+            assert!(!rig.allows(&tcp));
+        }
+        let reported = take(&mut rig).len() as u64;
+        let after = rig.maps.drops().stats(&rig.ops).expect("stats");
+        assert_eq!(
+            (after.reported - before.reported) + (after.suppressed - before.suppressed),
+            20,
+            "{before:?} -> {after:?}"
+        );
+        assert_eq!(after.reported - before.reported, reported);
+        // Within one second 3 pass; a run spanning a second's edge lets another 3 through.
+        assert!((1..=6).contains(&reported), "{reported} reported of 20");
+        assert_eq!(after.lost, 0);
+
+        // Off again: nothing more.
+        rig.maps
+            .drops()
+            .configure(&rig.ops, DropConfig::default())
+            .expect("configure");
+        assert!(!rig.allows(&tcp));
+        assert!(take(&mut rig).is_empty());
     });
 }

@@ -97,11 +97,11 @@ param_table! {
     LogConnectionTransitionsPrefix { v3_field: Some("logConnectionTransitionsPrefix"), kind: K::Str(S::Any), default: "calico-response", group: G::Logging,
         doc: "Prefix of the follow-up lines written by `LogConnectionTransitions`; used literally (no `%` expansion)." }
     DropAttributionEnabled { kind: K::Bool, group: G::Logging,
-        doc: "felix-rs: the dataplane reports denied packets with the rule that denied them (tier, policy or profile, rule index; end of tier; no match) through NFLOG in iptables and nftables mode; `felix admin drops` and `GET /drops` show the latest. Off: no reporting rule is rendered." }
+        doc: "felix-rs: the dataplane reports denied packets with the rule that denied them (tier, policy or profile, rule index; end of tier; no match) through NFLOG in iptables and nftables mode and through a ring buffer the policy program writes in eBPF mode; `felix admin drops` and `GET /drops` show the latest. Off: no reporting rule is rendered (eBPF: the program reports nothing)." }
     DropAttributionNFLOGGroup { kind: K::Int { min: 1, max: 65535 }, default: "30", group: G::Logging,
-        doc: "felix-rs: the NFLOG group `DropAttributionEnabled` reports on (must not be shared with another NFLOG reader)." }
+        doc: "felix-rs: the NFLOG group `DropAttributionEnabled` reports on in iptables and nftables mode (must not be shared with another NFLOG reader); unused in eBPF mode." }
     DropAttributionRateLimit { kind: K::Int { min: 1, max: 100000 }, default: "100", group: G::Logging,
-        doc: "felix-rs: denied packets reported per second by each reporting rule (burst the same); the others are dropped unreported, so a flood costs bounded CPU." }
+        doc: "felix-rs: denied packets reported per second by each reporting rule (burst the same; in eBPF mode per rule bucket, counted in the program); the others are dropped unreported, so a flood costs bounded CPU." }
     DebugDisableLogDropping { v3_field: Some("debugDisableLogDropping"), kind: K::Bool, group: G::Logging,
         doc: "Block instead of dropping log lines when the log writer falls behind." }
 

@@ -1,4 +1,5 @@
-//! Dataplane FV, drop attribution on real traffic (iptables and nftables):
+//! Dataplane FV, drop attribution on real traffic (iptables, nftables and eBPF mode, where
+//! the policy interpreter reports into a ring buffer):
 //! with `DropAttributionEnabled`, a packet denied by a policy's deny rule, by
 //! a tier's end and by an endpoint with no allowing policy or profile is
 //! reported by `felix admin drops`, naming the tier, policy and rule (or the
@@ -181,4 +182,21 @@ fn drop_attribution_names_the_rule_iptables() {
 fn drop_attribution_names_the_rule_nftables() {
     felix_netns::require!(netns TOOLS);
     run(Backend::Nftables);
+}
+
+/// The tools eBPF mode's daemon and its sandbox use (the bpffs is mounted per test).
+const BPF_TOOLS: [&str; 7] = [
+    "iptables-save",
+    "ipset",
+    "nft",
+    "sysctl",
+    "tc",
+    "ping",
+    "mount",
+];
+
+#[test]
+fn drop_attribution_names_the_rule_bpf() {
+    felix_netns::require!(netns BPF_TOOLS);
+    run(Backend::Bpf);
 }

@@ -11,7 +11,8 @@
 //!   sender can push them, for `--seconds`: the per-packet cost of a denied packet
 //!   (`ns/denied`); the `*-drops` modes run the same with `DropAttributionEnabled`, so the
 //!   difference is drop attribution's per-packet cost (its rate-limited NFLOG rule before
-//!   each deny; the userspace reader is not running, it reads at most the rate limit).
+//!   each deny, or in eBPF mode the interpreter's rate-limit check and ring-buffer report;
+//!   the userspace reader is not running, it reads at most the rate limit).
 //!
 //! each the median of three rounds (throughput, connections and denied packets alternating).
 //!
@@ -53,6 +54,8 @@ pub enum Mode {
     IptablesDrops,
     /// nftables mode with `DropAttributionEnabled`.
     NftablesDrops,
+    /// eBPF mode with `DropAttributionEnabled`.
+    BpfDrops,
 }
 
 impl Mode {
@@ -64,6 +67,7 @@ impl Mode {
             Mode::Bpf => "bpf",
             Mode::IptablesDrops => "iptables-drops",
             Mode::NftablesDrops => "nftables-drops",
+            Mode::BpfDrops => "bpf-drops",
         }
     }
 }
@@ -376,6 +380,11 @@ pub fn run_inner(mode: Mode, sizes: &TrafficSizes) -> Result<Figures, BenchError
             ],
             Mode::NftablesDrops => &[
                 ("NFTablesMode", "Enabled"),
+                ("DropAttributionEnabled", "true"),
+            ],
+            Mode::BpfDrops => &[
+                ("NFTablesMode", "Disabled"),
+                ("BPFEnabled", "true"),
                 ("DropAttributionEnabled", "true"),
             ],
         };

@@ -36,6 +36,7 @@ use crate::dataplane::ifacemon::{
 use super::calc_loop::Batch;
 use super::dataplane_wiring;
 use super::messages::state_key;
+use crate::dataplane::bpf::policy::SharedDropNames;
 
 /// The runtime parts shared between the daemon and the supervisor.
 #[derive(Debug, Clone, Default)]
@@ -46,6 +47,9 @@ pub struct Shared {
     pub metrics: Metrics,
     /// Health aggregator (health port).
     pub health: Health,
+    /// What eBPF mode's drop reports' numbers mean (written by `driver/bpf`, read by the
+    /// drop reader).
+    pub bpf_drop_names: SharedDropNames,
 }
 
 /// Why the dataplane could not start.
@@ -168,6 +172,7 @@ impl Dataplane {
         let monitor_cfg = cfg.clone();
         let cfg = cfg.clone();
         let shared = shared.clone();
+        let names = shared.bpf_drop_names.clone();
         let excl_cfg = cfg.clone();
         let ifaces = InterfaceState::new(move |name| excl_cfg.is_excluded_iface(name));
         let wiring_ifaces = ifaces.clone();
@@ -183,7 +188,7 @@ impl Dataplane {
                         .metrics(shared.metrics)
                         .health(shared.health)
                         .on_fatal(on_fatal);
-                    let b = dataplane_wiring::register(b, &cfg, mode, &wiring_ifaces)
+                    let b = dataplane_wiring::register(b, &cfg, mode, &wiring_ifaces, &names)
                         .map_err(StartError::Wiring)?;
                     b.start().map_err(StartError::from).map(|h| {
                         (

@@ -14,11 +14,13 @@ use felix_actors::SupervisorBuilder;
 use felix_config::{Config, DataplaneMode};
 use felix_proto::to_dataplane::Payload;
 
+use crate::dataplane::bpf::policy::SharedDropNames;
 use crate::dataplane::ifacemon::InterfaceState;
 use crate::dataplane::wiring::WiringError;
 
 /// Adds the managers and drivers for `mode` to `builder`; the route and
-/// interface drivers subscribe to `ifaces` (fed by the interface monitor).  An error
+/// interface drivers subscribe to `ifaces` (fed by the interface monitor); in eBPF mode
+/// `driver/bpf` records what its drop reports mean in `bpf_drop_names`.  An error
 /// (for example a mark mask too small for
 /// the rule renderer) stops the daemon: running without a dataplane would
 /// leave the node silently unprotected.
@@ -27,6 +29,7 @@ pub fn register(
     cfg: &Config,
     mode: DataplaneMode,
     ifaces: &InterfaceState,
+    bpf_drop_names: &SharedDropNames,
 ) -> Result<SupervisorBuilder<Payload>, WiringError> {
     tracing::info!(
         dataplane = mode.as_str(),
@@ -35,5 +38,5 @@ pub fn register(
     );
     let runner: std::sync::Arc<dyn crate::dataplane::kernel::CommandRunner> =
         std::sync::Arc::new(crate::dataplane::kernel::SystemCommands::new());
-    crate::dataplane::wiring::register_with_interfaces(builder, cfg, runner, ifaces)
+    crate::dataplane::wiring::register_with_interfaces(builder, cfg, runner, ifaces, bpf_drop_names)
 }

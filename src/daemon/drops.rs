@@ -1,6 +1,7 @@
 //! `felix run`'s side of drop attribution: starts the NFLOG reader when
-//! `DropAttributionEnabled` is on in iptables or nftables mode and serves
-//! `GET /drops`; otherwise `GET /drops` says why there is nothing (409).
+//! `DropAttributionEnabled` is on in iptables or nftables mode, or the reader of the
+//! interpreter's ring buffer in eBPF mode, and serves `GET /drops`; otherwise `GET /drops`
+//! says why there is nothing (409).
 
 use std::sync::Arc;
 
@@ -37,17 +38,30 @@ pub(super) fn start_drops(
         );
         return None;
     }
-    if cfg.dataplane_mode() == DataplaneMode::Bpf {
-        tracing::warn!("DropAttributionEnabled has no effect in eBPF mode in this build");
-        refuse(
-            admin,
-            "drop attribution is not available in eBPF mode in this build".into(),
-        );
-        return None;
-    }
-    let group = u16::try_from(cfg.drop_attribution_nflog_group()).unwrap_or(30);
     let seam = Seam::new(shared.faults.clone(), shared.metrics.clone()).for_actor("drops");
     let ring = DropRing::new();
+    if cfg.dataplane_mode() == DataplaneMode::Bpf {
+        let root = felix_bpf::Options::default().root;
+        let names = shared.bpf_drop_names.clone();
+        return match crate::dataplane::drops::bpf_reader::start(
+            root,
+            &seam,
+            names,
+            view,
+            ring.clone(),
+        ) {
+            Ok(r) => {
+                admin.route("GET", "/drops", ring.handler());
+                Some(r)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "drop attribution cannot start");
+                refuse(admin, format!("drop attribution cannot start: {e}"));
+                None
+            }
+        };
+    }
+    let group = u16::try_from(cfg.drop_attribution_nflog_group()).unwrap_or(30);
     match start(group, &seam, view, ring.clone()) {
         Ok(r) => {
             tracing::info!(group, "drop attribution: reading NFLOG group");

@@ -30,6 +30,11 @@
 //! dirty until the scan is due), [`CtScanner`] expires `cali_ct` entries and removes those
 //! approved on hooks felix no longer programs, and publishes the conntrack metric families.
 //!
+//! Drop reports (`DropAttributionEnabled`): at start the driver writes the switch and rate
+//! into `cali_drop_cfg` ([`DropReports`]), and the policy writer records what each report's
+//! numbers mean in [`SharedDropNames`] (each interface programmed is named there too), which
+//! the daemon's drop reader resolves.
+//!
 //! Restart: at construction the driver seeds [`BpfReady`] read-only from the pinned
 //! `cali_iface` (READY workload entries whose name still has that ifindex), so the first
 //! programming pass of a restarted daemon keeps the accept chains of the interfaces whose
@@ -40,6 +45,7 @@ use std::path::PathBuf;
 
 use felix_actors::{ActorSeam, Driver, DriverError, FailureKind};
 use felix_bpf::attach::select_mechanism;
+use felix_bpf::drops::DropConfig;
 use felix_bpf::layout::{IFACE_STATE_V4_READY, IFACE_STATE_WEP};
 use felix_bpf::maps::{IfaceMap, IFACE_MAP};
 use felix_bpf::ops::op;
@@ -51,7 +57,7 @@ use felix_bpf::{
 use super::ct_scan::{self, CtScanner};
 use super::desired::{BpfDesired, IfaceDesired};
 use super::ifindex::IfindexCache;
-use super::policy::{EndpointRef, PolicySync};
+use super::policy::{EndpointRef, PolicySync, SharedDropNames};
 use super::ready::BpfReady;
 use super::routes::RouteSync;
 use crate::dataplane::ifacemon::IfaceSubscription;
@@ -92,6 +98,17 @@ pub struct BpfDriverOptions {
     pub sysfs_net: PathBuf,
     /// The clock the conntrack scan is scheduled on.
     pub clock: SharedClock,
+    /// Drop reports: the switch and rate, and where their numbers are named.
+    pub drops: DropReports,
+}
+
+/// `driver/bpf`'s part of drop attribution.
+#[derive(Debug, Clone, Default)]
+pub struct DropReports {
+    /// Written into `cali_drop_cfg` at start (off by default).
+    pub config: DropConfig,
+    /// Where the policy writer names handles, records and interfaces.
+    pub names: SharedDropNames,
 }
 
 impl Default for BpfDriverOptions {
@@ -100,6 +117,7 @@ impl Default for BpfDriverOptions {
             loader: Options::default(),
             sysfs_net: PathBuf::from("/sys/class/net"),
             clock: felix_actors::clock::system(),
+            drops: DropReports::default(),
         }
     }
 }
@@ -250,6 +268,7 @@ impl BpfDriver {
                 self.ops.clone(),
                 &self.opts.loader.root,
                 self.opts.loader.debug,
+                &self.opts.drops,
             )?;
             self.policy = Some(policy);
             self.routes = Some(RouteSync::start(self.ops.clone(), &self.opts.loader.root)?);
@@ -282,6 +301,7 @@ impl BpfDriver {
                 policy.forget(mech, hook, slot)?;
             }
         }
+        policy.forget_iface(ifindex);
         dp.iface_map().delete(dp.ops(), ifindex)
     }
 
@@ -293,6 +313,7 @@ impl BpfDriver {
         ep: Option<EndpointRef<'_>>,
     ) -> Result<(), BpfError> {
         let both = Hook::ALL.iter().all(|h| dp.record(a.ifindex, *h).is_some());
+        policy.name_iface(a.ifindex, name, a.mechanism);
         if !both {
             // Not ready until both hooks run (the attach gap).
             dp.set_iface(a.ifindex, name, a.want.kind, false)?;

@@ -14,6 +14,12 @@ use crate::explain::leg::policy_name;
 
 use super::nflog::LoggedPacket;
 use super::DropRecord;
+use crate::dataplane::bpf::policy::PolicyDir;
+use crate::dataplane::bpf::policy::{Owner, Resolved, SharedDropNames};
+use felix_bpf::drops::DropEvent;
+use felix_bpf::policy::{
+    POL_DIR_FORWARD_IN, POL_DIR_INGRESS, POL_DIR_PREDNAT_IN, POL_DIR_UNTRACKED_IN,
+};
 
 /// The endpoint an endpoint chain belongs to: its name, its tiers for the
 /// chain, and the direction.
@@ -133,5 +139,122 @@ pub fn record(view: &DataplaneView, p: &LoggedPacket, time: String) -> DropRecor
         dst_endpoint: f.and_then(|f| endpoint_name(view, f.dst)),
         decided_by: decided_by(view, &p.prefix),
         prefix: p.prefix.clone(),
+    }
+}
+
+/// The endpoint whose interface is `iface`: `namespace/pod` or `hep/<id>`.
+fn endpoint_by_iface(view: &DataplaneView, iface: &str) -> Option<String> {
+    if let Some((id, _)) = view
+        .workload_endpoints
+        .iter()
+        .find(|(_, ep)| ep.name == iface)
+    {
+        return Some(id.1.clone());
+    }
+    view.host_endpoints
+        .iter()
+        .find(|(_, ep)| ep.name == iface)
+        .map(|(id, _)| format!("hep/{id}"))
+}
+
+/// The direction an eBPF endpoint list (`POL_DIR_*`) enforces.
+fn list_direction(list: u32) -> &'static str {
+    match list {
+        POL_DIR_INGRESS | POL_DIR_UNTRACKED_IN | POL_DIR_PREDNAT_IN | POL_DIR_FORWARD_IN => {
+            "ingress"
+        }
+        _ => "egress",
+    }
+}
+
+/// What an eBPF drop report names, in the same form as the NFLOG reports' `decidedBy`.
+pub fn bpf_decided_by(
+    view: &DataplaneView,
+    iface: Option<&str>,
+    resolved: &Resolved,
+    e: &DropEvent,
+) -> serde_json::Value {
+    let direction = list_direction(e.list);
+    let endpoint = iface.and_then(|i| endpoint_by_iface(view, i));
+    let owner_json = |owner: &Owner| match owner {
+        Owner::Policy(id) => {
+            let tier = view
+                .policies
+                .get(&(id.kind.clone(), id.namespace.clone(), id.name.clone()))
+                .map(|p| p.tier.clone());
+            json!({"tier": tier, "policy": policy_name(id)})
+        }
+        Owner::Profile(name) => json!({"profile": name}),
+    };
+    let mut v = match resolved {
+        Resolved::Rule { owner, dir, rule } => {
+            let mut v = owner_json(owner);
+            v["kind"] = json!("rule");
+            v["rule"] = json!(rule);
+            v["action"] = json!("Deny");
+            v["direction"] = json!(match dir {
+                PolicyDir::Ingress => "ingress",
+                PolicyDir::Egress => "egress",
+            });
+            return v;
+        }
+        Resolved::TierEnd { tier } => {
+            json!({"kind": "tierDefault", "tier": tier, "action": "Deny", "direction": direction})
+        }
+        Resolved::ListEnd => json!({"kind": "noMatch", "direction": direction}),
+        Resolved::Missing { owner } => {
+            let mut v = owner.as_ref().map(owner_json).unwrap_or_else(|| json!({}));
+            v["kind"] = json!("failClosed");
+            v["reason"] = json!(if owner.is_some() || e.handle != 0 {
+                "policy not programmed yet"
+            } else {
+                "no policy list for the endpoint"
+            });
+            v["direction"] = json!(direction);
+            v
+        }
+        Resolved::Broken => {
+            json!({"kind": "failClosed", "reason": "policy walk incomplete", "direction": direction})
+        }
+        Resolved::UnknownHandle(h) => {
+            json!({"kind": "rule", "unknownHandle": h, "action": "Deny", "direction": direction})
+        }
+    };
+    if let Some(ep) = endpoint {
+        v["endpoint"] = json!(ep);
+    }
+    v
+}
+
+/// The record of one eBPF drop report (`seq` is set by the ring); `prefix` carries the raw
+/// numbers (`bpf:<why>:<handle>:<index>:<iface>`).
+pub fn bpf_record(
+    view: &DataplaneView,
+    names: &SharedDropNames,
+    e: &DropEvent,
+    time: String,
+) -> DropRecord {
+    let (iface, resolved) = names.resolve(e);
+    let iface = iface.map(|i| i.name);
+    let ports = e.st_flags & DropEvent::PORTS != 0;
+    let (src, dst) = (e.src_addr(), e.dst_addr());
+    DropRecord {
+        seq: 0,
+        time,
+        src: Some(src.to_string()),
+        dst: Some(dst.to_string()),
+        protocol: Some(e.proto),
+        src_port: ports.then_some(e.sport),
+        dst_port: ports.then_some(e.dport),
+        src_endpoint: endpoint_name(view, src),
+        dst_endpoint: endpoint_name(view, dst),
+        decided_by: bpf_decided_by(view, iface.as_deref(), &resolved, e),
+        prefix: format!(
+            "bpf:{:?}:{}:{}:{}",
+            e.why,
+            e.handle,
+            e.index,
+            iface.as_deref().unwrap_or("?")
+        ),
     }
 }

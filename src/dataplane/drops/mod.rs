@@ -10,13 +10,20 @@
 //! receives them on the NFLOG group and [`attribute`] names the tier,
 //! policy or profile, rule and endpoints from the desired view.
 //!
+//! In eBPF mode the policy interpreter itself reports each denied packet into a ring buffer
+//! with the policy handle and record (or endpoint-list record) that denied it, rate-limited
+//! per rule in the program (`felix_bpf::drops`); [`bpf_reader`] reads it and resolves the
+//! numbers with the names `driver/bpf`'s writer keeps.
+//!
 //! | file | what |
 //! |---|---|
 //! | [`nflog`] | the nfnetlink_log messages and their parse |
 //! | [`reader`] | the socket and its thread |
-//! | [`attribute`] | prefix + packet -> [`DropRecord`] |
+//! | [`attribute`] | prefix + packet (or eBPF report) -> [`DropRecord`] |
+//! | [`bpf_reader`] | eBPF mode: the `cali_drops` ring buffer and its thread |
 
 pub mod attribute;
+pub mod bpf_reader;
 pub mod nflog;
 pub mod reader;
 

@@ -61,6 +61,14 @@ pub struct DropReader {
 }
 
 impl DropReader {
+    /// A reader whose `thread` watches `stop`.
+    pub(super) fn new(stop: Arc<AtomicBool>, thread: JoinHandle<()>) -> Self {
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
     /// Stops the thread and waits for it.
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Release);

@@ -25,6 +25,8 @@ use felix_bpf::{BpfAttachType, Options};
 use felix_config::Config;
 use ipnet::IpNet;
 
+use crate::dataplane::bpf::driver::DropReports;
+use crate::dataplane::bpf::policy::SharedDropNames;
 use crate::dataplane::bpf::{
     BpfCleanupDriver, BpfDesired, BpfDriver, BpfDriverOptions, BpfEndpointManager, BpfReady,
     BpfTablesManager,
@@ -55,6 +57,15 @@ pub(super) fn loader_options(cfg: &Config) -> Options {
         debug: cfg.bpf_log_level().eq_ignore_ascii_case("debug"),
         ct_capacity: u32::try_from(cfg.bpf_map_size_conntrack().max(1)).unwrap_or(u32::MAX),
         ..Options::default()
+    }
+}
+
+/// The drop-report switch and rate of `cfg` (`DropAttributionEnabled`,
+/// `DropAttributionRateLimit`: reports per second per rule).
+pub(super) fn drop_config(cfg: &Config) -> felix_bpf::drops::DropConfig {
+    felix_bpf::drops::DropConfig {
+        enabled: cfg.drop_attribution_enabled(),
+        per_sec: u32::try_from(cfg.drop_attribution_rate_limit().max(1)).unwrap_or(100),
     }
 }
 
@@ -106,6 +117,7 @@ pub(super) fn register_node(
     shared: &Shared,
     cfg: &Config,
     ready: &BpfReady,
+    drop_names: &SharedDropNames,
 ) -> SupervisorBuilder<Payload> {
     let cell = DesiredInput::new(BpfDesired::default());
     let attach = attach_type(cfg);
@@ -126,6 +138,10 @@ pub(super) fn register_node(
     let opts = BpfDriverOptions {
         loader: loader_options(cfg),
         clock: shared.clock.clone(),
+        drops: DropReports {
+            config: drop_config(cfg),
+            names: drop_names.clone(),
+        },
         ..BpfDriverOptions::default()
     };
     let (st, ready) = (shared.ifaces.clone(), ready.clone());

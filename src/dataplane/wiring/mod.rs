@@ -26,6 +26,7 @@ use std::sync::Arc;
 use felix_actors::SupervisorBuilder;
 use felix_config::{Config, DataplaneMode};
 
+use crate::dataplane::bpf::policy::SharedDropNames;
 use crate::dataplane::ifacemon::InterfaceState;
 use crate::dataplane::kernel::CommandRunner;
 use crate::dataplane::managers::Payload;
@@ -54,16 +55,24 @@ pub fn register(
     cfg: &Config,
     runner: Arc<dyn CommandRunner>,
 ) -> Result<SupervisorBuilder<Payload>, WiringError> {
-    register_with_interfaces(builder, cfg, runner, &InterfaceState::default())
+    register_with_interfaces(
+        builder,
+        cfg,
+        runner,
+        &InterfaceState::default(),
+        &SharedDropNames::default(),
+    )
 }
 
 /// [`register`], with the route and interface-settings drivers subscribed to `ifaces`, the
-/// state the interface monitor keeps (`crate::dataplane::ifacemon`).
+/// state the interface monitor keeps (`crate::dataplane::ifacemon`), and, in eBPF mode,
+/// `driver/bpf` naming its drop reports in `bpf_drop_names`.
 pub fn register_with_interfaces(
     mut builder: SupervisorBuilder<Payload>,
     cfg: &Config,
     runner: Arc<dyn CommandRunner>,
     ifaces: &InterfaceState,
+    bpf_drop_names: &SharedDropNames,
 ) -> Result<SupervisorBuilder<Payload>, WiringError> {
     let mut families = vec![IpVersion::V4];
     if cfg.ipv6_support() {
@@ -75,7 +84,7 @@ pub fn register_with_interfaces(
     // ifstate and jump maps are shared), or, in the other modes, the sweeper of BPF leftovers.
     let ready = crate::dataplane::bpf::BpfReady::default();
     builder = match mode {
-        DataplaneMode::Bpf => bpf::register_node(builder, &shared, cfg, &ready),
+        DataplaneMode::Bpf => bpf::register_node(builder, &shared, cfg, &ready, bpf_drop_names),
         DataplaneMode::Iptables | DataplaneMode::Nftables => bpf::register_cleanup(builder, cfg),
     };
     let mut wired = Vec::new();

@@ -253,38 +253,48 @@ pub fn compile_one(
     Ok(Some(RuleIr { groups, action }))
 }
 
-/// The interpreter rules of `rules` for IPv4 (`[0]`) and IPv6 (`[1]`). Rules that cannot be
-/// rendered become a match-all deny in both lists and are reported in the second value.
-pub fn compile_rules(
-    owner: &str,
-    rules: &[Rule],
-    sets: &mut SetIdAllocator,
-) -> ([Vec<RuleIr>; 2], Vec<Unrenderable>) {
-    let mut out: [Vec<RuleIr>; 2] = [Vec::new(), Vec::new()];
-    let mut bad = Vec::new();
+/// One direction's rules compiled for the interpreter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Compiled {
+    /// Per IP version (`[v4, v6]`): the interpreter's rules, in order.
+    pub rules: [Vec<RuleIr>; 2],
+    /// Per IP version: for each of `rules`, the position of the proto rule it came from
+    /// (what a drop report names).
+    pub sources: [Vec<usize>; 2],
+    /// The rules that could not be compiled (each became a deny).
+    pub bad: Vec<Unrenderable>,
+}
+
+/// The interpreter rules of `rules` for IPv4 (`[0]`) and IPv6 (`[1]`), each with its source
+/// position. Rules that cannot be rendered become a match-all deny in both lists and are
+/// reported in [`Compiled::bad`].
+pub fn compile_rules(owner: &str, rules: &[Rule], sets: &mut SetIdAllocator) -> Compiled {
+    let mut out = Compiled::default();
     for (index, rule) in rules.iter().enumerate() {
         for (fam, ipv) in [IpVersion::V4, IpVersion::V6].into_iter().enumerate() {
-            match compile_one(rule, ipv, sets) {
-                Ok(Some(r)) => out[fam].push(r),
-                Ok(None) => {}
+            let ir = match compile_one(rule, ipv, sets) {
+                Ok(Some(r)) => r,
+                Ok(None) => continue,
                 Err(reason) => {
                     if fam == 0 {
                         tracing::warn!(owner, index, %reason, "cannot compile policy rule; denying instead");
-                        bad.push(Unrenderable {
+                        out.bad.push(Unrenderable {
                             owner: owner.to_string(),
                             index,
                             reason,
                         });
                     }
-                    out[fam].push(RuleIr {
+                    RuleIr {
                         groups: Vec::new(),
                         action: RuleAction::Deny,
-                    });
+                    }
                 }
-            }
+            };
+            out.rules[fam].push(ir);
+            out.sources[fam].push(index);
         }
     }
-    (out, bad)
+    out
 }
 
 #[cfg(test)]
@@ -316,7 +326,9 @@ mod tests {
                 ..Rule::default()
             },
         ];
-        let (out, bad) = compile_rules("gnp/p egress", &rules, &mut sets);
+        let Compiled {
+            rules: out, bad, ..
+        } = compile_rules("gnp/p egress", &rules, &mut sets);
         assert_eq!(bad.len(), 2);
         assert_eq!(bad[0].index, 0);
         assert!(bad[1].to_string().contains("gnp/p egress"), "{}", bad[1]);
@@ -345,7 +357,9 @@ mod tests {
                 ..Rule::default()
             },
         ];
-        let (out, bad) = compile_rules("x", &rules, &mut sets);
+        let Compiled {
+            rules: out, bad, ..
+        } = compile_rules("x", &rules, &mut sets);
         assert!(bad.is_empty());
         assert_eq!(
             out[0].len(),
@@ -373,7 +387,7 @@ mod tests {
             not_src_ip_set_ids: vec!["s:3".into()],
             ..Rule::default()
         }];
-        let (out, _) = compile_rules("x", &rules, &mut sets);
+        let out = compile_rules("x", &rules, &mut sets).rules;
         let g = &out[0][0].groups;
         // proto, set 1, set 2, dst ports-or-named, negated set 3.
         assert_eq!(g.len(), 5);

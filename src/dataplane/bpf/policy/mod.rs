@@ -10,6 +10,7 @@
 //! | [`setid`] | set ids derived from the calc graph's set ID exactly as upstream (`felix/idalloc`) |
 //! | [`members`] | IP-set members (address, CIDR, `addr,proto:port`) as LPM keys |
 //! | [`alloc`] | free space of the record array |
+//! | [`names`] | [`SharedDropNames`]: what eBPF drop reports' handles and record indices mean (written by the writer, read by the drop reader) |
 //! | [`sync`] | [`PolicySync`]: `driver/bpf`'s ordered sync of sets, policies, profiles and endpoint lists |
 //!
 //! The daemon's BPF driver owns one [`BpfPolicyEngine`]: a [`PolicyWriter`] over a
@@ -20,6 +21,7 @@ pub mod alloc;
 pub mod compile;
 pub mod engine;
 pub mod members;
+pub mod names;
 pub mod setid;
 pub mod sync;
 pub mod writer;
@@ -31,8 +33,9 @@ pub(crate) mod reference;
 #[cfg(test)]
 mod tests;
 
-pub use compile::{compile_one, compile_rules, Unrenderable};
+pub use compile::{compile_one, compile_rules, Compiled, Unrenderable};
 pub use engine::BpfPolicyEngine;
+pub use names::{Owner, Resolved, SharedDropNames};
 pub use setid::SetIdAllocator;
 pub use sync::{EndpointRef, PolicySync};
 pub use writer::{

@@ -29,6 +29,7 @@ use felix_proto::{
 use super::engine::BpfPolicyEngine;
 use super::writer::{ListKind, PolicyDir, PolicyWriteError};
 use crate::dataplane::bpf::desired::{BpfDesired, PolicyKey};
+use crate::dataplane::bpf::driver::DropReports;
 
 /// A writer error as the driver's typed BPF error (the map operation's own error when there
 /// is one).
@@ -90,10 +91,20 @@ pub struct PolicySync {
 }
 
 impl PolicySync {
-    /// Opens the policy maps under `root` (adopting a previous run's entries).
-    pub fn start(ops: BpfOps, root: &Path, debug: bool) -> Result<Self, BpfError> {
+    /// Opens the policy maps under `root` (adopting a previous run's entries), writes the
+    /// drop-report switch and names reports in `drops.names` from now on.
+    pub fn start(
+        ops: BpfOps,
+        root: &Path,
+        debug: bool,
+        drops: &DropReports,
+    ) -> Result<Self, BpfError> {
+        let mut engine = BpfPolicyEngine::start(ops, root, debug).map_err(bpf_error)?;
+        engine.writer().set_names(drops.names.clone());
+        let store = engine.writer().store();
+        store.maps.drops().configure(&store.ops, drops.config)?;
         Ok(Self {
-            engine: BpfPolicyEngine::start(ops, root, debug).map_err(bpf_error)?,
+            engine,
             policies: BTreeMap::new(),
             profiles: BTreeMap::new(),
             sets: BTreeMap::new(),
@@ -248,6 +259,16 @@ impl PolicySync {
             }
         }
         self.engine.install(mech, hook, slot).map_err(bpf_error)
+    }
+
+    /// Names interface `ifindex` (`name`, attached with `mech`) for drop reports.
+    pub fn name_iface(&mut self, ifindex: u32, name: &str, mech: Mechanism) {
+        self.engine.writer().names().set_iface(ifindex, name, mech);
+    }
+
+    /// Forgets interface `ifindex` for drop reports.
+    pub fn forget_iface(&mut self, ifindex: u32) {
+        self.engine.writer().names().remove_iface(ifindex);
     }
 
     /// Removes every list of `slot` of `mech` (the hook is gone).

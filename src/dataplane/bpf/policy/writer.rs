@@ -59,10 +59,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use felix_bpf::attach::Mechanism;
 use felix_bpf::ops::BpfError;
 use felix_bpf::policy::{
-    assemble_list, assemble_policy, AssembleError, EndpointKey, EndpointList, IpSetKey, Op,
-    PolicyIndex, TierIr, EP_END_DENY, EP_END_NO_MATCH, POL_DIR_EGRESS, POL_DIR_FORWARD_IN,
-    POL_DIR_FORWARD_OUT, POL_DIR_INGRESS, POL_DIR_PREDNAT_IN, POL_DIR_UNTRACKED_IN,
-    POL_DIR_UNTRACKED_OUT, POL_IDX_SIZE, POL_OPS_SIZE,
+    assemble_list, assemble_policy_spans, AssembleError, EndpointKey, EndpointList, IpSetKey, Op,
+    PolicyIndex, TierIr, EP_END_DENY, EP_END_NO_MATCH, OP_EP_TIER_END, POL_DIR_EGRESS,
+    POL_DIR_FORWARD_IN, POL_DIR_FORWARD_OUT, POL_DIR_INGRESS, POL_DIR_PREDNAT_IN,
+    POL_DIR_UNTRACKED_IN, POL_DIR_UNTRACKED_OUT, POL_IDX_SIZE, POL_OPS_SIZE,
 };
 use felix_proto::{
     IpSetDeltaUpdate, IpSetRemove, IpSetUpdate, Policy, PolicyId, Profile, Rule, TierInfo,
@@ -72,8 +72,9 @@ use felix_proto::{
 use crate::dataplane::rules::{is_staged, policy_id_string};
 
 use super::alloc::{Range, RecordAllocator};
-use super::compile::{compile_rules, Unrenderable};
+use super::compile::{compile_rules, Compiled, Unrenderable};
 use super::members::member_key;
+use super::names::{Owner, SharedDropNames};
 use super::setid::SetIdAllocator;
 
 /// Where the writer's records go: the policy maps, or a fake in tests.
@@ -359,6 +360,8 @@ pub struct PolicyWriter<S> {
     stale_endpoints: BTreeMap<(Mechanism, EndpointKey), Range>,
     /// A previous run's IP-set members, by set id, of sets not seen yet this run.
     stale_members: BTreeMap<u64, BTreeSet<IpSetKey>>,
+    /// What drop reports' handles and records mean (kept in step with every write).
+    names: SharedDropNames,
 }
 
 /// The owner string of a policy.
@@ -391,7 +394,20 @@ impl<S: PolicyStore> PolicyWriter<S> {
             stale_handles: BTreeMap::new(),
             stale_endpoints: BTreeMap::new(),
             stale_members: BTreeMap::new(),
+            names: SharedDropNames::new(),
         }
+    }
+
+    /// Names drop reports in `names` from now on (cleared: this writer's numbers replace
+    /// whatever it held).
+    pub fn set_names(&mut self, names: SharedDropNames) {
+        names.clear();
+        self.names = names;
+    }
+
+    /// Where this writer names drop reports.
+    pub fn names(&self) -> &SharedDropNames {
+        &self.names
     }
 
     /// Start of day over maps a previous run wrote: reserves the record ranges its entries
@@ -499,7 +515,12 @@ impl<S: PolicyStore> PolicyWriter<S> {
             .map(|h| h.handle)
     }
 
-    fn handle_for(&mut self, key: &HandleKey, op: &'static str) -> Result<u32, PolicyWriteError> {
+    fn handle_for(
+        &mut self,
+        key: &HandleKey,
+        owner: impl FnOnce() -> Owner,
+        op: &'static str,
+    ) -> Result<u32, PolicyWriteError> {
         if let Some(h) = self.handles.get(key) {
             return Ok(h.handle);
         }
@@ -524,6 +545,7 @@ impl<S: PolicyStore> PolicyWriter<S> {
                 ..HandleState::default()
             },
         );
+        self.names.add_handle(handle, owner(), key.1);
         Ok(handle)
     }
 
@@ -533,6 +555,7 @@ impl<S: PolicyStore> PolicyWriter<S> {
                 // Freed handles are reused last (the vector is used as a stack of the
                 // oldest-freed at the bottom).
                 self.free_handles.insert(0, h.handle);
+                self.names.remove_handle(h.handle);
                 self.handles.remove(key);
             }
         }
@@ -542,25 +565,39 @@ impl<S: PolicyStore> PolicyWriter<S> {
     fn write_rules(
         &mut self,
         op: &'static str,
-        owner: &str,
+        (owner, named): (&str, &Owner),
         dir: PolicyDir,
         rules: &[Rule],
     ) -> Result<Vec<Unrenderable>, PolicyWriteError> {
         let key = (owner.to_string(), dir);
         let what = format!("{owner} {}", dir.name());
-        let ([v4, v6], bad) = compile_rules(&what, rules, &mut self.sets);
+        let Compiled {
+            rules: [v4, v6],
+            sources,
+            bad,
+        } = compile_rules(&what, rules, &mut self.sets);
         let assemble = |r| {
-            assemble_policy(r).map_err(|source| PolicyWriteError::Assemble {
+            assemble_policy_spans(r).map_err(|source| PolicyWriteError::Assemble {
                 op,
                 what: what.clone(),
                 source,
             })
         };
-        let s4 = assemble(&v4)?;
-        let s6 = assemble(&v6)?;
+        let (s4, spans4) = assemble(&v4)?;
+        let (s6, spans6) = assemble(&v6)?;
+        // A span's position is in the version's compiled rules; the report names the proto
+        // rule it came from.
+        let source = |spans: Vec<(u32, usize)>, fam: usize| -> Vec<(u32, usize)> {
+            spans
+                .into_iter()
+                .filter_map(|(start, i)| Some((start, *sources[fam].get(i)?)))
+                .collect()
+        };
+        let spans = [source(spans4, 0), source(spans6, 1)];
         let mut records = s4.clone();
         records.extend_from_slice(&s6);
-        let handle = self.handle_for(&key, op)?;
+        let handle = self.handle_for(&key, || named.clone(), op)?;
+        self.names.set_spans(handle, spans);
         if let Some(h) = self.handles.get(&key) {
             if h.written.as_ref().is_some_and(|(_, old)| *old == records) {
                 return Ok(bad);
@@ -628,6 +665,7 @@ impl<S: PolicyStore> PolicyWriter<S> {
                 self.space.free(old);
             }
         }
+        self.names.set_spans(handle, [Vec::new(), Vec::new()]);
         self.release_if_unused(&key);
         Ok(())
     }
@@ -644,15 +682,16 @@ impl<S: PolicyStore> PolicyWriter<S> {
             return Ok(Vec::new());
         }
         let owner = policy_owner(id);
+        let named = Owner::Policy(id.clone());
         let mut bad = self.write_rules(
             "apply policy",
-            &owner,
+            (&owner, &named),
             PolicyDir::Ingress,
             &policy.inbound_rules,
         )?;
         bad.extend(self.write_rules(
             "apply policy",
-            &owner,
+            (&owner, &named),
             PolicyDir::Egress,
             &policy.outbound_rules,
         )?);
@@ -675,15 +714,16 @@ impl<S: PolicyStore> PolicyWriter<S> {
         profile: &Profile,
     ) -> Result<Vec<Unrenderable>, PolicyWriteError> {
         let owner = profile_owner(name);
+        let named = Owner::Profile(name.to_string());
         let mut bad = self.write_rules(
             "apply profile",
-            &owner,
+            (&owner, &named),
             PolicyDir::Ingress,
             &profile.inbound_rules,
         )?;
         bad.extend(self.write_rules(
             "apply profile",
-            &owner,
+            (&owner, &named),
             PolicyDir::Egress,
             &profile.outbound_rules,
         )?);
@@ -730,6 +770,8 @@ impl<S: PolicyStore> PolicyWriter<S> {
         let what = format!("{} slot {slot} {}", mech.dir_name(), kind.name());
         let mut keys: Vec<HandleKey> = Vec::new();
         let mut tier_irs = Vec::new();
+        // The tiers that get a tier-end record (those with policies), in list order.
+        let mut tier_names = Vec::new();
         for t in tiers {
             let pols = match dir {
                 PolicyDir::Ingress => &t.ingress_policies,
@@ -738,8 +780,11 @@ impl<S: PolicyStore> PolicyWriter<S> {
             let mut handles = Vec::new();
             for p in pols.iter().filter(|p| !is_staged(&p.kind)) {
                 let k = (policy_owner(p), dir);
-                handles.push(self.handle_for(&k, OP)?);
+                handles.push(self.handle_for(&k, || Owner::Policy(p.clone()), OP)?);
                 keys.push(k);
+            }
+            if !handles.is_empty() {
+                tier_names.push(t.name.clone());
             }
             tier_irs.push(TierIr {
                 policies: handles,
@@ -751,7 +796,7 @@ impl<S: PolicyStore> PolicyWriter<S> {
         if kind.profiles {
             for name in profile_ids {
                 let k = (profile_owner(name), dir);
-                profiles.push(self.handle_for(&k, OP)?);
+                profiles.push(self.handle_for(&k, || Owner::Profile(name.clone()), OP)?);
                 keys.push(k);
             }
         }
@@ -768,6 +813,13 @@ impl<S: PolicyStore> PolicyWriter<S> {
                 dir: kind.list,
             },
         );
+        let tier_ends: Vec<(u32, String)> = records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.code == OP_EP_TIER_END)
+            .map(|(i, _)| i as u32)
+            .zip(tier_names)
+            .collect();
         if self
             .endpoints
             .get(&ep)
@@ -776,6 +828,8 @@ impl<S: PolicyStore> PolicyWriter<S> {
             for k in &keys {
                 self.release_if_unused(k);
             }
+            // Same records; a renamed tier still renames its reports.
+            self.names.set_list(mech, ep.1, tier_ends);
             return Ok(());
         }
         let need = records.len();
@@ -812,6 +866,7 @@ impl<S: PolicyStore> PolicyWriter<S> {
         if let Some(r) = self.stale_endpoints.remove(&ep) {
             self.space.free(r);
         }
+        self.names.set_list(mech, ep.1, tier_ends);
         if let Some(old) = self.endpoints.insert(
             ep,
             EndpointState {
@@ -897,6 +952,7 @@ impl<S: PolicyStore> PolicyWriter<S> {
         if let Some(old) = self.endpoints.remove(&(mech, key)) {
             self.drop_endpoint_state(old);
         }
+        self.names.remove_list(mech, key);
         if let Some(r) = self.stale_endpoints.remove(&(mech, key)) {
             self.space.free(r);
         }
