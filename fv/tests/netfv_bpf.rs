@@ -27,7 +27,7 @@ use felix_fv::netfv::kernel::{iptables_calico_state, nft_calico_tables, nft_chai
 use felix_fv::netfv::topology::{ip4, ip6, wep, PORTS};
 use felix_fv::netfv::traffic::Conn;
 use felix_fv::netfv::wait::poll;
-use felix_fv::netfv::{Backend, Check, Daemon, Fv};
+use felix_fv::netfv::{Backend, Check, Daemon, Fv, BPF_TOOLS};
 
 const SETTLE: Duration = Duration::from_secs(20);
 
@@ -727,16 +727,6 @@ fn run(what: &str, f: impl FnOnce() -> Result<()>) {
         panic!("{what}: {e:#}");
     }
 }
-
-const BPF_TOOLS: [&str; 7] = [
-    "iptables-save",
-    "ipset",
-    "nft",
-    "sysctl",
-    "tc",
-    "ping",
-    "mount",
-];
 
 #[test]
 fn bpf_tcx_profile_allow_default_deny_unknown_interface() {

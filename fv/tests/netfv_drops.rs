@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::{anyhow, ensure, Result};
 use felix_fv::netfv::traffic::probe;
 use felix_fv::netfv::wait::poll;
-use felix_fv::netfv::{Backend, Check, Fv, TOOLS};
+use felix_fv::netfv::{Backend, Check, Fv, BPF_TOOLS, TOOLS};
 use serde_json::Value;
 
 const SETTLE: Duration = Duration::from_secs(20);
@@ -183,17 +183,6 @@ fn drop_attribution_names_the_rule_nftables() {
     felix_netns::require!(netns TOOLS);
     run(Backend::Nftables);
 }
-
-/// The tools eBPF mode's daemon and its sandbox use (the bpffs is mounted per test).
-const BPF_TOOLS: [&str; 7] = [
-    "iptables-save",
-    "ipset",
-    "nft",
-    "sysctl",
-    "tc",
-    "ping",
-    "mount",
-];
 
 #[test]
 fn drop_attribution_names_the_rule_bpf() {

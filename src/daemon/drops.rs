@@ -40,31 +40,19 @@ pub(super) fn start_drops(
     }
     let seam = Seam::new(shared.faults.clone(), shared.metrics.clone()).for_actor("drops");
     let ring = DropRing::new();
-    if cfg.dataplane_mode() == DataplaneMode::Bpf {
+    let started = if cfg.dataplane_mode() == DataplaneMode::Bpf {
         let root = felix_bpf::Options::default().root;
         let names = shared.bpf_drop_names.clone();
-        return match crate::dataplane::drops::bpf_reader::start(
-            root,
-            &seam,
-            names,
-            view,
-            ring.clone(),
-        ) {
-            Ok(r) => {
-                admin.route("GET", "/drops", ring.handler());
-                Some(r)
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "drop attribution cannot start");
-                refuse(admin, format!("drop attribution cannot start: {e}"));
-                None
-            }
-        };
-    }
-    let group = u16::try_from(cfg.drop_attribution_nflog_group()).unwrap_or(30);
-    match start(group, &seam, view, ring.clone()) {
+        crate::dataplane::drops::bpf_reader::start(root, &seam, names, view, ring.clone())
+            .map_err(|e| e.to_string())
+    } else {
+        let group = u16::try_from(cfg.drop_attribution_nflog_group()).unwrap_or(30);
+        start(group, &seam, view, ring.clone())
+            .inspect(|_| tracing::info!(group, "drop attribution: reading NFLOG group"))
+            .map_err(|e| e.to_string())
+    };
+    match started {
         Ok(r) => {
-            tracing::info!(group, "drop attribution: reading NFLOG group");
             admin.route("GET", "/drops", ring.handler());
             Some(r)
         }

@@ -39,3 +39,14 @@ pub use topology::Fv;
 
 /// What every dataplane FV test needs besides root and `ip`.
 pub const TOOLS: &[&str] = &["iptables-save", "ipset", "nft", "sysctl"];
+
+/// The tools an eBPF-mode daemon and its sandbox use (the bpffs is mounted per test).
+pub const BPF_TOOLS: &[&str] = &[
+    "iptables-save",
+    "ipset",
+    "nft",
+    "sysctl",
+    "tc",
+    "ping",
+    "mount",
+];
