@@ -130,8 +130,19 @@ fn tune_allocator() {
 
 fn main() -> ExitCode {
     tune_allocator();
-    let args = Cli::parse();
-    match cli::run(args) {
+    // Started as `DataplaneDriver` through a link named felix-dataplane-driver, with no
+    // arguments (as felix starts its driver).
+    let mut argv = std::env::args_os();
+    let as_driver = argv
+        .next()
+        .is_some_and(|a0| cli::driver::invoked_as_driver(&a0))
+        && argv.next().is_none();
+    let result = if as_driver {
+        cli::driver::run(cli::driver::DriverArgs::default())
+    } else {
+        cli::run(Cli::parse())
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("felix: {e:#}");

@@ -44,6 +44,7 @@ pub struct AdminContext {
     pub metrics: Metrics,
     dataplane: Arc<RwLock<Option<DataplaneView>>>,
     routes: Arc<RwLock<Vec<(String, String, Handler)>>>,
+    fallback: Arc<RwLock<Option<Handler>>>,
 }
 
 impl std::fmt::Debug for AdminContext {
@@ -68,6 +69,7 @@ impl AdminContext {
             metrics,
             dataplane: Arc::new(RwLock::new(None)),
             routes: Arc::new(RwLock::new(Vec::new())),
+            fallback: Arc::new(RwLock::new(None)),
         }
     }
 
@@ -78,21 +80,31 @@ impl AdminContext {
 
     /// Adds (or replaces) the handler of `method path`, for endpoints served by the
     /// daemon's other parts (`POST /explain`, ...). A request to a routed path with another
-    /// method is answered 405.
+    /// method is answered 405. A route takes precedence over the built-in endpoint of the
+    /// same method and path (the external-driver mode merges `/status` and `/faults` with
+    /// its driver's).
     pub fn route(&self, method: &str, path: &str, handler: Handler) {
         let mut routes = self.routes.write();
         routes.retain(|(m, p, _)| !(m == method && p == path));
         routes.push((method.to_string(), path.to_string(), handler));
     }
 
-    fn routed(&self, req: &Request) -> Option<Response> {
-        let routes = self.routes.read();
-        if let Some((_, _, h)) = routes
+    /// Answers requests that match no built-in endpoint and no route (instead of 404): the
+    /// external-driver mode forwards them to its driver's admin socket.
+    pub fn set_fallback(&self, handler: Handler) {
+        *self.fallback.write() = Some(handler);
+    }
+
+    fn exact_route(&self, req: &Request) -> Option<Handler> {
+        self.routes
+            .read()
             .iter()
             .find(|(m, p, _)| *m == req.method && *p == req.path)
-        {
-            return Some(h(req));
-        }
+            .map(|(_, _, h)| h.clone())
+    }
+
+    fn routed(&self, req: &Request) -> Option<Response> {
+        let routes = self.routes.read();
         routes
             .iter()
             .any(|(_, p, _)| *p == req.path)
@@ -108,6 +120,9 @@ impl AdminContext {
 
     /// Answers one admin request.
     pub fn handle(&self, req: &Request) -> Response {
+        if let Some(h) = self.exact_route(req) {
+            return h(req);
+        }
         match (req.method.as_str(), req.path.as_str()) {
             ("GET", "/status") => match serde_json::to_string(&self.status.snapshot()) {
                 Ok(b) => Response::json(200, b),
@@ -146,9 +161,13 @@ impl AdminContext {
             (_, "/status" | "/dataplane" | "/faults" | "/faults/targets" | "/metrics") => {
                 Response::error(405, "method not allowed")
             }
-            _ => self
-                .routed(req)
-                .unwrap_or_else(|| Response::error(404, "not found")),
+            _ => self.routed(req).unwrap_or_else(|| {
+                let fallback = self.fallback.read().clone();
+                match fallback {
+                    Some(h) => h(req),
+                    None => Response::error(404, "not found"),
+                }
+            }),
         }
     }
 

@@ -90,6 +90,7 @@ fn find_head_end(buf: &[u8]) -> Option<usize> {
 struct Head {
     first_line: String,
     content_length: Option<usize>,
+    content_type: String,
     chunked: bool,
 }
 
@@ -98,12 +99,15 @@ fn parse_head(raw: &[u8]) -> Result<Head, &'static str> {
     let mut lines = text.split("\r\n");
     let first_line = lines.next().ok_or("empty head")?.to_string();
     let mut content_length = None;
+    let mut content_type = String::new();
     let mut chunked = false;
     for line in lines.filter(|l| !l.is_empty()) {
         let (k, v) = line.split_once(':').ok_or("malformed header")?;
         let (k, v) = (k.trim(), v.trim());
         if k.eq_ignore_ascii_case("content-length") {
             content_length = Some(v.parse::<usize>().map_err(|_| "bad content-length")?);
+        } else if k.eq_ignore_ascii_case("content-type") {
+            content_type = v.to_string();
         } else if k.eq_ignore_ascii_case("transfer-encoding") && !v.eq_ignore_ascii_case("identity")
         {
             chunked = true;
@@ -112,6 +116,7 @@ fn parse_head(raw: &[u8]) -> Result<Head, &'static str> {
     Ok(Head {
         first_line,
         content_length,
+        content_type,
         chunked,
     })
 }
@@ -258,6 +263,56 @@ pub async fn request_over<S: AsyncRead + AsyncWrite + Unpin>(
         rest.truncate(len);
     }
     Ok((status, String::from_utf8_lossy(&rest).into_owned()))
+}
+
+/// Sends one request to the Unix socket `socket` from a blocking context (an admin handler
+/// forwarding to another process's admin socket) and returns `(status, content type, body)`.
+/// `timeout` bounds each read and write.
+pub fn request_blocking(
+    socket: &std::path::Path,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    timeout: Duration,
+) -> Result<(u16, String, String), ClientError> {
+    use std::io::{Read, Write};
+    let target = socket.display().to_string();
+    let io = |source| ClientError::Io {
+        target: target.clone(),
+        source,
+    };
+    let mut s = std::os::unix::net::UnixStream::connect(socket).map_err(io)?;
+    s.set_read_timeout(Some(timeout)).map_err(io)?;
+    s.set_write_timeout(Some(timeout)).map_err(io)?;
+    let body = body.unwrap_or("");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).map_err(io)?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).map_err(|e| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ClientError::Timeout,
+        _ => io(e),
+    })?;
+    let end = find_head_end(&raw).ok_or_else(|| ClientError::Malformed("no head".into()))?;
+    let head = parse_head(&raw[..end]).map_err(|e| ClientError::Malformed(e.into()))?;
+    let status = head
+        .first_line
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse::<u16>().ok())
+        .ok_or_else(|| ClientError::Malformed(head.first_line.clone()))?;
+    let mut rest = raw[end..].to_vec();
+    if let Some(len) = head.content_length {
+        rest.truncate(len);
+    }
+    Ok((
+        status,
+        head.content_type,
+        String::from_utf8_lossy(&rest).into_owned(),
+    ))
 }
 
 #[cfg(test)]

@@ -60,10 +60,14 @@ struct Inner {
     seam: BTreeMap<(String, String), SeamStat>,
     period: ApplySummary,
     collectors: Vec<Collector>,
+    post_render: Option<PostRender>,
     published: BTreeMap<String, String>,
     rejected: BTreeMap<String, Vec<RejectedChain>>,
     unsupported: BTreeMap<String, Vec<String>>,
 }
+
+/// The last step of rendering (see [`Metrics::set_post_render`]).
+pub type PostRender = Arc<dyn Fn(String) -> String + Send + Sync>;
 
 /// Shared metric registry. Cloning shares it.
 #[derive(Clone)]
@@ -97,6 +101,7 @@ impl Metrics {
                 seam: BTreeMap::new(),
                 period: ApplySummary::default(),
                 collectors: Vec::new(),
+                post_render: None,
                 published: BTreeMap::new(),
                 rejected: BTreeMap::new(),
                 unsupported: BTreeMap::new(),
@@ -332,12 +337,22 @@ impl Metrics {
             for text in g.published.values() {
                 out.push_str(text);
             }
-            (out, g.collectors.clone())
+            (out, (g.collectors.clone(), g.post_render.clone()))
         };
+        let (collectors, post) = collectors;
         for c in collectors {
             out.push_str(&c());
         }
-        out
+        match post {
+            Some(p) => p(out),
+            None => out,
+        }
+    }
+
+    /// Sets the last step of [`Metrics::render_prometheus`]: it receives the rendered text
+    /// and returns what is served (the external-driver mode merges its driver's families).
+    pub fn set_post_render(&self, post: PostRender) {
+        self.inner.lock().post_render = Some(post);
     }
 }
 

@@ -221,6 +221,8 @@ accessors! {
     endpoint_status_path_prefix: EndpointStatusPathPrefix => Str.as_str -> &str;
     policy_sync_path_prefix: PolicySyncPathPrefix => Str.as_str -> &str;
 
+    use_internal_dataplane_driver: UseInternalDataplaneDriver => Bool.as_bool -> bool;
+    dataplane_driver: DataplaneDriver => Str.as_str -> &str;
     bpf_enabled: BPFEnabled => Bool.as_bool -> bool;
     nftables_mode_str: NFTablesMode => Str.as_str -> &str;
     iptables_backend_str: IptablesBackend => Str.as_str -> &str;

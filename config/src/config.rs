@@ -143,6 +143,21 @@ impl Config {
             .collect()
     }
 
+    /// Raw text of every parameter whose effective value came from `source`, by canonical
+    /// name: the layers that rebuild this configuration (the external driver's
+    /// `ConfigUpdate`).
+    pub fn raw_from(&self, source: Source) -> BTreeMap<String, String> {
+        Param::ALL
+            .iter()
+            .filter(|p| self.sources[**p as usize] == source)
+            .filter_map(|p| {
+                self.raw[*p as usize]
+                    .as_ref()
+                    .map(|r| (p.name().to_string(), r.clone()))
+            })
+            .collect()
+    }
+
     /// Canonical rendering of every effective value (defaults included).
     pub fn rendered(&self) -> BTreeMap<&'static str, String> {
         Param::ALL

@@ -160,6 +160,10 @@ param_table! {
     // ---- Dataplane selection and general behaviour ----
     BPFEnabled { v3_field: Some("bpfEnabled"), kind: K::Bool, group: G::Dataplane,
         doc: "Use the eBPF dataplane instead of iptables/nftables." }
+    UseInternalDataplaneDriver { v3_field: Some("useInternalDataplaneDriver"), kind: K::Bool, default: "true", group: G::Dataplane, restart: true,
+        doc: "`false` hands the dataplane to the external driver `DataplaneDriver`: felix starts it as a child, sends it `ToDataplane` messages on its file descriptor 3 and reads `FromDataplane` status reports on its descriptor 4 (8-byte little-endian length, then the protobuf message), and programs no kernel state itself; the driver's exit stops felix with an error." }
+    DataplaneDriver { v3_field: Some("dataplaneDriver"), kind: K::Str(S::Any), default: "calico-iptables-plugin", group: G::Dataplane, restart: true,
+        doc: "The external dataplane driver's executable (a path, or a name looked up on `PATH`), used when `UseInternalDataplaneDriver` is `false`; started with no arguments. `felix` itself is such a driver when invoked as `felix dataplane-driver` or through a link named `felix-dataplane-driver`." }
     NFTablesMode { v3_field: Some("nftablesMode"), kind: K::OneOf(&["Enabled", "Disabled", "Auto"]), default: "Auto", group: G::Dataplane,
         doc: "`Enabled` programs policy with nftables; `Disabled` with iptables; `Auto` lets the daemon choose at start (iptables unless the host is detected to use nftables)." }
     IptablesBackend { v3_field: Some("iptablesBackend"), kind: K::OneOf(&["legacy", "nft", "auto"]), default: "auto", group: G::Dataplane,
@@ -375,8 +379,6 @@ param_table! {
 /// Pairs are (canonical name, v3 field when it differs only by more than
 /// case from the name).
 pub static UNSUPPORTED_UPSTREAM: &[(&str, Option<&str>)] = &[
-    ("UseInternalDataplaneDriver", None),
-    ("DataplaneDriver", None),
     ("WireguardEnabled", None),
     ("WireguardEnabledV6", None),
     ("WireguardListeningPort", None),

@@ -76,7 +76,7 @@ fn start(fv: &mut Fv, fs: &Bpffs, mode: Mode, env: &[(&str, &str)]) -> Result<()
     d.wait_converged(0)?;
     let st = d.status().unwrap_or_default();
     ensure!(
-        st["dataplane"] == want,
+        felix_fv::netfv::daemon::dataplane_name(&st) == want,
         "daemon reports dataplane {} instead of {want}",
         st["dataplane"]
     );

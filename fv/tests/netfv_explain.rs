@@ -140,7 +140,7 @@ impl Bench {
         daemon.wait_converged(0)?;
         let st = daemon.status().unwrap_or_default();
         anyhow::ensure!(
-            st["dataplane"] == backend.status_name(),
+            felix_fv::netfv::daemon::dataplane_name(&st) == backend.status_name(),
             "daemon reports dataplane {} instead of {}",
             st["dataplane"],
             backend.status_name()

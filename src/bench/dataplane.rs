@@ -965,7 +965,7 @@ pub(super) fn calc_step(
         graph.on_status(SyncStatus::InSync);
     }
     let flushed = graph.flush();
-    let (payloads, in_sync) = crate::daemon::messages::to_dataplane(view, flushed);
+    let (payloads, in_sync) = crate::daemon::messages::to_dataplane(view, flushed, true);
     (payloads, in_sync, t.elapsed())
 }
 

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod calc;
 pub mod datastore;
 pub mod diags;
+pub mod driver;
 pub mod explain;
 pub mod node_name;
 pub mod run;
@@ -66,6 +67,9 @@ pub(crate) enum Command {
     /// Load resources into an etcd datastore and list them (as calicoctl
     /// stores them).
     Datastore(datastore::DatastoreArgs),
+    /// Run felix-rs's dataplane as an external dataplane driver (the child of felix with
+    /// UseInternalDataplaneDriver=false; pipes on file descriptors 3 and 4).
+    DataplaneDriver(driver::DriverArgs),
 }
 
 /// Runs the parsed command line.
@@ -84,5 +88,6 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Admin(a) => admin::run(a),
         Command::Datastore(a) => datastore::run(a),
         Command::Explain(a) => explain::run(a),
+        Command::DataplaneDriver(a) => driver::run(a),
     }
 }

@@ -82,6 +82,9 @@ pub struct CalcLoopConfig {
     pub hang: HangSwitch,
     /// The clock `hang` is read on.
     pub clock: SharedClock,
+    /// Whether IP-set deltas are folded into full updates (see [`super::messages`]); the
+    /// external-driver mode clears it to send deltas on the wire.
+    pub fold_ipset_deltas: Arc<AtomicBool>,
 }
 
 impl Default for CalcLoopConfig {
@@ -96,6 +99,7 @@ impl Default for CalcLoopConfig {
             graph_options: crate::calc::GraphOptions::default(),
             hang: HangSwitch::default(),
             clock: felix_actors::clock::system(),
+            fold_ipset_deltas: Arc::new(AtomicBool::new(true)),
         }
     }
 }
@@ -395,7 +399,8 @@ impl CalcLoop {
             return true;
         }
         let n = flushed.len();
-        let (payloads, in_sync) = to_dataplane(&mut self.view.lock(), flushed);
+        let fold = self.cfg.fold_ipset_deltas.load(Ordering::Acquire);
+        let (payloads, in_sync) = to_dataplane(&mut self.view.lock(), flushed, fold);
         if in_sync {
             self.first_flush_done = true;
             tracing::info!(messages = n, "first dataplane batch computed");

@@ -104,6 +104,7 @@ pub struct Dataplane {
     thread: Option<JoinHandle<()>>,
     done: mpsc::Receiver<()>,
     monitor: Option<InterfaceMonitor>,
+    ifaces: InterfaceState,
 }
 
 /// Counts `payloads` by message type into upstream's `felix_int_dataplane_messages{type}`
@@ -212,7 +213,7 @@ impl Dataplane {
         let (addr, admin, arbiter, system, seam) =
             rx.recv().map_err(|_| StartError::Vanished)??;
         tracing::info!(dataplane = mode.as_str(), "dataplane supervisor started");
-        let monitor = start_monitor(&monitor_cfg, ifaces, seam, addr.clone());
+        let monitor = start_monitor(&monitor_cfg, ifaces.clone(), seam, addr.clone());
         if mode == DataplaneMode::Bpf {
             // `driver/bpf`'s conntrack scan is periodic: poke the supervisor once a period
             // (the driver is dirty when its scan is due; nothing else runs).
@@ -234,12 +235,18 @@ impl Dataplane {
             thread: Some(thread),
             done,
             monitor,
+            ifaces,
         })
     }
 
     /// The admin context over the supervisor's status, faults and metrics.
     pub fn admin_context(&self) -> AdminContext {
         self.admin.clone()
+    }
+
+    /// The interfaces the monitor sees (the external driver's endpoint status reads them).
+    pub fn interfaces(&self) -> &InterfaceState {
+        &self.ifaces
     }
 
     /// The dataplane mode this supervisor was built for.

@@ -28,6 +28,7 @@ use super::config_load::{log_local_errors, ConfigTracker, DatastoreLayers, Local
 use super::dataplane::{Dataplane, Shared};
 use super::datastore_spec::DatastoreSpec;
 use super::debug_sim::{spawn_timer, DebugSim, HangSwitch};
+use super::external::External;
 use super::logging::{self, LogHandle};
 use super::metrics::CalcMetrics;
 use super::{signals, DaemonError, RunOptions, RuntimeError, Stop, SYNC_CHANNEL_CAPACITY};
@@ -47,6 +48,8 @@ enum Control {
     Fatal(Fatal),
     /// `DebugPanicAfter` elapsed.
     DebugPanic(Duration),
+    /// The external dataplane driver exited or sent something broken.
+    Driver(super::external::DriverEvent),
 }
 
 enum Outcome {
@@ -261,6 +264,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
     let view: SharedView = Arc::new(Mutex::new(DataplaneView::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let calc_hang = HangSwitch::default();
+    let fold_ipset_deltas = Arc::new(AtomicBool::new(true));
     let calc = {
         let tx = ctl_tx.clone();
         CalcLoop::new(
@@ -284,6 +288,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
                 graph_options: crate::calc::GraphOptions::from_config(&local_cfg),
                 // Armed by the connector once the full configuration is known.
                 hang: calc_hang.clone(),
+                fold_ipset_deltas: fold_ipset_deltas.clone(),
                 ..CalcLoopConfig::default()
             },
         )
@@ -311,6 +316,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
         ctl: ctl_tx,
         calc_hang,
         stop: stop.clone(),
+        fold_ipset_deltas,
     };
     let outcome = loop {
         let Ok(ctl) = ctl_rx.recv() else {
@@ -319,6 +325,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
         match ctl {
             Control::Signal(s) => break Outcome::Signal(s),
             Control::Fatal(f) => break Outcome::Fatal(RuntimeError::DataplaneFatal(f)),
+            Control::Driver(e) => break Outcome::Fatal(RuntimeError::Driver(e.to_string())),
             Control::DebugPanic(d) => {
                 tracing::error!(after = ?d, "DebugPanicAfter elapsed: felix stops with an error, as configured");
                 break Outcome::Fatal(RuntimeError::DebugPanicAfter(d));
@@ -365,6 +372,35 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
     }
 }
 
+/// Where batches go: the supervisor in this process, or an external driver.
+enum Plane {
+    Internal(Dataplane),
+    External(External),
+}
+
+impl Plane {
+    fn send(&self, batch: Batch) {
+        match self {
+            Plane::Internal(d) => d.send(batch),
+            Plane::External(x) => x.send(batch),
+        }
+    }
+
+    fn admin_context(&self) -> felix_actors::AdminContext {
+        match self {
+            Plane::Internal(d) => d.admin_context(),
+            Plane::External(x) => x.admin_context(),
+        }
+    }
+
+    fn stop(self, timeout: Duration) -> bool {
+        match self {
+            Plane::Internal(d) => d.stop(timeout),
+            Plane::External(x) => x.stop(timeout),
+        }
+    }
+}
+
 /// Between the calc graph and the supervisor: configuration, restarts,
 /// and the start of the dataplane (upstream's dataplane connector).
 struct Connector {
@@ -372,7 +408,7 @@ struct Connector {
     local: Option<LocalConfig>,
     tracker: Option<ConfigTracker>,
     encap: Option<pb::Encapsulation>,
-    dp: Option<Dataplane>,
+    dp: Option<Plane>,
     admin: Option<ServerHandle>,
     health: HealthServer,
     metrics_port: MetricsPort,
@@ -387,6 +423,8 @@ struct Connector {
     calc_hang: HangSwitch,
     /// The daemon's stop flag (ends the `DebugPanicAfter` timer).
     stop: Arc<AtomicBool>,
+    /// The calc loop's delta folding, off when an external driver gets the messages.
+    fold_ipset_deltas: Arc<AtomicBool>,
 }
 
 impl Connector {
@@ -481,12 +519,23 @@ impl Connector {
             .apply(prometheus_config(&cfg), &self.shared.metrics);
         self.encap = encap;
         let ctl = self.ctl.clone();
-        let dp = match Dataplane::start(&cfg, &self.shared, move |f| {
-            tracing::error!("{f}");
-            let _ = ctl.send(Control::Fatal(f));
-        }) {
-            Ok(dp) => dp,
-            Err(e) => return Some(Outcome::Fatal(RuntimeError::DataplaneStart(e))),
+        let dp = if cfg.use_internal_dataplane_driver() {
+            match Dataplane::start(&cfg, &self.shared, move |f| {
+                tracing::error!("{f}");
+                let _ = ctl.send(Control::Fatal(f));
+            }) {
+                Ok(dp) => Plane::Internal(dp),
+                Err(e) => return Some(Outcome::Fatal(RuntimeError::DataplaneStart(e))),
+            }
+        } else {
+            // Deltas go on the wire as they are (the driver keeps its own state).
+            self.fold_ipset_deltas.store(false, Ordering::Release);
+            match External::start(&cfg, &self.shared, &self.admin_socket, move |e| {
+                let _ = ctl.send(Control::Driver(e));
+            }) {
+                Ok(x) => Plane::External(x),
+                Err(e) => return Some(Outcome::Fatal(RuntimeError::DriverStart(e))),
+            }
         };
         let admin = dp.admin_context();
         let view = self.view.clone();
@@ -500,11 +549,13 @@ impl Connector {
                 self.node.clone(),
             ),
         );
-        super::diag_routes::add_routes(&admin, &cfg, &self.log);
         if let Some(r) = self.drops.take() {
             r.stop();
         }
-        self.drops = super::drops::start_drops(&cfg, &self.shared, self.view.clone(), &admin);
+        if let Plane::Internal(_) = &dp {
+            super::diag_routes::add_routes(&admin, &cfg, &self.log);
+            self.drops = super::drops::start_drops(&cfg, &self.shared, self.view.clone(), &admin);
+        }
         dp.send(batch);
         self.dp = Some(dp);
         match start_admin_server(&self.admin_socket, &admin) {

@@ -117,7 +117,14 @@ fn full_ipset(view: &DataplaneView, id: &str) -> Option<Payload> {
 ///
 /// Contract violations (a calc-graph bug) are logged; the message is still
 /// forwarded, since the dataplane must follow the graph.
-pub fn to_dataplane(view: &mut DataplaneView, flushed: Vec<Payload>) -> (Vec<Payload>, bool) {
+///
+/// With `fold` false (the external driver's wire, which carries deltas as upstream's does),
+/// deltas are passed on as they are.
+pub fn to_dataplane(
+    view: &mut DataplaneView,
+    flushed: Vec<Payload>,
+    fold: bool,
+) -> (Vec<Payload>, bool) {
     let mut out = Vec::with_capacity(flushed.len());
     let mut in_sync = false;
     for p in flushed {
@@ -126,6 +133,7 @@ pub fn to_dataplane(view: &mut DataplaneView, flushed: Vec<Payload>) -> (Vec<Pay
         }
         match p {
             Payload::InSync(_) => in_sync = true,
+            Payload::IpsetDeltaUpdate(d) if !fold => out.push(Payload::IpsetDeltaUpdate(d)),
             Payload::IpsetDeltaUpdate(d) => match full_ipset(view, &d.id) {
                 Some(full) => out.push(full),
                 None => out.push(Payload::IpsetDeltaUpdate(d)),
@@ -156,18 +164,20 @@ mod tests {
             added_members: vec!["10.0.0.3".into()],
             removed_members: vec!["10.0.0.1".into()],
         });
-        let (out, in_sync) = to_dataplane(
-            &mut view,
-            vec![
-                ipset("s:1", &["10.0.0.1", "10.0.0.2"]),
-                delta,
-                Payload::InSync(pb::InSync {}),
-            ],
-        );
+        let input = vec![
+            ipset("s:1", &["10.0.0.1", "10.0.0.2"]),
+            delta.clone(),
+            Payload::InSync(pb::InSync {}),
+        ];
+        let (out, in_sync) = to_dataplane(&mut view, input.clone(), true);
         assert!(in_sync);
         assert_eq!(out.len(), 2, "InSync is not forwarded as an update");
         assert_eq!(out[1], ipset("s:1", &["10.0.0.2", "10.0.0.3"]));
         assert_eq!(state_key(&out[0]), state_key(&out[1]), "same object");
+        // Unfolded (the external driver's wire): the delta as it came.
+        let (out, in_sync) = to_dataplane(&mut DataplaneView::new(), input, false);
+        assert!(in_sync);
+        assert_eq!(out[1], delta);
     }
 
     #[test]

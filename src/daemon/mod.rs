@@ -41,7 +41,9 @@ pub mod dataplane_wiring;
 pub mod datastore_spec;
 pub mod debug_sim;
 mod diag_routes;
+pub mod driver;
 mod drops;
+pub mod external;
 mod lifecycle;
 mod log_sinks;
 pub mod logging;
@@ -123,6 +125,12 @@ pub enum RuntimeError {
     /// The dataplane gave up (fail closed).
     #[error("the dataplane gave up")]
     DataplaneFatal(#[source] felix_actors::Fatal),
+    /// The external dataplane driver could not be started.
+    #[error("starting the dataplane driver (UseInternalDataplaneDriver=false)")]
+    DriverStart(#[source] external::ExternalError),
+    /// The external dataplane driver exited or broke the protocol.
+    #[error("{0}; felix stops (its supervisor restarts it with a new driver)")]
+    Driver(String),
     /// The admin socket could not be served.
     #[error("admin socket {path}")]
     AdminSocket {

@@ -710,7 +710,7 @@ impl Cluster {
             .with_context(|| format!("felix on {name}"))?;
         let st = d.status().unwrap_or_default();
         ensure!(
-            st["dataplane"] == backend.status_name(),
+            crate::netfv::daemon::dataplane_name(&st) == backend.status_name(),
             "felix on {name} reports dataplane {} instead of {}",
             st["dataplane"],
             backend.status_name()

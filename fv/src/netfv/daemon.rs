@@ -97,6 +97,24 @@ impl Backend {
     }
 }
 
+/// Whether this test run drives felix-rs's dataplane as an external driver
+/// (`FELIX_FV_EXTERNAL_DRIVER=1`): every daemon is `felix run` with
+/// `UseInternalDataplaneDriver=false` and `DataplaneDriver` a link to the same binary named
+/// `felix-dataplane-driver`, so the whole suite runs with two processes and one pipe pair.
+pub fn external_driver_mode() -> bool {
+    std::env::var("FELIX_FV_EXTERNAL_DRIVER").is_ok_and(|v| v == "1")
+}
+
+/// The dataplane a `/status` names: its `dataplane`, or in external-driver mode the
+/// driver's (`driver.dataplane`).
+pub fn dataplane_name(status: &Value) -> &Value {
+    if status["dataplane"] == "external" {
+        &status["driver"]["dataplane"]
+    } else {
+        &status["dataplane"]
+    }
+}
+
 /// Locates the `felix` binary: `$FELIX_BIN`, else `felix` in the target
 /// directory the running test executable was built into.
 pub fn felix_binary() -> Result<PathBuf> {
@@ -237,6 +255,16 @@ impl Daemon {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(fs::File::create(&log)?);
+        if external_driver_mode() {
+            let link = scratch.join("felix-dataplane-driver");
+            if !link.exists() {
+                std::os::unix::fs::symlink(&felix, &link)
+                    .context("linking felix-dataplane-driver")?;
+            }
+            cmd.env("FELIX_USEINTERNALDATAPLANEDRIVER", "false")
+                .env("FELIX_DATAPLANEDRIVER", &link)
+                .env("FELIX_ENDPOINTSTATUSPATHPREFIX", scratch);
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -435,6 +463,11 @@ impl Daemon {
 }
 
 impl Daemon {
+    /// The daemon's exit status if it has exited (reaped), else `None`.
+    pub fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut()?.try_wait().ok().flatten()
+    }
+
     /// Kills the daemon with SIGKILL (no shutdown at all) and reaps it.
     pub fn kill(mut self) -> Result<()> {
         let mut child = self.child.take().ok_or_else(|| anyhow!("no child"))?;

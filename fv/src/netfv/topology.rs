@@ -151,7 +151,7 @@ impl Fv {
         d.wait_converged(0)?;
         let st = d.status().unwrap_or_default();
         anyhow::ensure!(
-            st["dataplane"] == backend.status_name(),
+            crate::netfv::daemon::dataplane_name(&st) == backend.status_name(),
             "daemon reports dataplane {} instead of {}",
             st["dataplane"],
             backend.status_name()

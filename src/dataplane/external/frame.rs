@@ -100,6 +100,64 @@ pub fn write_frame<M: Message>(w: &mut impl Write, msg: &M) -> io::Result<()> {
     w.flush()
 }
 
+/// Writes numbered frames: each message gets the next sequence number, starting at 0 and
+/// increasing by one per message, as upstream numbers them. Frames are buffered until
+/// [`SeqWriter::flush`] (one batch, one flush).
+#[derive(Debug)]
+pub struct SeqWriter<W: Write> {
+    w: io::BufWriter<W>,
+    next: u64,
+}
+
+impl<W: Write> SeqWriter<W> {
+    /// A writer over `inner` whose first message is number 0.
+    pub fn new(inner: W) -> Self {
+        Self {
+            w: io::BufWriter::with_capacity(256 << 10, inner),
+            next: 0,
+        }
+    }
+
+    /// Writes one `ToDataplane` carrying `p`.
+    pub fn to_dataplane(&mut self, p: felix_proto::to_dataplane::Payload) -> io::Result<()> {
+        let msg = ToDataplane {
+            sequence_number: self.next,
+            payload: Some(p),
+        };
+        self.next += 1;
+        self.put(&msg)
+    }
+
+    /// Writes one `FromDataplane` carrying `p`.
+    pub fn from_dataplane(&mut self, p: felix_proto::from_dataplane::Payload) -> io::Result<()> {
+        let msg = FromDataplane {
+            sequence_number: self.next,
+            payload: Some(p),
+        };
+        self.next += 1;
+        self.put(&msg)
+    }
+
+    fn put<M: Message>(&mut self, msg: &M) -> io::Result<()> {
+        let len = msg.encoded_len();
+        self.w.write_all(&(len as u64).to_le_bytes())?;
+        let mut body = Vec::with_capacity(len);
+        msg.encode(&mut body)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        self.w.write_all(&body)
+    }
+
+    /// Sends what is buffered.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.w.flush()
+    }
+
+    /// The number the next message gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next
+    }
+}
+
 /// Reads up to `buf.len()` bytes; returns how many were read before the end of the stream.
 fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut got = 0;
@@ -206,6 +264,22 @@ mod tests {
             write_frame(&mut out, m).expect("write to a vec");
         }
         out
+    }
+
+    #[test]
+    fn sequence_numbers_start_at_zero_and_increase_by_one() {
+        let mut out = Vec::new();
+        {
+            let mut w = SeqWriter::new(&mut out);
+            w.to_dataplane(Payload::InSync(InSync {})).expect("write");
+            w.to_dataplane(Payload::InSync(InSync {})).expect("write");
+            assert_eq!(w.next_seq(), 2);
+            w.flush().expect("flush");
+        }
+        let (got, err) = decode_all::<ToDataplane>(&out);
+        assert!(err.is_none());
+        let seqs: Vec<u64> = got.iter().map(|m| m.sequence_number).collect();
+        assert_eq!(seqs, vec![0, 1]);
     }
 
     #[test]
