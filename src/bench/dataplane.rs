@@ -211,6 +211,18 @@ pub struct Report {
     pub peak_rss_mib: f64,
     /// BPF only: the CPU parts of the changed-policy path, timed in process afterwards.
     pub bpf_path: Option<super::bpf_path::PolicyPath>,
+    /// Measured through the external driver protocol ([`super::pipe`]).
+    pub via_pipe: bool,
+}
+
+/// The name of a run in the summary: the backend, with `-pipe` when measured through the
+/// external driver protocol.
+fn run_label(backend: Backend, via_pipe: bool) -> String {
+    if via_pipe {
+        format!("{}-pipe", backend.as_str())
+    } else {
+        backend.as_str().to_string()
+    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -223,7 +235,7 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "dataplane {}: {} workloads, {} policies x {} rules, {} IP sets x {} members; {} messages; programmed {}",
-            self.backend.as_str(),
+            run_label(self.backend, self.via_pipe),
             s.workloads,
             s.policies,
             s.rules,
@@ -311,7 +323,7 @@ impl Report {
     pub fn summary_line(&self) -> String {
         let figs = [&self.start_of_day, &self.policy_change, &self.endpoint_add];
         SummaryLine {
-            backend: self.backend.as_str().to_string(),
+            backend: run_label(self.backend, self.via_pipe),
             ours: figs.map(|f| ms(f.ours)),
             raw: figs.map(|f| ms(f.raw)),
             writes: figs.map(Figure::map_writes),
@@ -380,7 +392,7 @@ fn summary_table(rows: &[SummaryLine], sizes: &Sizes) -> String {
     );
     out.push_str(&format!("  {:<16}", "step"));
     for r in rows {
-        let what = if r.backend == Backend::Bpf.as_str() {
+        let what = if r.backend.starts_with(Backend::Bpf.as_str()) {
             "(writes)"
         } else {
             "(raw)"
@@ -391,7 +403,7 @@ fn summary_table(rows: &[SummaryLine], sizes: &Sizes) -> String {
     for (i, step) in STEPS.iter().enumerate() {
         out.push_str(&format!("  {step:<16}"));
         for r in rows {
-            let cmp = if r.backend == Backend::Bpf.as_str() {
+            let cmp = if r.backend.starts_with(Backend::Bpf.as_str()) {
                 format!("({})", r.writes[i])
             } else if r.raw[i] > 0.0 {
                 format!("({:.1})", r.raw[i])
@@ -402,6 +414,7 @@ fn summary_table(rows: &[SummaryLine], sizes: &Sizes) -> String {
         }
         out.push('\n');
     }
+    out.push_str(&pipe_comparison(rows));
     if let Some(b) = rows.iter().find(|r| r.backend == Backend::Bpf.as_str()) {
         let verdict = if b.ours[1] <= BPF_POLICY_TARGET_MS {
             "met"
@@ -414,6 +427,62 @@ fn summary_table(rows: &[SummaryLine], sizes: &Sizes) -> String {
         ));
     }
     out
+}
+
+/// Start of day through the pipe may take at most this many times the in-process figure.
+const PIPE_START_RATIO_TARGET: f64 = 1.1;
+/// One changed policy through the pipe may take at most this much longer (ms).
+const PIPE_POLICY_EXTRA_TARGET_MS: f64 = 5.0;
+
+/// For each backend measured both in process and through the pipe in this run, the pipe's
+/// cost against the targets.
+fn pipe_comparison(rows: &[SummaryLine]) -> String {
+    let mut out = String::new();
+    for pipe in rows.iter().filter(|r| r.backend.ends_with("-pipe")) {
+        let base = pipe.backend.trim_end_matches("-pipe");
+        let Some(own) = rows.iter().find(|r| r.backend == base) else {
+            continue;
+        };
+        let ratio = pipe.ours[0] / own.ours[0].max(f64::MIN_POSITIVE);
+        let extra = pipe.ours[1] - own.ours[1];
+        let verdict = |ok: bool| if ok { "met" } else { "not met" };
+        out.push_str(&format!(
+            "  {base} through the pipe: start of day {ratio:.3}x in-process (target at most {PIPE_START_RATIO_TARGET}x: {}), changed policy {extra:+.1} ms (target at most +{PIPE_POLICY_EXTRA_TARGET_MS} ms: {}), endpoint added {:+.1} ms\n",
+            verdict(ratio <= PIPE_START_RATIO_TARGET),
+            verdict(extra <= PIPE_POLICY_EXTRA_TARGET_MS),
+            pipe.ours[2] - own.ours[2],
+        ));
+    }
+    out
+}
+
+/// Where the benchmark's batches go: a supervisor in this process, or a driver process
+/// through the external driver protocol.
+enum Plane {
+    Local(Running),
+    Pipe(super::pipe::PipeRunning),
+}
+
+impl Plane {
+    fn send_and_converge(
+        &self,
+        payloads: Vec<Payload>,
+        in_sync: bool,
+    ) -> Result<Converged, BenchError> {
+        match self {
+            Plane::Local(r) => r.send_and_converge(payloads, in_sync),
+            Plane::Pipe(p) => p
+                .send_and_converge(payloads, in_sync)
+                .map(|(d, n)| (d, n, Vec::new())),
+        }
+    }
+
+    fn bpf_ops(&self) -> BpfOpTotals {
+        match self {
+            Plane::Local(r) => r.bpf_ops(),
+            Plane::Pipe(_) => BpfOpTotals::new(),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1086,7 +1155,16 @@ fn replay_delta(
 }
 
 /// Runs the measurements inside the current namespace (the child side).
-pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Report, BenchError> {
+/// One backend, in this process (inside its namespace). With `via_pipe` the dataplane is a
+/// `felix-dataplane-driver` child fed through the external driver protocol; the raw replay
+/// of the deltas is then left out (the driver's commands are in the other process), and
+/// the in-process run of the same backend is the comparison.
+pub fn run_inner(
+    backend: Backend,
+    replay_ns: &str,
+    sizes: &Sizes,
+    via_pipe: bool,
+) -> Result<Report, BenchError> {
     let cfg = config(backend)?;
     create_veths(sizes.workloads + 1)?;
     let input = start_of_day_input(sizes);
@@ -1094,7 +1172,11 @@ pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Rep
     let added = workload(sizes.workloads, sizes);
 
     let seam = Arc::new(RecordingCommands::default());
-    let running = Running::start(&cfg, seam.clone())?;
+    let running = if via_pipe {
+        Plane::Pipe(super::pipe::PipeRunning::start(&cfg)?)
+    } else {
+        Plane::Local(Running::start(&cfg, seam.clone())?)
+    };
     let mut graph = CalcGraph::new(HOST);
     let mut view = DataplaneView::new();
 
@@ -1140,7 +1222,9 @@ pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Rep
             bpf_ops,
             ..Figure::default()
         };
-        if backend == Backend::Bpf {
+        if via_pipe {
+            fig.raw_what = "compare with the in-process run".into();
+        } else if backend == Backend::Bpf {
             fig.raw_what = bpf_raw_what(&fig);
         } else {
             (fig.raw, fig.raw_what) = replay_delta(backend, &log, replay_ns)?;
@@ -1151,7 +1235,7 @@ pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Rep
     let endpoint_add = delta(added)?;
     drop(running);
     let peak_rss_mib = super::peak_rss_mib();
-    let bpf_path = bpf_start.map(|start| {
+    let bpf_path = bpf_start.filter(|_| !via_pipe).map(|start| {
         // Two more versions of the changed policy, each differing from the one before.
         let mut change = |shift| {
             let (out, _, _) =
@@ -1174,6 +1258,7 @@ pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Rep
         rss_mib,
         peak_rss_mib,
         bpf_path,
+        via_pipe,
     })
 }
 
@@ -1182,7 +1267,9 @@ pub fn run_inner(backend: Backend, replay_ns: &str, sizes: &Sizes) -> Result<Rep
 /// printing the child's report as it comes, then the summary table of every
 /// backend side by side. Both namespaces are deleted afterwards, whatever the
 /// child did.
-pub fn run_outer(backends: &[Backend], sizes: &Sizes) -> anyhow::Result<()> {
+/// With `pipe`, each backend is measured twice in the same run: in process, then through
+/// the external driver protocol (`--through-pipe`), each in fresh namespaces.
+pub fn run_outer(backends: &[Backend], sizes: &Sizes, pipe: bool) -> anyhow::Result<()> {
     use std::io::BufRead;
     let swept = netns::sweep_stale(NETNS_PREFIX);
     if swept > 0 {
@@ -1190,13 +1277,26 @@ pub fn run_outer(backends: &[Backend], sizes: &Sizes) -> anyhow::Result<()> {
     }
     let exe = std::env::current_exe()?;
     let mut rows = Vec::new();
-    for &b in backends {
-        let ours = Netns::create_owned(NETNS_PREFIX, &format!("{}-a", b.as_str()))?;
-        let replay = Netns::create_owned(NETNS_PREFIX, &format!("{}-b", b.as_str()))?;
-        let mut child = std::process::Command::new("ip")
-            .args(["netns", "exec", ours.name()])
-            .arg(&exe)
-            .args(["bench", "dataplane", "--inner", "--backend", b.as_str()])
+    let runs: Vec<(Backend, bool)> = backends
+        .iter()
+        .flat_map(|&b| std::iter::once((b, false)).chain(pipe.then_some((b, true))))
+        .collect();
+    for (b, via_pipe) in runs {
+        let label = run_label(b, via_pipe);
+        let ours = Netns::create_owned(NETNS_PREFIX, &format!("{label}-a"))?;
+        let replay = Netns::create_owned(NETNS_PREFIX, &format!("{label}-b"))?;
+        let mut cmd = std::process::Command::new("ip");
+        cmd.args(["netns", "exec", ours.name()]).arg(&exe).args([
+            "bench",
+            "dataplane",
+            "--inner",
+            "--backend",
+            b.as_str(),
+        ]);
+        if via_pipe {
+            cmd.arg("--through-pipe");
+        }
+        let mut child = cmd
             .args(["--replay-netns", replay.name()])
             .args(["--workloads", &sizes.workloads.to_string()])
             .args(["--policies", &sizes.policies.to_string()])
@@ -1218,9 +1318,9 @@ pub fn run_outer(backends: &[Backend], sizes: &Sizes) -> anyhow::Result<()> {
         }
         let status = child.wait()?;
         if !status.success() {
-            anyhow::bail!("the {} run failed ({status})", b.as_str());
+            anyhow::bail!("the {label} run failed ({status})");
         }
-        rows.push(row.ok_or_else(|| anyhow::anyhow!("no summary from the {} run", b.as_str()))?);
+        rows.push(row.ok_or_else(|| anyhow::anyhow!("no summary from the {label} run"))?);
     }
     print!("{}", summary_table(&rows, sizes));
     Ok(())

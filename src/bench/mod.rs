@@ -6,6 +6,7 @@
 pub mod bpf_path;
 pub mod calc;
 pub mod dataplane;
+pub mod pipe;
 pub mod routes;
 pub mod traffic;
 

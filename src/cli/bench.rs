@@ -59,6 +59,14 @@ pub(crate) enum BenchWhat {
         /// Internal: the namespace raw-tool replays go to.
         #[arg(long, hide = true)]
         replay_netns: Option<String>,
+        /// Also measure each backend through the external driver protocol (a
+        /// `felix-dataplane-driver` child fed over its descriptor 3), beside the in-process
+        /// figures of the same run.
+        #[arg(long)]
+        pipe: bool,
+        /// Internal: with --inner, drive the dataplane through the pipe.
+        #[arg(long, hide = true)]
+        through_pipe: bool,
         #[command(flatten)]
         sizes: bench::dataplane::Sizes,
     },
@@ -157,11 +165,13 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             backend,
             inner,
             replay_netns,
+            pipe,
+            through_pipe,
             sizes,
         } => match (inner, backend, replay_netns) {
             (true, Some(b), Some(ns)) => {
                 init_stderr_logs();
-                let r = bench::dataplane::run_inner(b, &ns, &sizes)
+                let r = bench::dataplane::run_inner(b, &ns, &sizes, through_pipe)
                     .map_err(|e| CliError::Runtime(e.into()))?;
                 print!("{r}");
                 println!("{}", r.summary_line());
@@ -173,7 +183,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             (false, b, _) => {
                 let all = bench::dataplane::Backend::ALL;
                 let backends = b.map(|b| vec![b]).unwrap_or_else(|| all.to_vec());
-                bench::dataplane::run_outer(&backends, &sizes).map_err(CliError::Runtime)
+                bench::dataplane::run_outer(&backends, &sizes, pipe).map_err(CliError::Runtime)
             }
         },
     }

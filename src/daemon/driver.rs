@@ -60,7 +60,7 @@ pub struct DriverOptions {
 }
 
 enum Input {
-    Msg(pb::ToDataplane),
+    Msg(Box<pb::ToDataplane>),
     End,
     Broken(FrameError),
     Signal(&'static str),
@@ -177,7 +177,7 @@ pub fn run(opts: DriverOptions) -> Result<(), DaemonError> {
                 let mut r = FrameReader::new(std::io::BufReader::with_capacity(256 << 10, input));
                 loop {
                     let ev = match r.read::<pb::ToDataplane>() {
-                        Ok(Some(m)) => Input::Msg(m),
+                        Ok(Some(m)) => Input::Msg(Box::new(m)),
                         Ok(None) => Input::End,
                         Err(e) => Input::Broken(e),
                     };

@@ -26,6 +26,9 @@ pub fn reexec(started: Instant) -> std::io::Error {
     if up < MIN_UPTIME {
         std::thread::sleep(MIN_UPTIME - up);
     }
+    // From here a stop signal stays pending across exec for the new image (which handles
+    // it once its handlers are installed) instead of killing the image while it starts.
+    super::signals::block_for_exec();
     // A SIGTERM/SIGINT during the restart means stop: the handler has recorded it, and
     // the new image would never see it.
     if super::signals::received() {

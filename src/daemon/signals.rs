@@ -19,8 +19,31 @@ pub fn received() -> bool {
     RECEIVED.load(Ordering::Acquire)
 }
 
+/// SIGTERM and SIGINT as a signal set.
+fn stop_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill a set we own on the stack.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        set
+    }
+}
+
+/// Blocks SIGTERM and SIGINT on the calling thread. Called just before re-executing: the
+/// mask survives `exec`, so a stop signal that arrives while the new image starts stays
+/// pending until its handlers are installed ([`install`] unblocks) instead of killing it.
+pub fn block_for_exec() {
+    let set = stop_signals();
+    // SAFETY: pthread_sigmask with a valid set; the old mask is not needed.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
 /// Registers the handlers and starts the thread; `on_signal` is called with
-/// the signal's name for the first signal.
+/// the signal's name for the first signal. Then unblocks SIGTERM and SIGINT on the calling
+/// thread (blocked when the process image was started by a restart, see
+/// [`block_for_exec`]), so one that arrived during the restart is handled now.
 pub fn install(on_signal: impl Fn(&'static str) + Send + 'static) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -58,5 +81,8 @@ pub fn install(on_signal: impl Fn(&'static str) + Send + 'static) -> std::io::Re
                 }
             });
         })?;
+    let set = stop_signals();
+    // SAFETY: pthread_sigmask with a valid set; the old mask is not needed.
+    unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
     Ok(())
 }

@@ -162,35 +162,46 @@ mod tests {
 
     #[test]
     fn the_child_sees_the_pipes_on_3_and_4_and_nothing_else_of_ours() {
-        // A shell that copies fd 3 to fd 4 and lists its open descriptors on stdout.
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        // A shell that lists where each of its descriptors points, then copies fd 3 to fd 4.
         let dir = tempfile::tempdir().expect("tempdir");
         let script = dir.path().join("drv");
         std::fs::write(
             &script,
-            "#!/bin/sh\nls /proc/self/fd | sort -n | tr '\\n' ' '\ncat <&3 >&4\n",
+            "#!/bin/sh\nfor f in /proc/self/fd/*; do echo \"${f##*/} $(readlink $f)\"; done\ncat <&3 >&4\n",
         )
         .expect("write script");
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
         let path = script.to_string_lossy().into_owned();
         assert_eq!(resolve(&path), Some(script.clone()));
         assert_eq!(resolve("/nonexistent/driver"), None);
         let mut c = spawn(&path, &[]).expect("spawn");
+        let ours = [
+            c.to_driver.metadata().expect("fstat").ino(),
+            c.from_driver.metadata().expect("fstat").ino(),
+        ];
         c.to_driver.write_all(b"hello").expect("write");
         drop(c.to_driver);
         let mut back = String::new();
         c.from_driver.read_to_string(&mut back).expect("read");
         assert_eq!(back, "hello");
-        let mut fds = String::new();
-        c.stdout.read_to_string(&mut fds).expect("stdout");
-        // `ls` itself opens one more descriptor for the directory it lists.
-        let listed: Vec<u32> = fds
-            .split_whitespace()
-            .filter_map(|f| f.parse().ok())
+        let mut listing = String::new();
+        c.stdout.read_to_string(&mut listing).expect("stdout");
+        // Every descriptor of the child on one of our two pipes.
+        let on_ours: Vec<(u32, u64)> = listing
+            .lines()
+            .filter_map(|l| {
+                let (fd, target) = l.split_once(' ')?;
+                let ino = target.strip_prefix("pipe:[")?.strip_suffix(']')?;
+                Some((fd.parse().ok()?, ino.parse().ok()?))
+            })
+            .filter(|(_, ino)| ours.contains(ino))
             .collect();
-        assert!(
-            listed.starts_with(&[0, 1, 2, 3, 4]) && listed.len() <= 6,
-            "the child's descriptors: {fds}"
+        assert_eq!(
+            on_ours,
+            vec![(3, ours[0]), (4, ours[1])],
+            "the child's descriptors:\n{listing}"
         );
         assert!(c.child.wait().expect("wait").success());
         let err = spawn("/nonexistent/driver", &[]).expect_err("no such driver");

@@ -257,7 +257,7 @@ mod tests {
     #[test]
     fn faults_go_to_the_process_that_has_the_target() {
         let local = FaultRegistry::default();
-        local.register_target("calc-graph", &["flush"]);
+        local.declare("calc-graph", &["flush"]);
         // No driver socket: faults for felix's own actors still work, others are refused
         // with the reason.
         let dir = tempfile::tempdir().expect("tempdir");
