@@ -149,11 +149,11 @@ param_table! {
     ExternalNodesCIDRList { v3_field: Some("externalNodesList"), kind: K::CidrList, group: G::Endpoints,
         doc: "Addresses of nodes outside the cluster that may send IP-in-IP traffic to this host." }
     EndpointReportingEnabled { v3_field: Some("endpointReportingEnabled"), kind: K::Bool, group: G::Endpoints,
-        doc: "Report per-endpoint status back to the datastore." }
+        doc: "Report per-endpoint status back to the datastore: with `UseInternalDataplaneDriver=false` on etcd, the external driver's endpoint status reports are written to upstream's `/calico/felix/v2/no-region/host/<node>/workload/...` and `/calico/felix/v1/host/<node>/endpoint/...` keys. The in-process dataplane reports no endpoint status." }
     EndpointReportingDelaySecs { v3_field: Some("endpointReportingDelay"), kind: SECS, default: "1", group: G::Endpoints,
-        doc: "Minimum delay between endpoint status reports (rate limit)." }
+        doc: "Minimum delay between endpoint status writes to the datastore (rate limit; see `EndpointReportingEnabled`)." }
     EndpointStatusPathPrefix { v3_field: Some("endpointStatusPathPrefix"), kind: K::File { must_exist: false }, default: "/var/run/calico", group: G::Endpoints,
-        doc: "Directory where per-endpoint status files are written; `none` disables the files." }
+        doc: "Directory where per-endpoint status files are written (`endpoint-status/<orchestrator> <workload> <endpoint>`, for the CNI plugin) from the external driver's reports (`UseInternalDataplaneDriver=false`); `none` disables the files. The in-process dataplane writes none." }
     PolicySyncPathPrefix { v3_field: Some("policySyncPathPrefix"), kind: K::File { must_exist: false }, group: G::Endpoints,
         doc: "Directory for the per-workload policy-sync sockets; empty disables the policy-sync API." }
 
@@ -339,7 +339,7 @@ param_table! {
     ReportingIntervalSecs { v3_field: Some("reportingInterval"), kind: SECS, default: "30", group: G::Reporting,
         doc: "Period of this node's status report to the datastore (also the dataplane status-report period); 0 disables." }
     ReportingTTLSecs { v3_field: Some("reportingTTL"), kind: SECS, default: "90", group: G::Reporting,
-        doc: "Time-to-live of the status report." }
+        doc: "Time-to-live (an etcd lease) of the process status key `/calico/felix/v2/no-region/host/<node>/status` written from the external driver's `ProcessStatusUpdate` reports (`UseInternalDataplaneDriver=false`, etcd datastore)." }
     UsageReportingEnabled { v3_field: Some("usageReportingEnabled"), kind: K::Bool, default: "true", group: G::Reporting,
         doc: "Send anonymous usage statistics (felix-rs never sends them; kept for compatibility)." }
     UsageReportingInitialDelaySecs { v3_field: Some("usageReportingInitialDelay"), kind: SECS, default: "300", group: G::Reporting,

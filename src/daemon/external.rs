@@ -47,6 +47,11 @@ use crate::dataplane::external::proxy::{
 };
 use crate::dataplane::external::reports::DriverReports;
 use crate::dataplane::external::status_files::StatusFiles;
+use crate::datastore::etcd::client::EtcdClient;
+use crate::datastore::etcd::status::EtcdStatusWriter;
+use crate::datastore::etcd::EtcdConfig;
+
+type FromPayload = felix_proto::from_dataplane::Payload;
 
 /// How long the driver gets between SIGTERM and SIGKILL when felix stops.
 pub const KILL_AFTER: Duration = Duration::from_secs(4);
@@ -144,10 +149,14 @@ fn log_lines(r: impl std::io::Read + Send + 'static, driver: String, stream: &'s
 impl External {
     /// Starts `DataplaneDriver` of `cfg`; `felix_socket` is felix's admin socket (the
     /// driver's is next to it). `on_event` hears of the driver's exit or broken messages.
+    ///
+    /// `etcd`, when the datastore is etcd, is where the driver's status reports are also
+    /// written ([`crate::datastore::etcd::status`]).
     pub fn start(
         cfg: &Config,
         shared: &Shared,
         felix_socket: &Path,
+        etcd: Option<EtcdConfig>,
         on_event: impl Fn(DriverEvent) + Send + Sync + 'static,
     ) -> Result<External, ExternalError> {
         let path = cfg.dataplane_driver().to_string();
@@ -170,7 +179,9 @@ impl External {
 
         let on_event = Arc::new(on_event);
         let reports = DriverReports::default();
-        let mut files = StatusFiles::new(cfg.endpoint_status_path_prefix());
+        let sinks = StatusSinks::new(cfg, etcd);
+        let (sink_tx, sink_rx) = mpsc::channel::<FromPayload>();
+        spawn_named("driver-status", move || sinks.run(sink_rx))?;
         {
             let (reports, on_event) = (reports.clone(), on_event.clone());
             let from = c.from_driver;
@@ -180,8 +191,8 @@ impl External {
                     match r.read::<pb::FromDataplane>() {
                         Ok(Some(m)) => {
                             reports.apply(&m);
-                            if let (Some(f), Some(p)) = (files.as_mut(), &m.payload) {
-                                f.on_report(p);
+                            if let Some(p) = m.payload {
+                                let _ = sink_tx.send(p);
                             }
                         }
                         Ok(None) => break,
@@ -275,6 +286,57 @@ impl External {
                 killed = true;
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Where the driver's reports are written besides `/status`: the endpoint status files
+/// and, on etcd, upstream's status keys.
+struct StatusSinks {
+    files: Option<StatusFiles>,
+    etcd: Option<EtcdStatusWriter>,
+}
+
+impl StatusSinks {
+    fn new(cfg: &Config, etcd: Option<EtcdConfig>) -> Self {
+        let etcd = etcd.and_then(|e| match EtcdClient::from_config(&e, None) {
+            Ok(client) => Some(EtcdStatusWriter::new(
+                client,
+                cfg.felix_hostname(),
+                cfg.endpoint_reporting_enabled(),
+                cfg.endpoint_reporting_delay(),
+                cfg.reporting_ttl(),
+            )),
+            Err(err) => {
+                tracing::error!("cannot write status reports to etcd: {err}");
+                None
+            }
+        });
+        StatusSinks {
+            files: StatusFiles::new(cfg.endpoint_status_path_prefix()),
+            etcd,
+        }
+    }
+
+    /// Until the reader ends: each report to each sink; etcd's rate-limited writes between.
+    fn run(mut self, rx: mpsc::Receiver<FromPayload>) {
+        loop {
+            let got = rx.recv_timeout(Duration::from_millis(100));
+            match got {
+                Ok(p) => {
+                    if let Some(f) = self.files.as_mut() {
+                        f.on_report(&p);
+                    }
+                    if let Some(e) = self.etcd.as_mut() {
+                        e.on_report(&p);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            if let Some(e) = self.etcd.as_mut() {
+                e.tick(felix_actors::clock::real_now());
+            }
         }
     }
 }

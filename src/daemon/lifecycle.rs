@@ -243,6 +243,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
     };
     health.apply(health_config(&local_cfg), &shared.health);
 
+    let etcd_for_status = etcd.clone();
     let (sync_tx, sync_rx) = mpsc::sync_channel(SYNC_CHANNEL_CAPACITY);
     let syncer = match (&spec, etcd) {
         (DatastoreSpec::File(dir), _) => Syncer::File(
@@ -317,6 +318,7 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
         calc_hang,
         stop: stop.clone(),
         fold_ipset_deltas,
+        etcd: etcd_for_status,
     };
     let outcome = loop {
         let Ok(ctl) = ctl_rx.recv() else {
@@ -425,6 +427,9 @@ struct Connector {
     stop: Arc<AtomicBool>,
     /// The calc loop's delta folding, off when an external driver gets the messages.
     fold_ipset_deltas: Arc<AtomicBool>,
+    /// The etcd datastore, when felix runs on one (an external driver's status reports are
+    /// written there).
+    etcd: Option<crate::datastore::etcd::EtcdConfig>,
 }
 
 impl Connector {
@@ -530,7 +535,8 @@ impl Connector {
         } else {
             // Deltas go on the wire as they are (the driver keeps its own state).
             self.fold_ipset_deltas.store(false, Ordering::Release);
-            match External::start(&cfg, &self.shared, &self.admin_socket, move |e| {
+            let etcd = self.etcd.clone();
+            match External::start(&cfg, &self.shared, &self.admin_socket, etcd, move |e| {
                 let _ = ctl.send(Control::Driver(e));
             }) {
                 Ok(x) => Plane::External(x),

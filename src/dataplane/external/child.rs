@@ -171,8 +171,7 @@ mod tests {
             "#!/bin/sh\nfor f in /proc/self/fd/*; do echo \"${f##*/} $(readlink $f)\"; done\ncat <&3 >&4\n",
         )
         .expect("write script");
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
-            .expect("chmod");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         let path = script.to_string_lossy().into_owned();
         assert_eq!(resolve(&path), Some(script.clone()));
         assert_eq!(resolve("/nonexistent/driver"), None);

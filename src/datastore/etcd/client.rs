@@ -564,6 +564,24 @@ impl EtcdClient {
         Ok(resp.header.revision)
     }
 
+    /// Grants a lease of `ttl` seconds; returns its id.
+    pub fn lease_grant(&self, ttl: i64) -> Result<i64, EtcdError> {
+        let req = serde_json::json!({ "TTL": ttl });
+        let resp: LeaseResp = self.call("/v3/lease/grant", &req)?;
+        Ok(resp.id)
+    }
+
+    /// Stores `value` under `key`, attached to `lease` (the key goes when the lease ends).
+    pub fn put_with_lease(&self, key: &[u8], value: &[u8], lease: i64) -> Result<i64, EtcdError> {
+        let req = serde_json::json!({
+            "key": B64.encode(key),
+            "value": B64.encode(value),
+            "lease": lease.to_string(),
+        });
+        let resp: HeaderOnly = self.call("/v3/kv/put", &req)?;
+        Ok(resp.header.revision)
+    }
+
     /// Deletes `key`; returns how many keys were deleted (0 or 1).
     pub fn delete(&self, key: &[u8]) -> Result<i64, EtcdError> {
         let req = serde_json::json!({ "key": B64.encode(key) });
@@ -795,6 +813,12 @@ impl PageKv<'_> {
 fn b64(text: &str, what: &str) -> Result<Vec<u8>, EtcdError> {
     B64.decode(text.as_bytes())
         .map_err(|e| EtcdError::Protocol(format!("bad base64 {what}: {e}")))
+}
+
+#[derive(Deserialize)]
+struct LeaseResp {
+    #[serde(rename = "ID", default, deserialize_with = "de_i64")]
+    id: i64,
 }
 
 #[derive(Deserialize)]

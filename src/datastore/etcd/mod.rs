@@ -28,6 +28,7 @@ pub mod bench;
 pub mod client;
 pub mod config;
 pub mod keys;
+pub mod status;
 pub mod syncer;
 #[cfg(feature = "bench")]
 pub mod testing;
