@@ -9,9 +9,12 @@
 //!
 //! The path measured is the daemon's: model updates go through the real
 //! calculation graph (`CalcGraph`) and the daemon's `to_dataplane` step,
-//! then into a supervisor built with `crate::dataplane::wiring::register`
+//! then into a supervisor built with `crate::dataplane::wiring::register_with_interfaces`
 //! (the managers and drivers `felix run` registers) over the real command
-//! seam. The calc part is timed separately.
+//! seam, with the daemon's interface monitor feeding them. The calc part is timed
+//! separately. With `--pipe`, each backend is also measured with the same dataplane in a
+//! `felix-dataplane-driver` process fed through the external driver protocol
+//! ([`super::pipe`]).
 //!
 //! Three measurements per backend, each beside the raw tool in the same
 //! run:
@@ -471,9 +474,7 @@ impl Plane {
     ) -> Result<Converged, BenchError> {
         match self {
             Plane::Local(r) => r.send_and_converge(payloads, in_sync),
-            Plane::Pipe(p) => p
-                .send_and_converge(payloads, in_sync)
-                .map(|(d, n)| (d, n, Vec::new())),
+            Plane::Pipe(p) => p.send_and_converge(payloads, in_sync),
         }
     }
 
@@ -810,6 +811,8 @@ type Converged = (Duration, u64, Vec<(String, Duration)>);
 
 pub(super) struct Running {
     addr: Addr<Supervisor<Payload>>,
+    /// The interface monitor feeding the route and interface drivers, as in `felix run`.
+    monitor: Option<crate::dataplane::ifacemon::InterfaceMonitor>,
     status: StatusHandle,
     /// The supervisor's metrics (the seam's per-operation counts).
     metrics: Metrics,
@@ -825,7 +828,13 @@ impl Running {
     pub(super) fn start(cfg: &Config, seam: Arc<RecordingCommands>) -> Result<Running, BenchError> {
         let (tx, rx) = mpsc::channel();
         let (fin_tx, events) = mpsc::channel();
+        let monitor_cfg = cfg.clone();
         let cfg = cfg.clone();
+        let excl = cfg.clone();
+        let ifaces = crate::dataplane::ifacemon::InterfaceState::new(move |n| {
+            excl.is_excluded_iface(n)
+        });
+        let wiring_ifaces = ifaces.clone();
         let fatal: Arc<Mutex<Option<String>>> = Arc::default();
         let fatal_slot = fatal.clone();
         let thread = std::thread::Builder::new()
@@ -850,8 +859,14 @@ impl Running {
                             slot.get_or_insert_with(|| f.message.clone());
                         }
                     });
-                    let b = crate::dataplane::wiring::register(b, &cfg, seam)
-                        .map_err(|e| e.to_string())?;
+                    let b = crate::dataplane::wiring::register_with_interfaces(
+                        b,
+                        &cfg,
+                        seam,
+                        &wiring_ifaces,
+                        &Default::default(),
+                    )
+                    .map_err(|e| e.to_string())?;
                     b.start()
                         .map(|h| {
                             (
@@ -859,6 +874,7 @@ impl Running {
                                 h.status.clone(),
                                 h.metrics.clone(),
                                 System::current(),
+                                felix_actors::Seam::new(h.faults.clone(), h.metrics.clone()),
                             )
                         })
                         .map_err(|e| e.to_string())
@@ -872,11 +888,18 @@ impl Running {
             .map_err(|e| {
                 BenchError::Dataplane(format!("cannot start the dataplane thread: {e}"))
             })?;
-        let (addr, status, metrics, system) = rx
+        let (addr, status, metrics, system, kernel_seam) = rx
             .recv()
             .map_err(|_| BenchError::Dataplane("dataplane thread vanished".into()))?
             .map_err(BenchError::Dataplane)?;
+        let monitor = crate::daemon::dataplane::start_monitor(
+            &monitor_cfg,
+            ifaces,
+            kernel_seam,
+            addr.clone(),
+        );
         Ok(Running {
+            monitor,
             addr,
             status,
             metrics,
@@ -967,6 +990,9 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
+        if let Some(m) = self.monitor.take() {
+            m.stop();
+        }
         self.system.stop();
         if let Some(t) = self.thread.take() {
             let _ = t.join();

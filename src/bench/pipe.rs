@@ -2,9 +2,10 @@
 //! protocol. The benchmark process plays felix: it starts `felix-dataplane-driver` (this
 //! binary through a link of that name) with the pipes on descriptors 3 and 4, writes the
 //! batches as `ToDataplane` frames and waits for the driver's `/status` (over its admin
-//! socket) to show a clean apply after the write, polled every [`POLL`]; the figure is the
+//! socket) to show a clean apply after the write, polled (see [`POLL_MIN`]); the figure is the
 //! time from the first byte written to the poll that saw the apply (so it includes the
-//! frames' encoding, the pipe, the driver's decoding and up to one poll interval).
+//! frames' encoding, the pipe, the driver's decoding and up to one poll interval). The apply
+//! steps come from the driver's `GET /timings`.
 
 use std::path::PathBuf;
 use std::process::Child;
@@ -21,8 +22,13 @@ use crate::dataplane::external::child;
 use crate::dataplane::external::frame::SeqWriter;
 use crate::dataplane::external::proxy::DRIVER_SOCKET_ENV;
 
-/// How often the driver's status is polled while waiting for an apply.
-pub const POLL: Duration = Duration::from_millis(1);
+/// How often the driver's status is polled while waiting for an apply: every
+/// [`POLL_MIN`] at first, then every 2 % of the time waited so far, at most [`POLL_MAX`]
+/// (so a seconds-long start of day is not slowed by the polling, and a change of a few
+/// milliseconds is seen within a fraction of a millisecond).
+pub const POLL_MIN: Duration = Duration::from_micros(500);
+/// See [`POLL_MIN`].
+pub const POLL_MAX: Duration = Duration::from_millis(10);
 /// How long one convergence may take.
 const TIMEOUT: Duration = Duration::from_secs(900);
 
@@ -74,13 +80,35 @@ impl PipeRunning {
         (code == 200).then(|| serde_json::from_str(&body).ok())?
     }
 
-    /// Writes one batch (and in-sync) and waits for a clean apply after it: the time, and
-    /// how many applies it took.
+    /// The driver's apply steps of the applies after the `before`-th, summed by step.
+    fn steps(&self, before: u64) -> Vec<(String, Duration)> {
+        let Ok((200, _, body)) =
+            request_blocking(&self.socket, "GET", "/timings", None, Duration::from_secs(5))
+        else {
+            return Vec::new();
+        };
+        let t: Value = serde_json::from_str(&body).unwrap_or_default();
+        let mut sum: std::collections::BTreeMap<String, f64> = Default::default();
+        for a in t["applies"].as_array().into_iter().flatten() {
+            if a["seq"].as_u64().unwrap_or(0) <= before {
+                continue;
+            }
+            for (k, v) in a["steps"].as_object().into_iter().flatten() {
+                *sum.entry(k.clone()).or_default() += v.as_f64().unwrap_or(0.0);
+            }
+        }
+        sum.into_iter()
+            .map(|(k, ms)| (k, Duration::from_secs_f64(ms / 1e3)))
+            .collect()
+    }
+
+    /// Writes one batch (and in-sync) and waits for a clean apply after it: the time, how
+    /// many applies it took, and the time in each apply step.
     pub fn send_and_converge(
         &self,
         payloads: Vec<Payload>,
         in_sync: bool,
-    ) -> Result<(Duration, u64), BenchError> {
+    ) -> Result<(Duration, u64, Vec<(String, Duration)>), BenchError> {
         let before = self
             .status()
             .and_then(|s| s["applies"].as_u64())
@@ -109,13 +137,15 @@ impl PipeRunning {
                     .as_array()
                     .is_some_and(|a| a.iter().all(|a| a["dirty"] == false));
                 if applies > before && ok && clean && s["inSync"] == true {
-                    return Ok((t0.elapsed(), applies - before));
+                    let took = t0.elapsed();
+                    return Ok((took, applies - before, self.steps(before)));
                 }
             }
-            if t0.elapsed() > TIMEOUT {
+            let waited = t0.elapsed();
+            if waited > TIMEOUT {
                 return Err(fail(format!("no convergence within {TIMEOUT:?}")));
             }
-            std::thread::sleep(POLL);
+            std::thread::sleep((waited / 50).clamp(POLL_MIN, POLL_MAX));
         }
     }
 }

@@ -126,8 +126,9 @@ fn count_messages(metrics: &felix_actors::Metrics, payloads: &[Payload]) {
     }
 }
 
-/// Starts the interface monitor for `cfg`, poking `addr` on changes.
-fn start_monitor(
+/// Starts the interface monitor for `cfg`, poking `addr` on changes (also used by
+/// `felix bench dataplane`, so its in-process dataplane is the daemon's).
+pub(crate) fn start_monitor(
     cfg: &Config,
     state: InterfaceState,
     seam: Seam,

@@ -286,10 +286,21 @@ pub fn run(opts: DriverOptions) -> Result<(), DaemonError> {
     let mut next_status = None;
     let mut last_tick = felix_actors::clock::real_now();
     let outcome: Result<(), DaemonError> = loop {
+        // A stop signal whose message did not fit in the full input channel.
+        if signals::received() {
+            tracing::info!("stopping on a signal; kernel state left in place");
+            break Ok(());
+        }
         // Send what accumulated once the previous batch was taken.
         if !pending.is_empty() && inflight.get() == 0 {
             let msgs = std::mem::take(&mut pending);
             let (payloads, in_sync) = super::messages::to_dataplane(&mut view.lock(), msgs, true);
+            if in_sync && !got_in_sync {
+                tracing::info!(
+                    read_ms = started.elapsed().as_secs_f64() * 1e3,
+                    "start of day read from felix; dataplane programming may begin"
+                );
+            }
             got_in_sync |= in_sync;
             dp.send(Batch {
                 payloads,

@@ -345,7 +345,7 @@ impl StatusSinks {
 /// batch; the guard goes once the batch is on the pipe. The first `ConfigUpdate` is replaced
 /// by `first` (every layer); later ones get the datastore layers of the update merged into
 /// the local layers of `first`.
-fn write_batches(to: std::fs::File, rx: mpsc::Receiver<Batch>, first: pb::ConfigUpdate) {
+fn write_batches(to: impl std::io::Write, rx: mpsc::Receiver<Batch>, first: pb::ConfigUpdate) {
     let mut w = SeqWriter::new(to);
     let local: Vec<(u32, pb::RawConfig)> = first
         .source_to_raw_config
@@ -510,6 +510,42 @@ fn merged_status(
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_batch_holds_its_in_flight_slot_until_it_is_on_the_pipe() {
+        use std::io::Read;
+        let (mut reader, writer) = std::io::pipe().expect("pipe");
+        let (tx, rx) = mpsc::channel::<Batch>();
+        let first = full_config_update(&Config::default());
+        let w = std::thread::spawn(move || write_batches(writer, rx, first));
+        let inflight = super::super::calc_loop::Inflight::new();
+        // Far more than a pipe buffer (64 KiB): the writer blocks until it is read.
+        let big = Payload::IpsetUpdate(pb::IpSetUpdate {
+            id: "s:big".into(),
+            members: (0..50_000).map(|i| format!("10.{}.{}.1", i / 256, i % 256)).collect(),
+            r#type: 0,
+        });
+        tx.send(Batch {
+            payloads: vec![Payload::ConfigUpdate(pb::ConfigUpdate::default()), big],
+            in_sync: true,
+            guard: inflight.acquire(),
+        })
+        .expect("send");
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(inflight.get(), 1, "a slow reader keeps the batch in flight");
+        drop(tx);
+        let mut bytes = Vec::new();
+        reader.read_to_end(&mut bytes).expect("read");
+        w.join().expect("writer");
+        assert_eq!(inflight.get(), 0, "released once written");
+        let (msgs, err) =
+            crate::dataplane::external::frame::decode_all::<pb::ToDataplane>(&bytes);
+        assert!(err.is_none(), "{err:?}");
+        let seqs: Vec<u64> = msgs.iter().map(|m| m.sequence_number).collect();
+        assert_eq!(seqs, vec![0, 1, 2]);
+        assert!(matches!(msgs[0].payload, Some(Payload::ConfigUpdate(_))));
+        assert!(matches!(msgs[2].payload, Some(Payload::InSync(_))));
+    }
 
     #[test]
     fn the_config_update_carries_every_layer_with_upstreams_numbers() {

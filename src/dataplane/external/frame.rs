@@ -366,4 +366,30 @@ mod tests {
         assert_eq!(ok, vec![msg(1)]);
         assert!(e.is_some());
     }
+
+    proptest::proptest! {
+        /// Whatever the bytes (valid frames cut, flipped or padded anywhere), the reader
+        /// returns messages and at most one error, and every message it accepts survives a
+        /// re-encode unchanged (the CI-sized twin of the `frame_decode` fuzz target).
+        #[test]
+        fn any_bytes_give_messages_or_one_error_never_a_panic(
+            seqs in proptest::collection::vec(0u64..1000, 0..4),
+            cut in 0usize..200,
+            flips in proptest::collection::vec((0usize..200, 0u8..=255), 0..4),
+            tail in proptest::collection::vec(0u8..=255, 0..16),
+        ) {
+            let mut bytes = frames(&seqs.iter().map(|s| msg(*s)).collect::<Vec<_>>());
+            bytes.truncate(bytes.len().saturating_sub(cut % 8));
+            for (at, b) in flips {
+                if let Some(x) = bytes.get_mut(at) {
+                    *x ^= b;
+                }
+            }
+            bytes.extend(tail);
+            let (ok, _err) = decode_all::<ToDataplane>(&bytes);
+            let again = frames(&ok);
+            proptest::prop_assert_eq!(decode_all::<ToDataplane>(&again).0, ok);
+            let _ = decode_all::<FromDataplane>(&bytes);
+        }
+    }
 }

@@ -208,6 +208,9 @@ impl Runner {
     }
 }
 
+/// The seam operations of the monitor: the subscription, the full dump and each event.
+pub const OPS: [&str; 3] = ["subscribe", "dump", "event"];
+
 impl InterfaceMonitor {
     /// Starts the monitor thread reading `source` into `state`; `notify` is
     /// called after every batch of events (or resync) that changed it.
@@ -221,6 +224,8 @@ impl InterfaceMonitor {
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         BatchSizes::declare(seam.shared().metrics());
+        // Its operations are fault targets from the start (not only once first used).
+        seam.declare_ops(&OPS);
         let runner = Runner {
             source,
             state,
