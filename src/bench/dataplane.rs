@@ -807,7 +807,7 @@ fn bpf_op_delta(before: &BpfOpTotals, after: &BpfOpTotals) -> Vec<(String, u64, 
 // The supervisor, as `felix run` builds it.
 
 /// Time to convergence, applies it took, time per apply step.
-type Converged = (Duration, u64, Vec<(String, Duration)>);
+pub(super) type Converged = (Duration, u64, Vec<(String, Duration)>);
 
 pub(super) struct Running {
     addr: Addr<Supervisor<Payload>>,
@@ -831,9 +831,8 @@ impl Running {
         let monitor_cfg = cfg.clone();
         let cfg = cfg.clone();
         let excl = cfg.clone();
-        let ifaces = crate::dataplane::ifacemon::InterfaceState::new(move |n| {
-            excl.is_excluded_iface(n)
-        });
+        let ifaces =
+            crate::dataplane::ifacemon::InterfaceState::new(move |n| excl.is_excluded_iface(n));
         let wiring_ifaces = ifaces.clone();
         let fatal: Arc<Mutex<Option<String>>> = Arc::default();
         let fatal_slot = fatal.clone();

@@ -17,7 +17,7 @@ use felix_config::Config;
 use felix_proto::to_dataplane::Payload;
 use serde_json::Value;
 
-use super::dataplane::BenchError;
+use super::dataplane::{BenchError, Converged};
 use crate::dataplane::external::child;
 use crate::dataplane::external::frame::SeqWriter;
 use crate::dataplane::external::proxy::DRIVER_SOCKET_ENV;
@@ -82,9 +82,13 @@ impl PipeRunning {
 
     /// The driver's apply steps of the applies after the `before`-th, summed by step.
     fn steps(&self, before: u64) -> Vec<(String, Duration)> {
-        let Ok((200, _, body)) =
-            request_blocking(&self.socket, "GET", "/timings", None, Duration::from_secs(5))
-        else {
+        let Ok((200, _, body)) = request_blocking(
+            &self.socket,
+            "GET",
+            "/timings",
+            None,
+            Duration::from_secs(5),
+        ) else {
             return Vec::new();
         };
         let t: Value = serde_json::from_str(&body).unwrap_or_default();
@@ -108,7 +112,7 @@ impl PipeRunning {
         &self,
         payloads: Vec<Payload>,
         in_sync: bool,
-    ) -> Result<(Duration, u64, Vec<(String, Duration)>), BenchError> {
+    ) -> Result<Converged, BenchError> {
         let before = self
             .status()
             .and_then(|s| s["applies"].as_u64())

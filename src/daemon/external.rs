@@ -522,7 +522,9 @@ mod tests {
         // Far more than a pipe buffer (64 KiB): the writer blocks until it is read.
         let big = Payload::IpsetUpdate(pb::IpSetUpdate {
             id: "s:big".into(),
-            members: (0..50_000).map(|i| format!("10.{}.{}.1", i / 256, i % 256)).collect(),
+            members: (0..50_000)
+                .map(|i| format!("10.{}.{}.1", i / 256, i % 256))
+                .collect(),
             r#type: 0,
         });
         tx.send(Batch {
@@ -538,8 +540,7 @@ mod tests {
         reader.read_to_end(&mut bytes).expect("read");
         w.join().expect("writer");
         assert_eq!(inflight.get(), 0, "released once written");
-        let (msgs, err) =
-            crate::dataplane::external::frame::decode_all::<pb::ToDataplane>(&bytes);
+        let (msgs, err) = crate::dataplane::external::frame::decode_all::<pb::ToDataplane>(&bytes);
         assert!(err.is_none(), "{err:?}");
         let seqs: Vec<u64> = msgs.iter().map(|m| m.sequence_number).collect();
         assert_eq!(seqs, vec![0, 1, 2]);
