@@ -256,10 +256,11 @@ impl External {
     /// Stops the driver: end of its input, SIGTERM, SIGKILL after [`KILL_AFTER`]; waits up
     /// to `timeout` in all. Returns whether it exited.
     pub fn stop(mut self, timeout: Duration) -> bool {
+        // The writer ends once the queue is closed and its last batch is written, closing
+        // the driver's input. It is not joined: a driver that does not read would block it
+        // until the signals below end the driver (its write then fails).
         drop(self.tx.take());
-        if let Some(w) = self.writer.take() {
-            let _ = w.join();
-        }
+        drop(self.writer.take());
         let clock = felix_actors::clock::real_now;
         let start = clock();
         let mut termed = false;

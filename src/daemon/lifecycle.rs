@@ -39,6 +39,8 @@ use crate::datastore::{FileSyncer, FileSyncerConfig};
 /// The calc-graph reporter counts as not live after this long without a
 /// report.
 const CALC_LIVENESS_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long felix waits after its external dataplane driver died before it exits.
+const DRIVER_EXIT_PAUSE: Duration = Duration::from_secs(2);
 /// How long shutdown waits for the dataplane thread.
 const DATAPLANE_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -327,7 +329,13 @@ pub fn run(opts: RunOptions) -> Result<Stop, DaemonError> {
         match ctl {
             Control::Signal(s) => break Outcome::Signal(s),
             Control::Fatal(f) => break Outcome::Fatal(RuntimeError::DataplaneFatal(f)),
-            Control::Driver(e) => break Outcome::Fatal(RuntimeError::Driver(e.to_string())),
+            Control::Driver(e) => {
+                // As upstream: a pause before exiting, so a driver that dies at once does
+                // not make felix and its supervisor restart in a tight loop.
+                tracing::error!("{e}; felix exits in {DRIVER_EXIT_PAUSE:?}");
+                std::thread::sleep(DRIVER_EXIT_PAUSE);
+                break Outcome::Fatal(RuntimeError::Driver(e.to_string()));
+            }
             Control::DebugPanic(d) => {
                 tracing::error!(after = ?d, "DebugPanicAfter elapsed: felix stops with an error, as configured");
                 break Outcome::Fatal(RuntimeError::DebugPanicAfter(d));
