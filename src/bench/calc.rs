@@ -618,6 +618,16 @@ pub fn run(workload: &str) -> anyhow::Result<CalcReport> {
     })
 }
 
+/// Workload (a)'s input in upstream's order (tag policies, namespace profiles, remote then
+/// local endpoints), one update at a time, for writing it as resource files.
+pub(super) fn for_each_workload_a_update(mut f: impl FnMut(Update)) {
+    let mut g = Gen::new();
+    tag_policies(10_000).for_each(&mut f);
+    namespace_profiles(NUM_NAMESPACES).for_each(&mut f);
+    endpoint_updates(&mut g, 250_000, "remotehost").for_each(&mut f);
+    endpoint_updates(&mut g, 200, "localhost").for_each(&mut f);
+}
+
 /// One churn update: a random endpoint of workload (a) gets fresh labels
 /// (its address and profile unchanged).
 fn churn_update(g: &mut Gen) -> Update {

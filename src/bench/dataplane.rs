@@ -128,6 +128,23 @@ pub struct Sizes {
     pub apps: usize,
 }
 
+impl Sizes {
+    /// The command-line arguments that give these sizes to a child `felix bench`.
+    pub(super) fn to_args(self) -> Vec<String> {
+        [
+            ("--workloads", self.workloads),
+            ("--policies", self.policies),
+            ("--rules", self.rules),
+            ("--ip-sets", self.ip_sets),
+            ("--members", self.members),
+            ("--apps", self.apps),
+        ]
+        .iter()
+        .flat_map(|(flag, n)| [flag.to_string(), n.to_string()])
+        .collect()
+    }
+}
+
 /// The name prefix of every namespace the benchmark creates
 /// (`felix-bench-dp-<pid>-<backend>-<a|b>`): [`netns::sweep_stale`] deletes
 /// those of processes that no longer exist, and nothing else.
@@ -610,7 +627,7 @@ pub(super) fn profile(i: usize) -> Update {
 }
 
 /// The start-of-day input, in the order a syncer would deliver it.
-fn start_of_day_input(sizes: &Sizes) -> Vec<Update> {
+pub(super) fn start_of_day_input(sizes: &Sizes) -> Vec<Update> {
     let mut v = Vec::new();
     v.extend((0..NUM_PROFILES).map(profile));
     v.extend((0..sizes.ip_sets).map(|k| network_set(k, sizes)));
@@ -1036,7 +1053,7 @@ pub(super) fn config_with(extra: &[(&str, &str)]) -> Result<Config, BenchError> 
     Ok(cfg)
 }
 
-fn create_veths(n: usize) -> Result<(), BenchError> {
+pub(super) fn create_veths(n: usize) -> Result<(), BenchError> {
     let mut script = String::new();
     for i in 0..n {
         let (a, b) = (iface(i), peer(i));
@@ -1133,7 +1150,7 @@ fn bpf_raw_what(fig: &Figure) -> String {
 
 /// Rules in `nft list ruleset` output: lines inside a chain block that are
 /// not the chain's `type ... hook` or `policy` line.
-fn nft_rule_count(listing: &str) -> usize {
+pub(super) fn nft_rule_count(listing: &str) -> usize {
     let mut in_chain = false;
     let mut n = 0;
     for l in listing.lines().map(str::trim) {
@@ -1323,12 +1340,7 @@ pub fn run_outer(backends: &[Backend], sizes: &Sizes, pipe: bool) -> anyhow::Res
         }
         let mut child = cmd
             .args(["--replay-netns", replay.name()])
-            .args(["--workloads", &sizes.workloads.to_string()])
-            .args(["--policies", &sizes.policies.to_string()])
-            .args(["--rules", &sizes.rules.to_string()])
-            .args(["--ip-sets", &sizes.ip_sets.to_string()])
-            .args(["--members", &sizes.members.to_string()])
-            .args(["--apps", &sizes.apps.to_string()])
+            .args(sizes.to_args())
             .stdout(std::process::Stdio::piped())
             .spawn()?;
         let mut row = None;

@@ -7,8 +7,10 @@ pub mod bpf_path;
 pub mod calc;
 pub mod dataplane;
 pub mod pipe;
+pub mod pipeline;
 pub mod routes;
 pub mod traffic;
+pub mod v3files;
 
 /// Peak resident set size of this process, in MiB (`VmHWM`).
 pub fn peak_rss_mib() -> f64 {

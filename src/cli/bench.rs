@@ -91,6 +91,35 @@ pub(crate) enum BenchWhat {
         #[command(flatten)]
         sizes: bench::traffic::TrafficSizes,
     },
+    /// The whole pipeline from resource files to the kernel (issue 25), as a user runs
+    /// felix, beside its stages alone: `felix calc` of upstream's 250,000-endpoint workload
+    /// written in each document style (wall, peak RSS); `felix run` start of day from process
+    /// start to a settled dataplane, beside the raw tools loading the same ruleset; one
+    /// changed policy from the file's rename to the kernel. Needs root, `ip` and the modes'
+    /// tools for the `felix run` part.
+    Pipeline {
+        /// Document style of the `felix calc` figure (repeatable; default: all three).
+        #[arg(long, value_enum)]
+        style: Vec<bench::v3files::Style>,
+        /// Skip the `felix calc` figure.
+        #[arg(long)]
+        no_calc: bool,
+        /// Dataplane mode of the `felix run` figures (repeatable; default: nftables and
+        /// iptables-nft).
+        #[arg(long, value_enum)]
+        mode: Vec<bench::pipeline::Mode>,
+        /// Skip the `felix run` figures.
+        #[arg(long)]
+        no_run: bool,
+        /// Policy changes timed per mode.
+        #[arg(long, default_value_t = 9)]
+        changes: usize,
+        /// Skip the stage-alone benchmarks (`bench calc --workload a`, `bench dataplane`).
+        #[arg(long)]
+        no_stages: bool,
+        #[command(flatten)]
+        sizes: bench::dataplane::Sizes,
+    },
 }
 
 /// Runs `felix bench`.
@@ -136,6 +165,36 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             let r = crate::datastore::bench::run_load_bench(&dir)?;
             println!("{r}");
             Ok(())
+        }
+        BenchWhat::Pipeline {
+            style,
+            no_calc,
+            mode,
+            no_run,
+            changes,
+            no_stages,
+            sizes,
+        } => {
+            use bench::pipeline::{Mode, Options};
+            use bench::v3files::Style;
+            let styles = match (no_calc, style.is_empty()) {
+                (true, _) => Vec::new(),
+                (false, true) => vec![Style::Yaml, Style::JsonDocs, Style::JsonList],
+                (false, false) => style,
+            };
+            let modes = match (no_run, mode.is_empty()) {
+                (true, _) => Vec::new(),
+                (false, true) => vec![Mode::Nftables, Mode::IptablesNft],
+                (false, false) => mode,
+            };
+            let opts = Options {
+                styles,
+                modes,
+                sizes,
+                changes,
+                stages: !no_stages,
+            };
+            bench::pipeline::run(&opts).map_err(CliError::Runtime)
         }
         BenchWhat::Routes { sizes } => {
             let r = bench::routes::run(&sizes).map_err(CliError::Runtime)?;

@@ -24,10 +24,13 @@
 //! Linux, recursive) are a latency optimisation; correctness rests on the
 //! periodic full rescan ([`FileSyncerConfig::rescan_interval`], default
 //! [`DEFAULT_RESCAN_INTERVAL`] = 30 s), which catches anything a lost or
-//! overflowed notification missed.  Notifications are debounced: after the
-//! first event the syncer waits until [`FileSyncerConfig::debounce`]
-//! (default 50 ms) has passed without another, at most ten times that, then
-//! handles the paths named.  A path naming a datastore file is re-read;
+//! overflowed notification missed.  Notifications are debounced on the
+//! leading edge ([`Debounce`]): an isolated change whose writes are complete
+//! (the file was closed after writing, renamed into place or removed) is
+//! handled at once; the notifications that follow within
+//! [`FileSyncerConfig::debounce`] (default 50 ms) of a handling, and any
+//! write still open, are coalesced until the debounce period has passed
+//! without another, at most ten times that.  A path naming a datastore file is re-read;
 //! anything else that is (or was) a directory triggers a full rescan, so
 //! directory renames and Kubernetes-style `..data` symlink swaps are seen.
 //! Editor and `kubectl` style atomic replacement (write a temporary file,
@@ -71,6 +74,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use notify::{EventKind, RecursiveMode, Watcher};
 
+use super::chunks::{self, FileChunks};
 use super::emit::{self, Stopped};
 use super::merge::{Merger, RelPath};
 use super::source::{self, Fingerprint};
@@ -204,6 +208,8 @@ struct Tracked {
     hash: Option<u64>,
     /// When it was read (seconds since the epoch).
     read_at: i64,
+    /// Its documents' digests, for re-decoding only what changed (see [`chunks`]).
+    chunks: FileChunks,
 }
 
 /// Notifications received but not handled yet.
@@ -211,8 +217,80 @@ struct Tracked {
 struct Pending {
     paths: BTreeSet<PathBuf>,
     full: bool,
+    /// Paths written to (or created) with no close-after-write, rename or
+    /// removal seen since: their contents may still be incomplete.
+    open: BTreeSet<PathBuf>,
     first: Option<Instant>,
     last: Option<Instant>,
+}
+
+/// What a notification says about the state of the writes it reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Completion {
+    /// The paths' contents are final for now: closed after writing,
+    /// renamed, removed, a directory or symlink created, metadata changed.
+    Complete,
+    /// A write or creation that a later close-after-write will finish.
+    InProgress,
+    /// Says nothing either way (an open or a read): ignored.
+    Irrelevant,
+}
+
+/// Classifies a notification (see [`Completion`]); `is_link_or_dir` is
+/// asked only for creations.
+fn completion(kind: &EventKind, is_link_or_dir: impl Fn() -> bool) -> Completion {
+    use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => Completion::Complete,
+        EventKind::Access(_) => Completion::Irrelevant,
+        EventKind::Create(CreateKind::Folder) => Completion::Complete,
+        EventKind::Create(_) if is_link_or_dir() => Completion::Complete,
+        EventKind::Create(_) => Completion::InProgress,
+        EventKind::Modify(ModifyKind::Name(_) | ModifyKind::Metadata(_)) => Completion::Complete,
+        EventKind::Remove(_) => Completion::Complete,
+        EventKind::Modify(_) | EventKind::Any | EventKind::Other => Completion::InProgress,
+    }
+}
+
+/// The leading-edge debounce of notifications.
+///
+/// Invariants:
+/// * **An isolated complete change waits for nothing**: when no write is
+///   open and no handling happened within the last `quiet` period, the
+///   pending paths are due at once.
+/// * **A burst is coalesced**: notifications within `quiet` of the last
+///   handling, or with a write still open, are due when `quiet` has passed
+///   since the last of them, and never later than `10 * quiet` after the
+///   first (a writer that keeps changing files cannot starve the syncer).
+#[derive(Debug, Clone, Copy)]
+struct Debounce {
+    quiet: Duration,
+    /// End of the burst window opened by the last handling.
+    burst_until: Option<Instant>,
+}
+
+impl Debounce {
+    fn new(quiet: Duration) -> Self {
+        Debounce {
+            quiet,
+            burst_until: None,
+        }
+    }
+
+    /// When `pending` is to be handled (`None`: nothing pending).
+    fn due(&self, pending: &Pending) -> Option<Instant> {
+        let (first, last) = (pending.first?, pending.last?);
+        let in_burst = self.burst_until.is_some_and(|until| first < until);
+        if pending.open.is_empty() && !in_burst {
+            return Some(first);
+        }
+        Some((last + self.quiet).min(first + self.quiet * 10))
+    }
+
+    /// Records that pending notifications were handled at `now`.
+    fn handled(&mut self, now: Instant) {
+        self.burst_until = Some(now + self.quiet);
+    }
 }
 
 struct Worker {
@@ -250,22 +328,18 @@ impl Worker {
 
         let mut pending = Pending::default();
         let mut next_rescan = felix_actors::clock::real_now() + self.config.rescan_interval;
-        let max_delay = self.config.debounce * 10;
+        let mut debounce = Debounce::new(self.config.debounce);
         loop {
             if self.stop.load(Ordering::SeqCst) {
                 return Err(Stopped);
             }
             let now = felix_actors::clock::real_now();
-            let debounce_due = match (pending.first, pending.last) {
-                (Some(first), Some(last)) => {
-                    Some((last + self.config.debounce).min(first + max_delay))
-                }
-                _ => None,
-            };
+            let debounce_due = debounce.due(&pending);
             if debounce_due.is_some_and(|due| now >= due) {
                 let handled = std::mem::take(&mut pending);
                 self.handle_pending(handled)?;
                 self.flush()?;
+                debounce.handled(felix_actors::clock::real_now());
                 continue;
             }
             if now >= next_rescan {
@@ -337,16 +411,32 @@ impl Worker {
             Msg::Fs(event) => event,
         };
         match event {
-            Ok(event) => {
-                if matches!(event.kind, EventKind::Access(_))
-                    && !matches!(
-                        event.kind,
-                        EventKind::Access(notify::event::AccessKind::Close(
-                            notify::event::AccessMode::Write
-                        ))
-                    )
-                {
-                    return Ok(());
+            Ok(mut event) => {
+                // A file no reload or rescan would look at (a hidden or temporary file,
+                // say an editor's or a `write, then rename` tool's) is no change: it must
+                // not open a burst window that delays the rename that follows it.
+                if !event.need_rescan() {
+                    event
+                        .paths
+                        .retain(|p| !matches!(self.classify(p), PathAction::Ignore));
+                    if event.paths.is_empty() {
+                        return Ok(());
+                    }
+                }
+                let link_or_dir = || {
+                    event.paths.iter().all(|p| {
+                        fs::symlink_metadata(p)
+                            .is_ok_and(|m| m.file_type().is_symlink() || m.is_dir())
+                    })
+                };
+                match completion(&event.kind, link_or_dir) {
+                    Completion::Irrelevant => return Ok(()),
+                    Completion::Complete => {
+                        for p in &event.paths {
+                            pending.open.remove(p);
+                        }
+                    }
+                    Completion::InProgress => pending.open.extend(event.paths.iter().cloned()),
                 }
                 if event.need_rescan() {
                     pending.full = true;
@@ -356,6 +446,8 @@ impl Worker {
             Err(e) => {
                 tracing::warn!("file notification error, rescanning: {e}");
                 pending.full = true;
+                // Events were lost: give the writers a quiet period.
+                pending.open.insert(self.root.clone());
             }
         }
         let now = felix_actors::clock::real_now();
@@ -492,44 +584,55 @@ impl Worker {
                 if known != Some(fingerprint) {
                     tracing::error!(file = %abs.display(), "cannot read file, keeping its last good resources: {e}");
                 }
+                let chunks = self
+                    .tracked
+                    .remove(rel)
+                    .map(|t| t.chunks)
+                    .unwrap_or_default();
                 self.tracked.insert(
                     rel.clone(),
                     Tracked {
                         fingerprint,
                         hash: None,
                         read_at,
+                        chunks,
                     },
                 );
                 return;
             }
         };
         let hash = source::content_hash(&bytes);
-        let unchanged = self.tracked.get(rel).is_some_and(|t| t.hash == Some(hash));
+        let previous = self.tracked.remove(rel);
+        let unchanged = previous.as_ref().is_some_and(|t| t.hash == Some(hash));
+        let mut chunks = previous.map(|t| t.chunks).unwrap_or_default();
+        if !unchanged {
+            let origin = self.config.dir.join(rel.as_path()).display().to_string();
+            let format = walk::format_for(rel.as_path());
+            let prev = Some((&chunks, self.merger.docs(rel)));
+            match chunks::decode_reusing(&bytes, &origin, format, prev) {
+                Ok((decoded, new_chunks)) => {
+                    chunks = new_chunks;
+                    for message in &decoded.invalid {
+                        tracing::error!("{message}");
+                    }
+                    for message in self.merger.replace_file(rel, Some(decoded.docs)) {
+                        tracing::error!("{message}");
+                    }
+                }
+                Err(message) => {
+                    tracing::error!("{message} (keeping the file's last good contents)");
+                }
+            }
+        }
         self.tracked.insert(
             rel.clone(),
             Tracked {
                 fingerprint,
                 hash: Some(hash),
                 read_at,
+                chunks,
             },
         );
-        if unchanged {
-            return;
-        }
-        let origin = self.config.dir.join(rel.as_path()).display().to_string();
-        match source::decode(&bytes, &origin, walk::format_for(rel.as_path())) {
-            Ok(decoded) => {
-                for message in &decoded.invalid {
-                    tracing::error!("{message}");
-                }
-                for message in self.merger.replace_file(rel, Some(decoded.docs)) {
-                    tracing::error!("{message}");
-                }
-            }
-            Err(message) => {
-                tracing::error!("{message} (keeping the file's last good contents)");
-            }
-        }
     }
 
     /// The file is gone: its resources go (unless a duplicate takes over).
@@ -1048,5 +1151,139 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(syncer.is_finished());
+    }
+
+    /// A pending set recorded at `first`..`last`, with `open` open writes.
+    fn pending_at(first: Instant, last: Instant, open: bool) -> Pending {
+        let mut p = Pending {
+            first: Some(first),
+            last: Some(last),
+            ..Pending::default()
+        };
+        p.paths.insert(PathBuf::from("/d/a.yaml"));
+        if open {
+            p.open.insert(PathBuf::from("/d/a.yaml"));
+        }
+        p
+    }
+
+    #[test]
+    fn an_isolated_complete_change_waits_for_nothing() {
+        let d = Debounce::new(Duration::from_millis(50));
+        let t0 = felix_actors::clock::real_now();
+        assert_eq!(d.due(&Pending::default()), None);
+        assert_eq!(d.due(&pending_at(t0, t0, false)), Some(t0));
+        // Long after an earlier handling, still the leading edge.
+        let mut d = d;
+        d.handled(t0);
+        let later = t0 + Duration::from_millis(51);
+        assert_eq!(d.due(&pending_at(later, later, false)), Some(later));
+    }
+
+    #[test]
+    fn a_burst_is_coalesced_after_a_leading_edge_handling() {
+        let q = Duration::from_millis(50);
+        let mut d = Debounce::new(q);
+        let t0 = felix_actors::clock::real_now();
+        d.handled(t0);
+        let first = t0 + Duration::from_millis(10);
+        let last = first + Duration::from_millis(30);
+        assert_eq!(d.due(&pending_at(first, last, false)), Some(last + q));
+        // A writer that never pauses is handled by ten quiet periods.
+        let last = first + Duration::from_secs(5);
+        assert_eq!(d.due(&pending_at(first, last, false)), Some(first + q * 10));
+    }
+
+    #[test]
+    fn an_open_write_waits_for_its_close_or_the_quiet_period() {
+        let q = Duration::from_millis(50);
+        let d = Debounce::new(q);
+        let t0 = felix_actors::clock::real_now();
+        assert_eq!(d.due(&pending_at(t0, t0, true)), Some(t0 + q));
+    }
+
+    #[test]
+    fn notifications_are_classified_by_whether_the_write_is_finished() {
+        use notify::event::{
+            AccessKind, AccessMode, CreateKind, DataChange, MetadataKind, ModifyKind, RemoveKind,
+            RenameMode,
+        };
+        let no = || false;
+        let yes = || true;
+        let close = EventKind::Access(AccessKind::Close(AccessMode::Write));
+        assert_eq!(completion(&close, no), Completion::Complete);
+        let open = EventKind::Access(AccessKind::Open(AccessMode::Any));
+        assert_eq!(completion(&open, no), Completion::Irrelevant);
+        let data = EventKind::Modify(ModifyKind::Data(DataChange::Any));
+        assert_eq!(completion(&data, no), Completion::InProgress);
+        let create = EventKind::Create(CreateKind::File);
+        assert_eq!(completion(&create, no), Completion::InProgress);
+        assert_eq!(completion(&create, yes), Completion::Complete, "symlink");
+        let mkdir = EventKind::Create(CreateKind::Folder);
+        assert_eq!(completion(&mkdir, no), Completion::Complete);
+        let rename = EventKind::Modify(ModifyKind::Name(RenameMode::To));
+        assert_eq!(completion(&rename, no), Completion::Complete);
+        let attrib = EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any));
+        assert_eq!(completion(&attrib, no), Completion::Complete);
+        let remove = EventKind::Remove(RemoveKind::File);
+        assert_eq!(completion(&remove, no), Completion::Complete);
+        assert_eq!(completion(&EventKind::Any, no), Completion::InProgress);
+    }
+
+    #[test]
+    fn an_isolated_write_is_handled_without_the_debounce_period() {
+        let dir = tempfile::tempdir().unwrap();
+        // A quiet period far longer than the wait: only the leading edge
+        // can deliver the change in time.
+        let (_syncer, mut c) = start(dir.path(), |cfg| {
+            cfg.debounce = Duration::from_secs(120);
+            cfg.rescan_interval = Duration::from_secs(600);
+        });
+        c.wait_in_sync();
+        fs::write(dir.path().join("a.yaml"), tier("alpha", 1)).unwrap();
+        assert!(c.wait_until(|c| c.tier_order("alpha") == Some(1.0)));
+        // A second change right after the first falls in its burst window
+        // and is held for the quiet period.
+        atomic_write(&dir.path().join("b.yaml"), &tier("beta", 2));
+        c.drain_for(Duration::from_millis(200));
+        assert!(!c.has_tier("beta"), "a change in a burst is coalesced");
+    }
+
+    #[test]
+    fn a_temporary_file_written_before_a_rename_does_not_delay_the_rename() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_syncer, mut c) = start(dir.path(), |cfg| {
+            cfg.debounce = Duration::from_secs(120);
+            cfg.rescan_interval = Duration::from_secs(600);
+        });
+        c.wait_in_sync();
+        let tmp = dir.path().join(".a.yaml.tmp");
+        fs::write(&tmp, tier("alpha", 1)).unwrap();
+        // Let the syncer see the temporary file's events on their own first.
+        c.drain_for(Duration::from_millis(200));
+        fs::rename(&tmp, dir.path().join("a.yaml")).unwrap();
+        assert!(c.wait_until(|c| c.tier_order("alpha") == Some(1.0)));
+    }
+
+    #[test]
+    fn a_file_still_open_for_writing_is_not_read_until_closed() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let (_syncer, mut c) = start(dir.path(), |cfg| {
+            cfg.debounce = Duration::from_secs(120);
+            cfg.rescan_interval = Duration::from_secs(600);
+        });
+        c.wait_in_sync();
+        let path = dir.path().join("a.yaml");
+        let mut f = fs::File::create(&path).unwrap();
+        let text = tier("alpha", 1);
+        let (head, tail) = text.split_at(text.len() / 2);
+        f.write_all(head.as_bytes()).unwrap();
+        f.flush().unwrap();
+        c.drain_for(Duration::from_millis(300));
+        assert!(c.state.is_empty(), "half a file was read: {:?}", c.state);
+        f.write_all(tail.as_bytes()).unwrap();
+        drop(f);
+        assert!(c.wait_until(|c| c.tier_order("alpha") == Some(1.0)));
     }
 }

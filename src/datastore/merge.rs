@@ -136,6 +136,11 @@ impl Merger {
         }
     }
 
+    /// The documents last stored for `path` (empty if none).
+    pub(crate) fn docs(&self, path: &RelPath) -> &[Doc] {
+        self.files.get(path).map_or(&[], Vec::as_slice)
+    }
+
     /// Number of keys that may have changed since the last
     /// [`Merger::take_updates`].
     pub(crate) fn dirty_len(&self) -> usize {

@@ -45,6 +45,7 @@ pub mod etcd;
 pub mod file;
 pub mod snapshot;
 
+mod chunks;
 mod emit;
 mod merge;
 mod source;

@@ -56,12 +56,23 @@ pub(crate) struct Decoded {
 /// Decodes the bytes of one file.  `Err` is a file-level error (the file
 /// does not parse), rendered as one line naming file, line and reason.
 pub(crate) fn decode(bytes: &[u8], origin: &str, format: Format) -> Result<Decoded, String> {
+    decode_at(bytes, origin, format, 0)
+}
+
+/// [`decode`] for a part of a file that has `lines_before` lines before it: the documents'
+/// lines, and the lines messages name, are the file's.
+pub(crate) fn decode_at(
+    bytes: &[u8],
+    origin: &str,
+    format: Format,
+    lines_before: usize,
+) -> Result<Decoded, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| {
         let line = 1 + bytes[..e.valid_up_to()]
             .iter()
             .filter(|b| **b == b'\n')
             .count();
-        format!("{origin}:{line}: file is not valid UTF-8")
+        format!("{origin}:{}: file is not valid UTF-8", line + lines_before)
     })?;
     let decoded = catch_unwind(AssertUnwindSafe(|| {
         resources::decode_documents(text, origin, format)
@@ -72,14 +83,15 @@ pub(crate) fn decode(bytes: &[u8], origin: &str, format: Format) -> Result<Decod
     let docs = decoded
         .into_iter()
         .map(|d| {
+            let line = d.line + lines_before;
             let result = d.result.map_err(|e| {
-                let message = format!("{origin}:{}: invalid {}: {e}", d.line, d.id);
+                let message = format!("{origin}:{line}: invalid {}: {e}", d.id);
                 invalid.push(message.clone());
                 message
             });
             Doc {
                 id: d.id,
-                line: d.line,
+                line,
                 result,
             }
         })

@@ -5,7 +5,11 @@
 //! `apiVersion`, `kind` and `metadata`, and when it reaches `spec` with the
 //! kind already known it deserializes the spec straight into the kind's
 //! struct.  Only when `spec` precedes `kind` is the spec buffered as a JSON
-//! value and decoded afterwards.
+//! value and decoded afterwards.  The members of a list (`items`, or a
+//! top-level JSON array) are read the same way, straight into typed
+//! documents; only when one of them does not decode is the list read again
+//! with its members as JSON values and decoded one by one, so that the
+//! error names the member.
 //!
 //! If the typed decode fails, the document is decoded again leniently
 //! (identity only).  If that also fails the text is malformed and the whole
@@ -80,14 +84,69 @@ enum Body {
     Buffered(serde_json::Value),
 }
 
-/// A document as read by the typed pass.
-#[derive(Default)]
-struct RawDoc {
+/// A document as read by the typed pass.  `I` is what a list's `items` are
+/// read as: JSON values decoded one by one afterwards ([`decode_items`], the
+/// path that attributes errors to members), or typed documents read
+/// directly ([`TypedItems`]).
+struct RawDoc<I = Vec<serde_json::Value>> {
     api_version: Option<String>,
     kind: Option<String>,
     metadata: Option<Metadata>,
     body: Option<Body>,
-    items: Option<Vec<serde_json::Value>>,
+    items: Option<I>,
+}
+
+impl<I> Default for RawDoc<I> {
+    fn default() -> Self {
+        RawDoc {
+            api_version: None,
+            kind: None,
+            metadata: None,
+            body: None,
+            items: None,
+        }
+    }
+}
+
+/// A document whose list members are JSON values.
+type ValueDoc = RawDoc<Vec<serde_json::Value>>;
+
+/// A list's members read straight into typed documents, without building a
+/// `serde_json::Value` for each first.  Only a list all of whose members
+/// decode gets this far (any failure sends the whole document to the
+/// [`decode_items`] path, which names the failing member); the members are
+/// then finished exactly as [`decode_items`] finishes members that decode.
+type TypedItems = Vec<RawDoc>;
+
+/// The members of a list document, finished into `out`.
+trait Members: Default {
+    fn finish_all(self, ctx: &Ctx<'_>, out: &mut Vec<Decoded>) -> Result<(), DecodeError>;
+}
+
+impl Members for Vec<serde_json::Value> {
+    fn finish_all(self, ctx: &Ctx<'_>, out: &mut Vec<Decoded>) -> Result<(), DecodeError> {
+        decode_items(&self, ctx, out)
+    }
+}
+
+impl Members for TypedItems {
+    fn finish_all(self, ctx: &Ctx<'_>, out: &mut Vec<Decoded>) -> Result<(), DecodeError> {
+        out.reserve(self.len());
+        for (i, doc) in self.into_iter().enumerate() {
+            if doc.items.is_some() {
+                return Err(nested_list(ctx, i));
+            }
+            finish(doc, ctx, out)?;
+        }
+        Ok(())
+    }
+}
+
+fn nested_list(ctx: &Ctx<'_>, i: usize) -> DecodeError {
+    ctx.err(
+        ctx.line,
+        format!("items[{i}]: nested lists are not supported"),
+    )
 }
 
 const TOP_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec", "status", "items"];
@@ -133,15 +192,15 @@ impl<'de> Deserialize<'de> for TopKey {
     }
 }
 
-impl<'de> Deserialize<'de> for RawDoc {
+impl<'de, I: Deserialize<'de> + Default> Deserialize<'de> for RawDoc<I> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawDoc;
+        struct V<I>(std::marker::PhantomData<I>);
+        impl<'de, I: Deserialize<'de> + Default> Visitor<'de> for V<I> {
+            type Value = RawDoc<I>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a resource (a mapping with apiVersion, kind, metadata and spec)")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawDoc, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawDoc<I>, A::Error> {
                 let mut doc = RawDoc::default();
                 while let Some(key) = map.next_key::<TopKey>()? {
                     match key {
@@ -171,7 +230,7 @@ impl<'de> Deserialize<'de> for RawDoc {
                 Ok(doc)
             }
         }
-        d.deserialize_map(V)
+        d.deserialize_map(V(std::marker::PhantomData))
     }
 }
 
@@ -363,15 +422,14 @@ fn decode_yaml_chunk<'a>(
     let fast = match reader {
         Some(reader) => reader
             .parse_lines(index.lines(chunk.lines.clone()))
-            .and_then(|tree| RawDoc::deserialize(tree.root()).ok()),
-        None => super::fastyaml::parse(chunk.text)
-            .and_then(|tree| RawDoc::deserialize(tree.root()).ok()),
+            .and_then(|tree| read_doc(|| tree.root()).ok()),
+        None => super::fastyaml::parse(chunk.text).and_then(|tree| read_doc(|| tree.root()).ok()),
     };
     if let Some(doc) = fast {
-        return finish(doc, ctx, out);
+        return doc.finish(ctx, out);
     }
-    match RawDoc::deserialize(serde_yaml_ng::Deserializer::from_str(chunk.text)) {
-        Ok(doc) => finish(doc, ctx, out),
+    match read_doc(|| serde_yaml_ng::Deserializer::from_str(chunk.text)) {
+        Ok(doc) => doc.finish(ctx, out),
         Err(typed_err) => {
             match Header::deserialize(serde_yaml_ng::Deserializer::from_str(chunk.text)) {
                 Err(syntax) => {
@@ -390,6 +448,36 @@ fn decode_yaml_chunk<'a>(
     }
 }
 
+/// A document read by the typed pass, with its list members (if any)
+/// either typed or, when some member does not decode, as JSON values.
+enum AnyDoc {
+    Typed(RawDoc<TypedItems>),
+    Values(ValueDoc),
+}
+
+impl AnyDoc {
+    fn finish(self, ctx: &Ctx<'_>, out: &mut Vec<Decoded>) -> Result<(), DecodeError> {
+        match self {
+            AnyDoc::Typed(doc) => finish(doc, ctx, out),
+            AnyDoc::Values(doc) => finish(doc, ctx, out),
+        }
+    }
+}
+
+/// Reads a document from the deserializers `de` makes (one per attempt):
+/// with typed list members first, and if that fails with members as JSON
+/// values, whose error is the one returned.  The two readings agree on
+/// every document without members; typed members read their fields in text
+/// order, as a document of its own does, while members read as values see
+/// them in key order (`serde_json`'s map), as members always did when one
+/// of them does not decode.
+fn read_doc<'de, D: Deserializer<'de>>(de: impl Fn() -> D) -> Result<AnyDoc, D::Error> {
+    match RawDoc::<TypedItems>::deserialize(de()) {
+        Ok(doc) => Ok(AnyDoc::Typed(doc)),
+        Err(_) => ValueDoc::deserialize(de()).map(AnyDoc::Values),
+    }
+}
+
 fn decode_json(text: &str, origin: &str, out: &mut Vec<Decoded>) -> Result<(), DecodeError> {
     let first = text.find(|c: char| !c.is_whitespace());
     let Some(first) = first else {
@@ -397,13 +485,28 @@ fn decode_json(text: &str, origin: &str, out: &mut Vec<Decoded>) -> Result<(), D
     };
     let line = text[..first].matches('\n').count() + 1;
     let ctx = Ctx { origin, line };
+    // Typed first: a list's members straight into typed documents.  Any
+    // failure (syntax, a member that does not decode) takes the path below,
+    // which reads the text again and attributes the error.
+    if text[first..].starts_with('[') {
+        if let Ok(items) = serde_json::from_str::<TypedItems>(text) {
+            return items.finish_all(&ctx, out);
+        }
+    } else {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let typed =
+            RawDoc::<TypedItems>::deserialize(&mut de).and_then(|doc| de.end().map(|()| doc));
+        if let Ok(doc) = typed {
+            return finish(doc, &ctx, out);
+        }
+    }
     if text[first..].starts_with('[') {
         let items: Vec<serde_json::Value> =
             serde_json::from_str(text).map_err(|e| ctx.err(e.line(), strip_json_location(&e)))?;
         return decode_items(&items, &ctx, out);
     }
     let mut de = serde_json::Deserializer::from_str(text);
-    let typed = RawDoc::deserialize(&mut de).and_then(|doc| de.end().map(|()| doc));
+    let typed = ValueDoc::deserialize(&mut de).and_then(|doc| de.end().map(|()| doc));
     match typed {
         Ok(doc) => finish(doc, &ctx, out),
         Err(typed_err) => {
@@ -434,13 +537,10 @@ fn decode_items(
     out: &mut Vec<Decoded>,
 ) -> Result<(), DecodeError> {
     for (i, item) in items.iter().enumerate() {
-        match RawDoc::deserialize(item) {
+        match ValueDoc::deserialize(item) {
             Ok(doc) => {
                 if doc.items.is_some() {
-                    return Err(ctx.err(
-                        ctx.line,
-                        format!("items[{i}]: nested lists are not supported"),
-                    ));
+                    return Err(nested_list(ctx, i));
                 }
                 finish(doc, ctx, out)?
             }
@@ -506,10 +606,13 @@ fn is_list_kind(kind: Option<&str>) -> bool {
     kind.is_some_and(|k| k == "List" || (k.ends_with("List") && k.len() > 4))
 }
 
-fn finish(doc: RawDoc, ctx: &Ctx<'_>, out: &mut Vec<Decoded>) -> Result<(), DecodeError> {
+fn finish<I: Members>(
+    doc: RawDoc<I>,
+    ctx: &Ctx<'_>,
+    out: &mut Vec<Decoded>,
+) -> Result<(), DecodeError> {
     if is_list_kind(doc.kind.as_deref()) || doc.items.is_some() {
-        let items = doc.items.unwrap_or_default();
-        return decode_items(&items, ctx, out);
+        return doc.items.unwrap_or_default().finish_all(ctx, out);
     }
     let mut meta = doc.metadata.unwrap_or_default();
     // The conversion reads the name and namespace from the id only.

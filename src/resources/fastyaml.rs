@@ -4,17 +4,21 @@
 //! `serde_yaml_ng` (libyaml underneath) reads a few MB/s; a datastore of
 //! 100,000 endpoints is 60 MB of YAML.  Nearly all of it uses a small subset:
 //! block mappings and sequences indented with spaces, one-line plain or
-//! quoted scalars, one-line flow collections and comments.  This module
-//! parses exactly that subset into a flat, borrowed tree ([`Tree`]) and offers a
-//! serde [`Deserializer`] over it.
+//! quoted scalars, one-line flow collections and comments; or documents
+//! that are each one flow collection over many lines, which is how JSON
+//! (pretty-printed or compact) reads as YAML.  This module parses exactly
+//! that subset into a flat, borrowed tree ([`Tree`]) and offers a serde
+//! [`Deserializer`] over it.
 //!
 //! Invariants (the reason this is safe to put in front of the real parser):
 //! * **Decline, never guess.**  [`parse`] returns `None` for anything outside
 //!   the subset (anchors, aliases, tags, block scalars, multi-line scalars,
-//!   tabs in indentation, directives, complex keys, duplicate keys, merge
-//!   keys, numbers in any form other than plain decimal ...).  The caller
-//!   then decodes the text with `serde_yaml_ng`, so the subset only has to be
-//!   *correct*, not complete.
+//!   tabs in indentation or in flow collections, comments inside flow
+//!   collections, directives, complex keys, duplicate keys, merge keys,
+//!   keys more than 1024 bytes from their colon, numbers in any form other
+//!   than plain decimal ...; the flow rules are listed on [`FlowParser`]).
+//!   The caller then decodes the text with `serde_yaml_ng`, so the subset
+//!   only has to be *correct*, not complete.
 //! * **Same values as `serde_yaml_ng`.**  For every text it accepts, a
 //!   successful deserialization through [`NodeRef`] yields the value
 //!   `serde_yaml_ng` would: plain scalars resolve as its YAML 1.2 core schema
@@ -211,13 +215,18 @@ impl<'a> Reader<'a> {
     /// without trailing blank lines), e.g. from a
     /// [`super::lines::LineIndex`] of the whole file.  The tree returned is
     /// valid until the next call.
-    pub(crate) fn parse_lines(
+    ///
+    /// A document whose first content line starts with `[` or `{` is read
+    /// as one flow collection over as many lines as it takes (see
+    /// [`FlowParser`]); any other is read as a block collection.
+    pub(crate) fn parse_lines<I: Iterator<Item = &'a str>>(
         &mut self,
-        raw_lines: impl Iterator<Item = &'a str>,
+        raw_lines: I,
     ) -> Option<&Tree<'a>> {
         self.lines.clear();
         self.tree.clear();
-        for (i, raw) in raw_lines.enumerate() {
+        let mut raw_lines = raw_lines.enumerate();
+        while let Some((i, raw)) = raw_lines.next() {
             let raw = raw.strip_suffix('\r').unwrap_or(raw);
             let indent = raw.bytes().take_while(|&b| b == b' ').count();
             let content = &raw[indent..];
@@ -238,6 +247,10 @@ impl<'a> Reader<'a> {
                     }
                     continue;
                 }
+            }
+            if self.lines.is_empty() && content.starts_with(['[', '{']) {
+                flow_document(content, raw_lines.map(|(_, l)| l), &mut self.tree)?;
+                return Some(&self.tree);
             }
             self.lines.push(Line {
                 indent,
@@ -287,18 +300,20 @@ fn rest_is_blank(s: &str) -> bool {
 }
 
 /// Characters the full parser rejects or treats as line breaks (C0/C1
-/// controls other than tab and newlines, DEL, U+2028/U+2029) and a byte
-/// order mark: texts containing them go to the full parser.
+/// controls other than tab and newlines, DEL, U+2028/U+2029, and a `\r` not
+/// followed by `\n`, which libyaml takes as a line break of its own) and a
+/// byte order mark: texts containing them go to the full parser.
 pub(crate) fn has_special_chars(text: &str) -> bool {
     let b = text.as_bytes();
-    // Fast path (vectorised): printable ASCII, tabs and line ends only.
+    // Fast path (vectorised): printable ASCII, tabs and line feeds only.
     if b.iter()
-        .all(|&c| (0x20..0x7f).contains(&c) || c == b'\n' || c == b'\t' || c == b'\r')
+        .all(|&c| (0x20..0x7f).contains(&c) || c == b'\n' || c == b'\t')
     {
         return false;
     }
     b.iter().enumerate().any(|(i, &c)| match c {
-        b'\t' | b'\n' | b'\r' => false,
+        b'\t' | b'\n' => false,
+        b'\r' => b.get(i + 1) != Some(&b'\n'),
         0..=0x1f | 0x7f => true,
         0xc2 => matches!(b.get(i + 1), Some(0x80..=0x9f)),
         0xe2 => b.get(i + 1) == Some(&0x80) && matches!(b.get(i + 2), Some(0xa8 | 0xa9)),
@@ -491,11 +506,16 @@ fn is_indicator(c: char) -> bool {
 }
 
 /// Splits a block mapping line into its key and the text after the colon.
+/// A colon more than [`MAX_KEY_SPAN`] bytes after the key's start is
+/// declined (libyaml no longer takes the text before it as a key).
 fn split_key(text: &str) -> Option<(Scalar<'_>, &str)> {
     let first = text.chars().next()?;
     if first == '"' || first == '\'' {
         let (key, rest) = quoted(text)?;
         let rest = rest.trim_start_matches(' ');
+        if text.len() - rest.len() > MAX_KEY_SPAN {
+            return None;
+        }
         let after = rest.strip_prefix(':')?;
         if !(after.is_empty() || after.starts_with([' ', '\t'])) {
             return None;
@@ -507,6 +527,7 @@ fn split_key(text: &str) -> Option<(Scalar<'_>, &str)> {
         return None;
     }
     match colon_or_comment(text.as_bytes()) {
+        Some((i, _)) if i > MAX_KEY_SPAN => None,
         Some((i, b':')) => {
             let key = &text[..i];
             if key.ends_with([' ', '\t']) {
@@ -583,7 +604,7 @@ fn inline_value<'a>(text: &'a str, depth: usize, tree: &mut Tree<'a>) -> Option<
             tree.push_scalar(s.text, s.plain);
         }
         '[' | '{' => {
-            let mut fp = FlowParser { text, pos: 0, tree };
+            let mut fp = FlowParser::one_line(text, tree);
             fp.value(depth + 1)?;
             if !rest_is_blank(&text[fp.pos..]) {
                 return None;
@@ -725,29 +746,99 @@ fn escape(s: &str) -> Option<(char, usize)> {
     Some((char::from_u32(code)?, 1 + digits))
 }
 
-/// A one-line flow collection (`[a, 'b']`, `{k: v}`), possibly nested.
-struct FlowParser<'t, 'a> {
-    text: &'a str,
+/// A flow collection (`[a, 'b']`, `{k: v}`, `{"k":1}`), possibly nested:
+/// either on one line (the value of a block key or entry), or a whole
+/// document spanning any number of lines (pretty-printed or compact JSON
+/// is one).
+///
+/// Every token (scalar, indicator) lies on one line: a scalar that would
+/// continue on the next line (multi-line plain or quoted scalars) is
+/// declined.  The rules below are those of libyaml 0.2.5 as
+/// `serde_yaml_ng` runs it, narrowed wherever the subset can stay simple:
+/// * whitespace between tokens is spaces and, in a multi-line collection,
+///   line breaks; a tab anywhere outside a quoted scalar is declined (libyaml
+///   accepts some tabs in flow context, but not all);
+/// * a comment (`#` where a token would start) is declined; so is a line
+///   that starts with a document marker (`---`, `...`) or a directive (`%`);
+/// * a mapping key is a plain or quoted scalar followed on the *same line*
+///   by `:`, at most [`MAX_KEY_SPAN`] bytes from the key's first character
+///   (libyaml forgets a key once a line break or 1024 characters separate
+///   it from its colon); after a plain key the colon must be followed by a
+///   space or the line end (else it belongs to the scalar), after a quoted
+///   key by anything (JSON's `"k":1`, which libyaml accepts in flow context);
+/// * a plain scalar ends at `,` `[` `]` `{` `}`, at `: ` or `:` at the line
+///   end, or at the line end; a `:` followed by `,` `?` `[` `]` `{` `}` is a
+///   libyaml error, declined; so is a plain scalar directly followed by `[`
+///   or `{`;
+/// * entries are separated by `,`; one trailing `,` before the closing
+///   bracket is allowed (as in libyaml); entries without a value (`{a}`,
+///   `{a: }`, `[a: 1]`) and explicit keys (`?`) are declined.
+struct FlowParser<'t, 'a, I> {
+    /// The current line (without its line break); tokens are read from
+    /// `line[pos..]`.
+    line: &'a str,
     pos: usize,
+    /// The document's further lines, for a multi-line collection; `None`
+    /// when the collection must close on this line.
+    more: Option<I>,
     tree: &'t mut Tree<'a>,
 }
 
-impl<'a> FlowParser<'_, 'a> {
-    fn skip_spaces(&mut self) {
-        let rest = &self.text[self.pos..];
-        self.pos += rest.len() - trim_blank_start(rest).len();
+/// libyaml's limit on the distance between a simple key's start and its
+/// `:` (it counts characters; bytes are at least as many, so counting bytes
+/// declines a little more, never less).
+const MAX_KEY_SPAN: usize = 1024;
+
+impl<'t, 'a> FlowParser<'t, 'a, std::iter::Empty<&'a str>> {
+    /// A parser for a collection that closes on the line `text` starts.
+    fn one_line(text: &'a str, tree: &'t mut Tree<'a>) -> Self {
+        FlowParser {
+            line: text,
+            pos: 0,
+            more: None,
+            tree,
+        }
+    }
+}
+
+impl<'a, I: Iterator<Item = &'a str>> FlowParser<'_, 'a, I> {
+    /// Skips spaces and, in a multi-line collection, line breaks and blank
+    /// lines, up to the next token.  Returns whether a line break was
+    /// crossed; `None` (decline) on a tab, a comment, a document marker or
+    /// directive line, or when the text ends (the collection is unclosed).
+    fn skip_blank(&mut self) -> Option<bool> {
+        let mut crossed = false;
+        loop {
+            let bytes = self.line.as_bytes();
+            while bytes.get(self.pos) == Some(&b' ') {
+                self.pos += 1;
+            }
+            match bytes.get(self.pos) {
+                Some(b'\t' | b'#') => return None,
+                Some(_) => return Some(crossed),
+                None => {}
+            }
+            let raw = self.more.as_mut()?.next()?;
+            let line = raw.strip_suffix('\r').unwrap_or(raw);
+            if line.starts_with('%') || is_marker(line, "---") || is_marker(line, "...") {
+                return None;
+            }
+            self.line = line;
+            self.pos = 0;
+            crossed = true;
+        }
     }
 
     fn peek(&self) -> Option<u8> {
-        self.text.as_bytes().get(self.pos).copied()
+        self.line.as_bytes().get(self.pos).copied()
     }
 
-    /// Reads one value and pushes it.
+    /// Reads one value (on this line or a later one) and pushes it.
     fn value(&mut self, depth: usize) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;
         }
-        self.skip_spaces();
+        self.skip_blank()?;
         match self.peek()? {
             b'[' => self.seq(depth),
             b'{' => self.map(depth),
@@ -764,10 +855,25 @@ impl<'a> FlowParser<'_, 'a> {
         }
     }
 
+    /// A quoted scalar closing on this line.
     fn quoted(&mut self) -> Option<Scalar<'a>> {
-        let (s, rest) = quoted(&self.text[self.pos..])?;
-        self.pos = self.text.len() - rest.len();
+        let (s, rest) = quoted(&self.line[self.pos..])?;
+        self.pos = self.line.len() - rest.len();
         Some(s)
+    }
+
+    /// After an entry: skips to `,` (consumed) or the closing bracket
+    /// `close` (left for the caller's loop); anything else declines.
+    fn entry_end(&mut self, close: u8) -> Option<()> {
+        self.skip_blank()?;
+        match self.peek()? {
+            b',' => {
+                self.pos += 1;
+                Some(())
+            }
+            c if c == close => Some(()),
+            _ => None,
+        }
     }
 
     fn seq(&mut self, depth: usize) -> Option<()> {
@@ -775,7 +881,7 @@ impl<'a> FlowParser<'_, 'a> {
         let at = self.tree.open(false);
         let mut count = 0;
         loop {
-            self.skip_spaces();
+            self.skip_blank()?;
             if self.peek()? == b']' {
                 self.pos += 1;
                 self.tree.close(at, count);
@@ -783,12 +889,7 @@ impl<'a> FlowParser<'_, 'a> {
             }
             self.value(depth + 1)?;
             count += 1;
-            self.skip_spaces();
-            match self.peek()? {
-                b',' => self.pos += 1,
-                b']' => {}
-                _ => return None,
-            }
+            self.entry_end(b']')?;
         }
     }
 
@@ -798,13 +899,14 @@ impl<'a> FlowParser<'_, 'a> {
         let mut seen = 0u64;
         let mut count = 0;
         loop {
-            self.skip_spaces();
-            if self.peek()? == b'}' {
-                self.pos += 1;
-                self.tree.close(at, count);
-                return Some(());
-            }
+            self.skip_blank()?;
+            let key_start = self.pos;
             let key = match self.peek()? {
+                b'}' => {
+                    self.pos += 1;
+                    self.tree.close(at, count);
+                    return Some(());
+                }
                 b'"' | b'\'' => self.quoted()?,
                 b'[' | b'{' => return None,
                 _ => self.plain()?,
@@ -814,52 +916,53 @@ impl<'a> FlowParser<'_, 'a> {
             if self.tree.duplicate_key(at, key_at, &mut seen) {
                 return None;
             }
-            self.skip_spaces();
-            if self.peek()? != b':' {
+            // The colon: on the key's line, close enough to the key.
+            if self.skip_blank()? || self.peek()? != b':' || self.pos - key_start > MAX_KEY_SPAN {
                 return None;
             }
             self.pos += 1;
-            if !matches!(self.peek()?, b' ' | b'\t') {
+            if key.plain && !matches!(self.peek(), None | Some(b' ')) {
                 return None;
             }
             self.value(depth + 1)?;
             count += 1;
-            self.skip_spaces();
-            match self.peek()? {
-                b',' => self.pos += 1,
-                b'}' => {}
-                _ => return None,
-            }
+            self.entry_end(b'}')?;
         }
     }
 
-    /// A plain scalar in flow context: ends at `,`, `]`, `}` or `: `.
+    /// A plain scalar in flow context, ending on this line (see the type's
+    /// docs for where it ends).
     fn plain(&mut self) -> Option<Scalar<'a>> {
-        let rest = &self.text[self.pos..];
+        let rest = &self.line[self.pos..];
         let first = rest.chars().next()?;
         if is_indicator(first) && !(first == '-' && plain_dash_ok(rest)) {
             return None;
         }
         let bytes = rest.as_bytes();
         let mut end = bytes.len();
-        for i in 0..bytes.len() {
+        let mut i = 0;
+        while i < bytes.len() {
             match bytes[i] {
-                b',' | b']' | b'}' | b'[' | b'{' => {
+                b',' | b']' | b'}' => {
                     end = i;
                     break;
                 }
-                b':' if matches!(bytes.get(i + 1), None | Some(b' ' | b'\t' | b',')) => {
-                    end = i;
-                    break;
-                }
-                b'#' if i > 0 && (bytes[i - 1] == b' ' || bytes[i - 1] == b'\t') => return None,
+                // `a[` or `a{`: a collection right after a scalar.
+                b'[' | b'{' | b'\t' => return None,
+                b':' => match bytes.get(i + 1) {
+                    None | Some(b' ') => {
+                        end = i;
+                        break;
+                    }
+                    Some(b',' | b'?' | b'[' | b']' | b'{' | b'}' | b'\t') => return None,
+                    Some(_) => {}
+                },
+                b'#' if i > 0 && bytes[i - 1] == b' ' => return None,
                 _ => {}
             }
+            i += 1;
         }
-        if matches!(bytes.get(end), Some(b'[' | b'{')) {
-            return None;
-        }
-        let value = trim_blank_end(&rest[..end]);
+        let value = rest[..end].trim_end_matches(' ');
         if value.is_empty() {
             return None;
         }
@@ -869,6 +972,35 @@ impl<'a> FlowParser<'_, 'a> {
             plain: true,
         })
     }
+}
+
+/// Reads a document whose content is one flow collection: `first` is its
+/// first content line (without indentation, starting with `[` or `{`),
+/// `more` the document's remaining lines.  After the closing bracket only
+/// blanks, comments and blank or comment lines may follow.
+fn flow_document<'a, I: Iterator<Item = &'a str>>(
+    first: &'a str,
+    more: I,
+    tree: &mut Tree<'a>,
+) -> Option<()> {
+    let mut fp = FlowParser {
+        line: first,
+        pos: 0,
+        more: Some(more),
+        tree,
+    };
+    fp.value(0)?;
+    if !rest_is_blank(&fp.line[fp.pos..]) {
+        return None;
+    }
+    for raw in fp.more? {
+        let content = raw.trim_start_matches(' ');
+        let content = content.strip_suffix('\r').unwrap_or(content);
+        if !(content.is_empty() || content.starts_with('#')) {
+            return None;
+        }
+    }
+    Some(())
 }
 
 // ---------------------------------------------------------------------------

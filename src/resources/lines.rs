@@ -10,9 +10,9 @@
 //! * [`LineIndex::line`] yields exactly the pieces of `text.split('\n')`,
 //!   in order (so the last piece is empty when the text ends with `\n`);
 //! * [`LineIndex::maybe_special`] is false only when every byte is
-//!   printable ASCII, `\t`, `\n` or `\r`, i.e. when the text certainly holds
-//!   no special character; when it is true the caller runs the precise
-//!   check.
+//!   printable ASCII, `\t`, `\n` or a `\r` followed by `\n`, i.e. when the
+//!   text certainly holds no special character (a lone `\r` is one: libyaml
+//!   breaks lines there); when it is true the caller runs the precise check.
 
 use std::ops::Range;
 
@@ -78,7 +78,8 @@ impl<'a> LineIndex<'a> {
         &self.text[self.start(range.start)..end]
     }
 
-    /// False only if every byte is printable ASCII, `\t`, `\n` or `\r`.
+    /// False only if every byte is printable ASCII, `\t`, `\n` or a `\r`
+    /// followed by `\n`.
     pub(crate) fn maybe_special(&self) -> bool {
         self.maybe_special
     }
@@ -90,20 +91,20 @@ fn unusual(c: u8) -> bool {
 }
 
 /// Pushes the offset of every `\n` in `bytes[from..]` and reports whether
-/// any byte there is [`unusual`].
+/// any byte there is [`unusual`] or a `\r` not followed by `\n`.
 fn scan_scalar(bytes: &[u8], from: usize, newlines: &mut Vec<usize>) -> bool {
     let mut special = false;
     for (i, &c) in bytes.iter().enumerate().skip(from) {
         if c == b'\n' {
             newlines.push(i);
         }
-        special |= unusual(c);
+        special |= unusual(c) || (c == b'\r' && bytes.get(i + 1) != Some(&b'\n'));
     }
     special
 }
 
 /// One pass over `bytes`: newline offsets into `newlines`, and whether any
-/// byte is [`unusual`].  Sixteen bytes at a time with SSE2, which every
+/// byte is [`unusual`] or a `\r` not followed by `\n`.  Sixteen bytes at a time with SSE2, which every
 /// x86-64 processor has.
 #[cfg(target_arch = "x86_64")]
 fn scan(bytes: &[u8], newlines: &mut Vec<usize>) -> bool {
@@ -137,7 +138,15 @@ fn scan(bytes: &[u8], newlines: &mut Vec<usize>) -> bool {
                 _mm_cmpeq_epi8(v, del),
             );
             special |= _mm_movemask_epi8(bad);
-            let mut mask = _mm_movemask_epi8(is_nl) as u32;
+            let nl_mask = _mm_movemask_epi8(is_nl) as u32;
+            let cr_mask = _mm_movemask_epi8(_mm_cmpeq_epi8(v, cr)) as u32;
+            if cr_mask != 0 {
+                // Each `\r` must be followed by `\n`: the next bit, or for
+                // the last byte the first byte of the next block.
+                let next = u32::from(bytes.get(i + 16) == Some(&b'\n')) << 15;
+                special |= (cr_mask & !((nl_mask >> 1) | next)) as i32;
+            }
+            let mut mask = nl_mask;
             while mask != 0 {
                 newlines.push(i + mask.trailing_zeros() as usize);
                 mask &= mask - 1;
@@ -192,7 +201,20 @@ mod tests {
         "exactly sixteen\n",
         "tab\there, bell\u{7} at 20",
         "0123456789abcdef0123456789abc\u{7f}",
+        "0123456789abcde\r\n0123456789abcdef",
+        "0123456789abcde\rx123456789abcdef",
+        "a: b\rc\n",
+        "a\r",
+        "a\r\r\n",
     ];
+
+    /// The reference for [`LineIndex::maybe_special`].
+    fn special(s: &str) -> bool {
+        let b = s.as_bytes();
+        b.iter()
+            .enumerate()
+            .any(|(i, &c)| unusual(c) || (c == b'\r' && b.get(i + 1) != Some(&b'\n')))
+    }
 
     fn check(s: &str) {
         let index = LineIndex::new(s);
@@ -204,11 +226,7 @@ mod tests {
             "{s:?}"
         );
         assert_eq!(index.span(0..index.len()), s, "{s:?}");
-        assert_eq!(
-            index.maybe_special(),
-            s.bytes().any(unusual),
-            "{s:?}: special flag"
-        );
+        assert_eq!(index.maybe_special(), special(s), "{s:?}: special flag");
         assert_eq!(exclusive(s).collect::<Vec<_>>(), pieces, "{s:?}");
     }
 
@@ -245,6 +263,28 @@ mod tests {
                 let mut newlines = Vec::new();
                 assert!(!scan(&bytes, &mut newlines), "{len} {pos}");
                 assert_eq!(newlines, vec![pos]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_lone_carriage_return_is_flagged_in_every_position() {
+        // libyaml breaks lines at a `\r` not followed by `\n`; the fast
+        // reader does not, so such a text must be flagged.  Both in the
+        // 16-byte blocks (including a `\r` ending a block, whose `\n` would
+        // start the next one) and in the scalar tail.
+        for len in [15usize, 16, 17, 31, 32, 40] {
+            for pos in 0..len {
+                let mut bytes = vec![b'x'; len];
+                bytes[pos] = b'\r';
+                let mut newlines = Vec::new();
+                assert!(scan(&bytes, &mut newlines), "{len} {pos}");
+                if pos + 1 < len {
+                    bytes[pos + 1] = b'\n';
+                    newlines.clear();
+                    assert!(!scan(&bytes, &mut newlines), "{len} {pos} crlf");
+                    assert_eq!(newlines, vec![pos + 1]);
+                }
             }
         }
     }

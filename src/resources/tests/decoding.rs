@@ -116,6 +116,48 @@ fn every_kind_decodes_from_json() {
 }
 
 #[test]
+fn every_kind_decodes_from_json_style_yaml() {
+    // One pretty-printed, then one compact JSON document per YAML document.
+    let docs: Vec<serde_json::Value> = ALL_KINDS_YAML
+        .split("\n---\n")
+        .map(|d| serde_yaml_ng::from_str(d).unwrap())
+        .collect();
+    let pretty: Vec<String> = docs
+        .iter()
+        .map(|d| serde_json::to_string_pretty(d).unwrap())
+        .collect();
+    check_all_kinds(&yaml(&format!("---\n{}\n", pretty.join("\n---\n"))));
+    let compact: Vec<String> = docs
+        .iter()
+        .map(|d| serde_json::to_string(d).unwrap())
+        .collect();
+    check_all_kinds(&yaml(&compact.join("\n---\n")));
+    // And all in one `List` document.
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": docs});
+    check_all_kinds(&yaml(&serde_json::to_string_pretty(&list).unwrap()));
+}
+
+#[test]
+fn a_json_style_document_with_a_syntax_error_reports_its_line_in_the_file() {
+    let text = "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata: {name: a}\n---\n{\n  \"apiVersion\": \"projectcalico.org/v3\",\n  \"kind\": \"Tier\"\n  \"metadata\": {\"name\": \"b\"}\n}\n";
+    let e = decode_documents(text, "f.yaml", Format::Yaml).unwrap_err();
+    assert_eq!(e.line, 8, "{e}");
+    assert!(e.reason.contains("line 8"), "{e}");
+}
+
+#[test]
+fn a_json_style_document_with_an_unknown_field_fails_only_that_resource() {
+    let text = "{\"apiVersion\": \"projectcalico.org/v3\", \"kind\": \"Tier\", \"metadata\": {\"name\": \"a\"}}\n---\n{\n  \"apiVersion\": \"projectcalico.org/v3\",\n  \"kind\": \"GlobalNetworkPolicy\",\n  \"metadata\": {\"name\": \"b\"},\n  \"spec\": {\n    \"ingress\": [{\"action\": \"Allow\", \"source\": {\"selectr\": \"x\"}}]\n  }\n}\n";
+    let docs = yaml(text);
+    assert!(docs[0].result.is_ok());
+    assert_eq!(docs[1].line, 3);
+    let e = docs[1].result.as_ref().unwrap_err();
+    assert_eq!(e.field, "spec.ingress[0].source");
+    assert!(e.reason.contains("selectr"), "{e}");
+    assert!(e.reason.contains("line 8"), "{e}");
+}
+
+#[test]
 fn kind_list_documents_expand_to_their_items() {
     let text = r#"
 apiVersion: v1
@@ -131,6 +173,35 @@ items:
     let docs = yaml(text);
     let names: Vec<_> = docs.iter().map(|d| d.id.name.as_str()).collect();
     assert_eq!(names, ["a", "b"]);
+}
+
+#[test]
+fn a_yaml_list_with_an_invalid_member_still_decodes_the_others() {
+    let block = "apiVersion: v1\nkind: TierList\nitems:\n- {apiVersion: projectcalico.org/v3, kind: Tier, metadata: {name: a}}\n- {apiVersion: projectcalico.org/v3, kind: Tier, metadata: {name: b}, spec: {ordr: 1}}\n- {apiVersion: projectcalico.org/v3, kind: Tier, metadata: {name: c}}\n";
+    let value: serde_json::Value = serde_yaml_ng::from_str(block).unwrap();
+    for text in [
+        block.to_owned(),
+        serde_json::to_string_pretty(&value).unwrap(),
+    ] {
+        let docs = yaml(&text);
+        let names: Vec<_> = docs.iter().map(|d| d.id.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"], "{text}");
+        assert!(docs[0].result.is_ok() && docs[2].result.is_ok());
+        let e = docs[1].result.as_ref().unwrap_err();
+        assert!(e.reason.contains("ordr"), "{e}");
+    }
+}
+
+#[test]
+fn list_members_decode_as_documents_of_their_own() {
+    // Fields are read in text order, as in a document of its own (a
+    // ServiceAccount's own fields are accepted once its kind is known).
+    let member = "apiVersion: v1\n  kind: ServiceAccount\n  metadata: {name: sa1, namespace: ns1}\n  automountServiceAccountToken: true\n";
+    let alone = yaml(&member.replace("\n  ", "\n"));
+    assert!(alone[0].result.is_ok());
+    let docs = yaml(&format!("kind: List\nitems:\n- {member}"));
+    assert_eq!(docs[0].id, alone[0].id);
+    assert!(docs[0].result.is_ok(), "{:?}", docs[0].result);
 }
 
 #[test]
@@ -160,6 +231,56 @@ fn bad_indentation_reports_the_offending_line() {
     let text = "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata:\n  name: a\n bad: x\n";
     let e = decode_documents(text, "f.yaml", Format::Yaml).unwrap_err();
     assert_eq!(e.line, 5, "{e}");
+}
+
+#[test]
+fn a_json_list_with_an_invalid_member_still_decodes_the_others() {
+    let tier = |name: &str, spec: &str| {
+        format!(
+            r#"{{"apiVersion": "projectcalico.org/v3", "kind": "Tier", "metadata": {{"name": "{name}"}}, "spec": {spec}}}"#
+        )
+    };
+    let members = [
+        tier("a", "{}"),
+        tier("b", r#"{"ordr": 1}"#),
+        tier("c", r#"{"order": 3}"#),
+    ]
+    .join(",\n");
+    for text in [
+        format!("[\n{members}\n]\n"),
+        format!("{{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [\n{members}\n]}}\n"),
+    ] {
+        let docs = decode_documents(&text, "f.json", Format::Json).unwrap();
+        let names: Vec<_> = docs.iter().map(|d| d.id.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"], "{text}");
+        assert!(docs[0].result.is_ok() && docs[2].result.is_ok());
+        let e = docs[1].result.as_ref().unwrap_err();
+        assert!(e.reason.contains("ordr"), "{e}");
+    }
+}
+
+#[test]
+fn a_json_list_inside_a_list_is_an_error_naming_the_member() {
+    let text = r#"[
+  {"apiVersion": "projectcalico.org/v3", "kind": "Tier", "metadata": {"name": "a"}},
+  {"apiVersion": "v1", "kind": "List", "items": []}
+]"#;
+    let e = decode_documents(text, "f.json", Format::Json).unwrap_err();
+    assert_eq!(e.reason, "items[1]: nested lists are not supported");
+    assert_eq!(e.line, 1);
+}
+
+#[test]
+fn a_json_list_object_decodes_every_kind() {
+    let docs: Vec<serde_json::Value> = ALL_KINDS_YAML
+        .split("\n---\n")
+        .map(|d| serde_yaml_ng::from_str(d).unwrap())
+        .collect();
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": docs});
+    let text = format!("\n\n{}", serde_json::to_string_pretty(&list).unwrap());
+    let decoded = decode_documents(&text, "x.json", Format::Json).unwrap();
+    check_all_kinds(&decoded);
+    assert!(decoded.iter().all(|d| d.line == 3));
 }
 
 #[test]

@@ -490,3 +490,569 @@ proptest! {
         prop_assert_eq!(super::next_colon_or_hash(b, from), expected);
     }
 }
+
+// ---------------------------------------------------------------------------
+// Flow documents: a document whose content is one flow collection, over any
+// number of lines (pretty-printed or compact JSON is one).
+
+/// A resource as `calicoctl get -o json` and generators write it.
+const PRETTY_JSON: &str = r#"{
+  "apiVersion": "projectcalico.org/v3",
+  "kind": "GlobalNetworkPolicy",
+  "metadata": {
+    "name": "p1",
+    "labels": {"a": "b", "projectcalico.org/tier": "default"}
+  },
+  "spec": {
+    "order": 100.5,
+    "selector": "a == 'b' && has(c)",
+    "types": ["Ingress"],
+    "ingress": [
+      {
+        "action": "Allow",
+        "protocol": "TCP",
+        "source": {"nets": ["10.0.0.0/8", "::1/128"], "notPorts": [22, "100:200"]},
+        "destination": {"ports": [80, 443], "selector": ""}
+      }
+    ],
+    "egress": [],
+    "nothing": null,
+    "flag": false,
+    "negative": -7,
+    "escapes": "tab\there \"q\" \\ \/ \u00e9 \n",
+    "unicode": "héllo €"
+  }
+}
+"#;
+
+#[test]
+fn pretty_json_documents_are_read_on_the_fast_path() {
+    let v = accepted(PRETTY_JSON);
+    let full: Dyn = serde_yaml_ng::from_str(PRETTY_JSON).unwrap();
+    assert_eq!(v, full);
+    // With a document marker, comments around it, CRLF line ends and
+    // indentation of the whole collection.
+    accepted(&format!("---\n# a comment\n\n{PRETTY_JSON}# trailing\n\n"));
+    accepted(&PRETTY_JSON.replace('\n', "\r\n"));
+    accepted(&PRETTY_JSON.replace('\n', "\n    "));
+    accepted("{\n\"a\": 1\n}\n");
+    accepted("[\n  {\"a\": 1},\n  [2, 3]\n]\n");
+    accepted("{\"a\": 1} # a comment after the closing bracket\n");
+}
+
+#[test]
+fn compact_json_documents_are_read_on_the_fast_path() {
+    let value: serde_json::Value = serde_yaml_ng::from_str(PRETTY_JSON).unwrap();
+    let compact = serde_json::to_string(&value).unwrap();
+    assert!(compact.contains("\":\""), "{compact}");
+    accepted(&compact);
+    // JSON's `"key":value` after a quoted key, which libyaml accepts in flow
+    // context, with every kind of value.
+    let v =
+        accepted(r#"{"a":1,"b":[2,{"c":"d"}],"e":{"f":null},"g":-1.5,"h":true,"i":'j',"k":x:y}"#);
+    let full: Dyn = serde_yaml_ng::from_str(r#"{"a": 1, "b": [2, {"c": "d"}], "e": {"f": null}, "g": -1.5, "h": true, "i": 'j', "k": "x:y"}"#).unwrap();
+    assert_eq!(v, full);
+    accepted("{'a':1, \"b\" :2}\n");
+    accepted("[[],{},[[]],{\"a\":{}}]\n");
+}
+
+#[test]
+fn multi_line_flow_yaml_is_read_on_the_fast_path() {
+    for text in [
+        "{a: 1,\n b: [x, y,\n  z],\n c: {d: e}\n}\n",
+        "[a\n, b\n]\n",
+        "{a: b\n}\n",
+        "{\"a\":\n  1, b:\n  2}\n",
+        "[1, 2,]\n",
+        "{a: 1,\n}\n",
+        "[\n\n  x,\n\n]\n",
+        "{url: http://x:80/y, t: 12:30, neg: -5, sel: a == 'b'}\n",
+        "[a#b, 'c # d', \"e # f\"]\n",
+    ] {
+        accepted(text);
+    }
+}
+
+#[test]
+fn a_flow_document_in_a_reader_does_not_disturb_block_documents() {
+    let docs = [
+        "kind: A\nspec:\n  x: [1, 2]\n",
+        "{\n  \"kind\": \"B\",\n  \"x\": [1,\n 2]\n}\n",
+        "{\n  \"kind\": \"C\",\n  \"x\": [1, 2\n",
+        "kind: D\n",
+        "[{\"kind\": \"E\"}]\n# end\n",
+    ];
+    let mut reader = super::Reader::default();
+    for text in docs {
+        let fast = reader
+            .parse_lines(text.split('\n'))
+            .map(|t| Dyn::deserialize(t.root()).unwrap());
+        let fresh = parse(text).map(|t| Dyn::deserialize(t.root()).unwrap());
+        assert_eq!(fast, fresh, "{text}");
+        if let Some(fast) = fast {
+            assert_eq!(fast, serde_yaml_ng::from_str::<Dyn>(text).unwrap());
+        }
+    }
+    assert!(reader.parse_lines(docs[2].split('\n')).is_none());
+    let d = reader.parse_lines(docs[3].split('\n')).unwrap();
+    assert_eq!(d.nodes.len(), 3);
+}
+
+#[test]
+fn a_multiline_plain_scalar_in_flow_is_declined() {
+    // libyaml folds the lines into one scalar ("a b").
+    for text in [
+        "[a\nb]\n",
+        "{\"a\": b\n c}\n",
+        "{\"a\": b\n  \"c\": 1}\n",
+        "[a,\n b\n c]\n",
+    ] {
+        declined(text);
+    }
+}
+
+#[test]
+fn a_multiline_quoted_scalar_in_flow_is_declined() {
+    for text in [
+        "[\"a\n b\"]\n",
+        "{\"a\": \"b\n c\"}\n",
+        "['a\n b']\n",
+        "{\"a\": \"b\\\n c\"}\n",
+        "{\"a\n b\": 1}\n",
+    ] {
+        declined(text);
+    }
+}
+
+#[test]
+fn a_tab_outside_quoted_scalars_in_flow_is_declined() {
+    for text in [
+        "{\n\t\"a\": 1\n}\n",
+        "{\"a\":\t1}\n",
+        "{\"a\": 1\t}\n",
+        "[a\tb]\n",
+        "[1,\t2]\n",
+        "k: [1,\t2]\n",
+        "k: {a: b\t}\n",
+        "{\"a\": 1}\n\t\n",
+    ] {
+        declined(text);
+    }
+    // Inside a quoted scalar a tab is text.
+    accepted("{\"a\": \"x\ty\", 'b': 'u\tv'}\n");
+}
+
+#[test]
+fn a_comment_inside_flow_is_declined() {
+    for text in [
+        "{\"a\": 1 # c\n}\n",
+        "{\n# c\n\"a\": 1}\n",
+        "[\"a\"# c\n]\n",
+        "[a # c\n]\n",
+        "[\n  1, # c\n  2]\n",
+        "k: [a, #c]\n",
+    ] {
+        declined(text);
+    }
+}
+
+#[test]
+fn content_after_the_closing_bracket_is_declined() {
+    // Blank and comment lines may follow (see the acceptance tests); nothing
+    // else.  `}#c` is a comment to libyaml but not to YAML: declined.
+    for text in [
+        "{\"a\": 1}\nb: 2\n",
+        "{\"a\": 1} x\n",
+        "{\"a\": 1}\n...\n",
+        "{\"a\": 1}\n- x\n",
+        "{\"a\": 1}\n  x\n",
+        "[1]: x\n",
+        "{a: 1}: x\n",
+        "{\"a\": 1}#c\n",
+        "{\"a\": 1}\n{\"b\": 2}\n",
+    ] {
+        declined(text);
+    }
+}
+
+#[test]
+fn anchors_aliases_and_tags_in_flow_are_declined() {
+    for text in [
+        "{\"a\": &x 1,\n \"b\": *x}\n",
+        "{\"a\": !!str 1}\n",
+        "[&a x]\n",
+        "[!t x]\n",
+        "!!map {\"a\": 1}\n",
+        "&a {\"a\": 1}\n",
+    ] {
+        declined(text);
+    }
+}
+
+#[test]
+fn a_key_and_its_colon_on_different_lines_are_declined() {
+    // libyaml: "did not find expected ',' or '}'".
+    for text in ["{\"a\"\n: 1}\n", "{a\n: 1}\n", "{\"a\"\n\n  :1}\n"] {
+        declined(text);
+    }
+}
+
+#[test]
+fn a_key_farther_than_1024_characters_from_its_colon_is_declined() {
+    // libyaml forgets a simple key 1024 characters after its start.
+    let k = |n: usize| "k".repeat(n);
+    accepted(&format!("{{\"{}\": 1}}\n", k(1022)));
+    for text in [
+        format!("{{\"{}\": 1}}\n", k(1023)),
+        format!("{{\"{}\" : 1}}\n", k(1022)),
+        format!("{{\n  {}: 1}}\n", k(1100)),
+        format!("k: {{\"{}\": 1}}\n", k(1100)),
+        format!("\"{}\": 1\n", k(1100)),
+        format!("{}: 1\n", k(1100)),
+        format!("- \"{}\": 1\n", k(1100)),
+    ] {
+        declined(&text);
+    }
+}
+
+#[test]
+fn a_duplicate_key_in_flow_is_declined() {
+    for text in [
+        "{\"a\": 1,\n \"a\": 2}\n",
+        "{\"a\": 1, \"\\u0061\": 2}\n",
+        "{a: 1, 'a': 2}\n",
+    ] {
+        declined(text);
+    }
+}
+
+#[test]
+fn a_surrogate_escape_is_declined() {
+    // JSON writes characters outside the BMP as surrogate pairs; libyaml
+    // rejects them ("found invalid Unicode character escape code").
+    for text in [
+        "{\"a\": \"\\ud83d\\ude00\"}\n",
+        "[\"\\uD800\"]\n",
+        "{\"a\": \"\\U0000dfff\"}\n",
+    ] {
+        declined(text);
+        assert!(serde_yaml_ng::from_str::<Dyn>(text).is_err(), "{text}");
+    }
+    // `\/` is a YAML escape too, and an 8-digit escape reaches the rest.
+    assert_eq!(
+        accepted("[\"\\/\", \"\\U0001F600\"]\n"),
+        Dyn::List(vec![Dyn::Str("/".into()), Dyn::Str("😀".into())])
+    );
+}
+
+#[test]
+fn a_colon_before_a_flow_indicator_in_a_plain_scalar_is_declined() {
+    // libyaml: "found unexpected ':'" (the fast path used to read `a:`).
+    for text in [
+        "k: [a:]\n",
+        "k: {x: a:}\n",
+        "[a:?]\n",
+        "[a:,b]\n",
+        "[\n  a:]\n",
+        "{x: a:{}}\n",
+    ] {
+        declined(text);
+        assert!(serde_yaml_ng::from_str::<Dyn>(text).is_err(), "{text}");
+    }
+}
+
+#[test]
+fn a_lone_carriage_return_is_declined() {
+    // libyaml breaks lines at a `\r` not followed by `\n`.
+    for text in [
+        "a: b\rc\n",
+        "a: \"b\rc\"\n",
+        "a: 'b\rc'\n",
+        "{\"a\":\r1}\n",
+        "[a,\rb]\n",
+        "a: b\r\r\n",
+    ] {
+        declined(text);
+    }
+}
+
+#[test]
+fn a_document_marker_or_directive_inside_flow_is_declined() {
+    for text in [
+        "{\n--- : 1}\n",
+        "[\n...\n]\n",
+        "[\n%x\n]\n",
+        "--- {\"a\": 1}\n",
+    ] {
+        declined(text);
+    }
+}
+
+#[test]
+fn an_unclosed_flow_document_is_declined() {
+    for text in [
+        "{\"a\": 1\n",
+        "[1, 2\n\n",
+        "{\"a\": [1}\n",
+        "[\n",
+        "{\"a\": \"b\n",
+    ] {
+        declined(text);
+    }
+}
+
+#[test]
+fn an_entry_without_a_value_or_with_an_explicit_key_is_declined() {
+    for text in [
+        "{a}\n",
+        "{\"a\"}\n",
+        "{a: }\n",
+        "{\"a\":}\n",
+        "{\"a\":,}\n",
+        "[a: 1]\n",
+        "[\"a\": 1]\n",
+        "{? a: 1}\n",
+        "[? a]\n",
+        "[,]\n",
+        "{,}\n",
+        "[1,,2]\n",
+        "{a: 1 b: 2}\n",
+    ] {
+        declined(text);
+    }
+}
+
+#[test]
+fn a_plain_key_with_an_adjacent_colon_is_declined() {
+    // `a:1` is one plain scalar (a key with a null value to libyaml).
+    for text in ["{a:1}\n", "{a:b, c: d}\n", "{a :1}\n"] {
+        declined(text);
+    }
+}
+
+#[test]
+fn a_plain_scalar_followed_by_a_collection_is_declined() {
+    for text in [
+        "[a[b]]\n",
+        "{\"a\": b{c: d}}\n",
+        "[-]\n",
+        "[- a]\n",
+        "[\n-\n]\n",
+    ] {
+        declined(text);
+    }
+}
+
+#[test]
+fn flow_deeper_than_the_nesting_limit_is_declined() {
+    let deep = |n: usize| format!("{}\n{}\n", "[".repeat(n), "]".repeat(n));
+    accepted(&deep(40));
+    declined(&deep(70));
+    let deep_maps = format!("{}1{}\n", "{\"a\":\n".repeat(70), "}".repeat(70));
+    declined(&deep_maps);
+}
+
+// ---------------------------------------------------------------------------
+// Differential property tests of flow renderings.
+
+/// How a [`Shape`] is written as a flow collection.
+#[derive(Debug, Clone, Copy)]
+enum FlowStyle {
+    /// `{k: v, k2: [a, b]}` on one line.
+    OneLine,
+    /// JSON-style: one entry per line, indented by two spaces per level.
+    Pretty,
+    /// No whitespace at all: `{k:v,k2:[a,b]}`.
+    Compact,
+    /// Whitespace at each token boundary chosen from `gaps`.
+    Random,
+}
+
+/// Where whitespace may go in a flow collection.
+#[derive(Clone, Copy, PartialEq)]
+enum Gap {
+    Open,
+    Comma,
+    Close,
+    BeforeColon,
+    AfterColon,
+}
+
+struct FlowWriter<'g> {
+    out: String,
+    style: FlowStyle,
+    gaps: &'g [u8],
+    next: usize,
+    trailing_comma: bool,
+}
+
+impl FlowWriter<'_> {
+    fn gap(&mut self, at: Gap, depth: usize) {
+        const RANDOM: [&str; 6] = ["", " ", "\n", "\n  ", "\n\n ", "  "];
+        let pad = |n: usize| format!("\n{}", "  ".repeat(n));
+        let s = match (self.style, at) {
+            (FlowStyle::OneLine, Gap::Comma | Gap::AfterColon) => " ".to_owned(),
+            (FlowStyle::OneLine | FlowStyle::Compact, _) => String::new(),
+            (FlowStyle::Pretty, Gap::Open | Gap::Comma) => pad(depth + 1),
+            (FlowStyle::Pretty, Gap::Close) => pad(depth),
+            (FlowStyle::Pretty, Gap::BeforeColon) => String::new(),
+            (FlowStyle::Pretty, Gap::AfterColon) => " ".to_owned(),
+            (FlowStyle::Random, _) => {
+                let g = self.gaps[self.next % self.gaps.len()];
+                self.next += 1;
+                RANDOM[usize::from(g) % RANDOM.len()].to_owned()
+            }
+        };
+        self.out.push_str(&s);
+    }
+
+    fn write(&mut self, s: &Shape, depth: usize) {
+        match s {
+            Shape::Scalar(v) => self.out.push_str(v),
+            Shape::Map(entries) => {
+                self.out.push('{');
+                for (i, (k, v)) in entries.iter().enumerate() {
+                    if i > 0 {
+                        self.out.push(',');
+                        self.gap(Gap::Comma, depth);
+                    } else {
+                        self.gap(Gap::Open, depth);
+                    }
+                    self.out.push_str(k);
+                    self.gap(Gap::BeforeColon, depth);
+                    self.out.push(':');
+                    self.gap(Gap::AfterColon, depth);
+                    self.write(v, depth + 1);
+                }
+                if self.trailing_comma {
+                    self.out.push(',');
+                }
+                self.gap(Gap::Close, depth);
+                self.out.push('}');
+            }
+            Shape::Seq(items) => {
+                self.out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        self.out.push(',');
+                        self.gap(Gap::Comma, depth);
+                    } else {
+                        self.gap(Gap::Open, depth);
+                    }
+                    self.write(item, depth + 1);
+                }
+                if self.trailing_comma {
+                    self.out.push(',');
+                }
+                self.gap(Gap::Close, depth);
+                self.out.push(']');
+            }
+        }
+    }
+}
+
+fn flow_text(s: &Shape, style: FlowStyle, gaps: &[u8], trailing_comma: bool) -> String {
+    let mut w = FlowWriter {
+        out: String::new(),
+        style,
+        gaps,
+        next: 0,
+        trailing_comma,
+    };
+    w.write(s, 0);
+    w.out.push('\n');
+    w.out
+}
+
+fn flow_style() -> impl Strategy<Value = FlowStyle> {
+    prop::sample::select(vec![
+        FlowStyle::OneLine,
+        FlowStyle::Pretty,
+        FlowStyle::Compact,
+        FlowStyle::Random,
+    ])
+}
+
+/// The real JSON (pretty and compact) of what serde_yaml_ng reads from the
+/// block rendering of `s`, when that is a JSON collection.
+fn json_texts(s: &Shape) -> Vec<String> {
+    let mut block = String::new();
+    emit(s, 0, 2, false, &mut block);
+    match serde_yaml_ng::from_str::<serde_json::Value>(&block) {
+        Ok(v) if v.is_object() || v.is_array() => vec![
+            serde_json::to_string_pretty(&v).unwrap(),
+            serde_json::to_string(&v).unwrap(),
+        ],
+        _ => Vec::new(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn flow_renderings_agree_with_serde_yaml_ng(
+        s in shape(),
+        style in flow_style(),
+        gaps in prop::collection::vec(0u8..6, 1..12),
+        trailing_comma in prop::bool::weighted(0.1),
+        marker: bool,
+    ) {
+        let mut text = flow_text(&s, style, &gaps, trailing_comma);
+        if marker {
+            text.insert_str(0, "---\n# generated\n");
+        }
+        // Either declined or identical (checked inside).
+        let _ = agree(&text);
+    }
+
+    #[test]
+    fn arbitrary_flow_texts_agree_with_serde_yaml_ng(
+        open in prop::sample::select(vec!["{", "[", "---\n{", "k: {", "- ["]),
+        body in "[\\[\\]{}:,\"' ab1#?&*!|>%@`.\t\n\r\\\\-]{0,40}",
+    ) {
+        let _ = agree(&format!("{open}{body}"));
+    }
+
+    #[test]
+    fn json_renderings_agree_with_serde_yaml_ng(s in shape()) {
+        for text in json_texts(&s) {
+            let _ = agree(&text);
+        }
+    }
+}
+
+/// As [`generated_texts_mostly_take_the_fast_path`], for the flow and JSON
+/// renderings: real JSON must nearly always be read on the fast path.
+#[test]
+fn generated_flow_texts_mostly_take_the_fast_path() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &[9; 32]),
+    );
+    let (mut flow, mut json, mut json_total, total) = (0, 0, 0, 400);
+    for i in 0..total {
+        let s = shape().new_tree(&mut runner).unwrap().current();
+        let style = [FlowStyle::OneLine, FlowStyle::Pretty, FlowStyle::Compact][i % 3];
+        if agree(&flow_text(&s, style, &[0], false)).is_some() {
+            flow += 1;
+        }
+        for text in json_texts(&s) {
+            json_total += 1;
+            if agree(&text).is_some() {
+                json += 1;
+            }
+        }
+    }
+    eprintln!("flow {flow}/{total}, JSON {json}/{json_total} on the fast path");
+    assert!(
+        flow * 10 >= total,
+        "only {flow} of {total} flow texts took the fast path"
+    );
+    assert!(
+        json * 10 >= json_total * 9,
+        "only {json} of {json_total} JSON texts took the fast path"
+    );
+}

@@ -2,6 +2,7 @@
 
 mod conversion;
 mod decoding;
+mod throughput;
 mod validation;
 
 use super::{decode_documents, Decoded, Format};
