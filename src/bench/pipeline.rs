@@ -382,10 +382,15 @@ fn wait_settled(
             bail!("felix exited ({status}) before settling");
         }
         match apply_state(socket) {
-            Some(s) if s.applies > after && s.settled_at.is_some() => match &candidate {
+            Some(
+                s @ ApplyState {
+                    applies,
+                    settled_at: Some(at),
+                },
+            ) if applies > after => match &candidate {
                 Some((c, since)) if *c == s => {
                     if since.elapsed() >= quiet {
-                        return s.settled_at.ok_or_else(|| anyhow!("unreachable"));
+                        return Ok(at);
                     }
                 }
                 _ => candidate = Some((s, felix_actors::clock::real_now())),
@@ -616,9 +621,11 @@ fn measure_running(
         fs::rename(&tmp, policy_path)?;
         let done = wait_settled(socket, before, Duration::from_millis(200), child)?;
         changes.push(since(t, done));
-        let port = 1000 + shift as u16;
-        if !kernel_has_port(mode, ns, port)? {
-            bail!("after change {k}, the kernel has no rule for port {port}");
+        // Port 2000 belongs to policy 0 alone, and only while it is shifted (the others'
+        // ports are 1000-1999).
+        let shifted = shift != 0;
+        if kernel_has_port(mode, ns, 2000)? != shifted {
+            bail!("after change {k}, the kernel's rules for port 2000 do not match the policy file (policy 0 shifted: {shifted})");
         }
     }
     Ok(ModeFigures {
