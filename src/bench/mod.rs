@@ -28,7 +28,12 @@ pub fn rss_mib() -> f64 {
 
 /// A `kB` field of `/proc/self/status` (e.g. `"VmHWM:"`), in KiB.
 pub fn read_status_kib(field: &str) -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    read_proc_status_kib("self", field)
+}
+
+/// A `kB` field of `/proc/<pid>/status` (`pid` may be `self`), in KiB.
+pub fn read_proc_status_kib(pid: &str, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines()
         .find(|l| l.starts_with(field))?
         .split_whitespace()

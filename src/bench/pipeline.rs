@@ -598,15 +598,8 @@ fn measure_running(
     let (ns, replay, socket, policy_path) = (sb.ns, sb.replay, sb.socket, sb.policy_path);
     let settled = wait_settled(socket, 0, Duration::from_millis(500), child)?;
     let start_of_day = since(t0, settled);
-    let rss_mib = fs::read_to_string(format!("/proc/{}/status", child.id()))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .unwrap_or(0.0)
-        / 1024.0;
+    let rss_mib = super::read_proc_status_kib(&child.id().to_string(), "VmHWM:")
+        .map_or(0.0, |k| k as f64 / 1024.0);
     let (raw, raw_what) = raw_start_of_day(mode, ns, replay)?;
 
     let mut changes = Vec::new();
