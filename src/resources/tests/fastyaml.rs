@@ -444,16 +444,22 @@ proptest! {
     }
 }
 
+/// A proptest runner with a fixed seed, for counting tests that must give the same
+/// figure on every run.
+fn seeded_runner(seed: u8) -> proptest::test_runner::TestRunner {
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &[seed; 32]),
+    )
+}
+
 /// The differential tests above only mean something if the fast path takes
 /// a fair share of the generated texts: count them with a fixed seed.
 #[test]
 fn generated_texts_mostly_take_the_fast_path() {
     use proptest::strategy::ValueTree;
-    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-    let mut runner = TestRunner::new_with_rng(
-        Config::default(),
-        TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]),
-    );
+    let mut runner = seeded_runner(7);
     let (mut accepted_count, total) = (0, 400);
     for _ in 0..total {
         let s = shape().new_tree(&mut runner).unwrap().current();
@@ -1027,11 +1033,7 @@ proptest! {
 #[test]
 fn generated_flow_texts_mostly_take_the_fast_path() {
     use proptest::strategy::ValueTree;
-    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-    let mut runner = TestRunner::new_with_rng(
-        Config::default(),
-        TestRng::from_seed(RngAlgorithm::ChaCha, &[9; 32]),
-    );
+    let mut runner = seeded_runner(9);
     let (mut flow, mut json, mut json_total, total) = (0, 0, 0, 400);
     for i in 0..total {
         let s = shape().new_tree(&mut runner).unwrap().current();
