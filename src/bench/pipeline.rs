@@ -55,6 +55,16 @@ impl Mode {
         }
     }
 
+    /// The tool that lists this mode's rules, with its arguments, and the one that loads
+    /// such a listing.
+    fn rule_tools(self) -> ((&'static str, &'static [&'static str]), &'static str) {
+        match self {
+            Mode::Nftables => (("nft", &["list", "ruleset"]), "nft"),
+            Mode::IptablesNft => (("iptables-nft-save", &[]), "iptables-nft-restore"),
+            Mode::IptablesLegacy => (("iptables-legacy-save", &[]), "iptables-legacy-restore"),
+        }
+    }
+
     fn env(self) -> [(&'static str, &'static str); 2] {
         match self {
             Mode::Nftables => [
@@ -452,49 +462,31 @@ struct ModeFigures {
 
 /// Dumps the ruleset in `ns` and loads it into `replay` with the raw tools.
 fn raw_start_of_day(mode: Mode, ns: &str, replay: &str) -> anyhow::Result<(Duration, String)> {
-    let dump = |program: &str, args: &[&str]| -> anyhow::Result<Vec<u8>> {
-        Ok(netns::run_in(ns, program, args, None)?.0)
-    };
-    match mode {
-        Mode::Nftables => {
-            let rules = dump("nft", &["list", "ruleset"])?;
-            let n = dp::nft_rule_count(&String::from_utf8_lossy(&rules));
-            let (_, t) = netns::run_in(replay, "nft", &["-f", "-"], Some(&rules))?;
-            Ok((t, format!("nft -f ({n} rules)")))
-        }
-        Mode::IptablesNft | Mode::IptablesLegacy => {
-            let (save, restore) = if mode == Mode::IptablesNft {
-                ("iptables-nft-save", "iptables-nft-restore")
-            } else {
-                ("iptables-legacy-save", "iptables-legacy-restore")
-            };
-            let sets = dump("ipset", &["save"])?;
-            let rules = dump(save, &[])?;
-            let n = String::from_utf8_lossy(&rules)
-                .lines()
-                .filter(|l| l.starts_with("-A "))
-                .count();
-            let (_, t_sets) = netns::run_in(replay, "ipset", &["restore"], Some(&sets))?;
-            let (_, t_rules) = netns::run_in(replay, restore, &[], Some(&rules))?;
-            Ok((
-                t_sets + t_rules,
-                format!(
-                    "ipset restore {:.0} ms + {restore} {:.0} ms ({n} rules)",
-                    ms(t_sets),
-                    ms(t_rules)
-                ),
-            ))
-        }
+    let ((save, save_args), restore) = mode.rule_tools();
+    let rules = netns::run_in(ns, save, save_args, None)?.0;
+    let listing = String::from_utf8_lossy(&rules);
+    if mode == Mode::Nftables {
+        let n = dp::nft_rule_count(&listing);
+        let (_, t) = netns::run_in(replay, restore, &["-f", "-"], Some(&rules))?;
+        return Ok((t, format!("nft -f ({n} rules)")));
     }
+    let n = listing.lines().filter(|l| l.starts_with("-A ")).count();
+    let sets = netns::run_in(ns, "ipset", &["save"], None)?.0;
+    let (_, t_sets) = netns::run_in(replay, "ipset", &["restore"], Some(&sets))?;
+    let (_, t_rules) = netns::run_in(replay, restore, &[], Some(&rules))?;
+    Ok((
+        t_sets + t_rules,
+        format!(
+            "ipset restore {:.0} ms + {restore} {:.0} ms ({n} rules)",
+            ms(t_sets),
+            ms(t_rules)
+        ),
+    ))
 }
 
 /// Whether the kernel ruleset in `ns` matches destination port `port`.
 fn kernel_has_port(mode: Mode, ns: &str, port: u16) -> anyhow::Result<bool> {
-    let (program, args): (&str, &[&str]) = match mode {
-        Mode::Nftables => ("nft", &["list", "ruleset"]),
-        Mode::IptablesNft => ("iptables-nft-save", &[]),
-        Mode::IptablesLegacy => ("iptables-legacy-save", &[]),
-    };
+    let ((program, args), _) = mode.rule_tools();
     let out = String::from_utf8_lossy(&netns::run_in(ns, program, args, None)?.0).into_owned();
     let needles = [
         format!("dport {port} "),
