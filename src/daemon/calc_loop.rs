@@ -249,6 +249,12 @@ impl CalcLoop {
             };
             let mut drained = false;
             match self.rx.recv_timeout(timeout) {
+                Ok(_) if self.cfg.hang.due(self.cfg.clock.now()) => {
+                    // The hang came due while waiting: nothing received after it is
+                    // handled (the input is dropped with the hung graph).
+                    self.hang();
+                    break;
+                }
                 Ok(ev) => {
                     self.handle(ev);
                     while self.since_flush < self.cfg.flush_every {
