@@ -4,6 +4,11 @@
 //! iptables mode the sets go to the `ipset` driver; in nftables mode into
 //! our nftables table (the same [`SetInputs`] either way).
 //!
+//! Each family's manager keeps only its family's members (the calc graph's
+//! sets mix both): the other family's members would only be dropped by the
+//! driver, after costing a copy each in the manager, the message and the
+//! driver (on a dual-stack node with large IPv4 sets, most of the work).
+//!
 //! Dirty tracking is per set ID; the programming pass writes only the dirty
 //! sets (a full rewrite replaces this manager's whole share). The drivers
 //! create sets before the tables that reference them and delete them after.
@@ -13,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use felix_actors::{ApplyCtx, ApplyError, Manager};
 use felix_proto::ip_set_update::IpSetType as PbSetType;
 
+use crate::dataplane::family::IpVersion;
 use crate::dataplane::ipsets::IpSetType;
 
 use super::targets::SetInputs;
@@ -30,19 +36,29 @@ pub fn set_type_of(t: i32) -> IpSetType {
     }
 }
 
+/// Whether a calc-graph set member (`addr`, `addr/len` or `addr,proto:port`) belongs to
+/// `ipv`: IPv6 addresses always contain a colon, IPv4 addresses never do.  Malformed
+/// members are left to the drivers, which drop what does not parse.
+pub fn member_of_family(member: &str, ipv: IpVersion) -> bool {
+    let addr = member.split_once(',').map_or(member, |(a, _)| a);
+    addr.contains(':') == (ipv == IpVersion::V6)
+}
+
 /// See the module docs.
 pub struct IpSetsManager {
     name: String,
+    ipv: IpVersion,
     sets: BTreeMap<String, SetSpec>,
     dirty: BTreeSet<String>,
     out: SetInputs,
 }
 
 impl IpSetsManager {
-    /// A manager writing as `name` into `out`.
-    pub fn new(name: &str, out: SetInputs) -> Self {
+    /// A manager of `ipv`'s members writing as `name` into `out`.
+    pub fn new(name: &str, ipv: IpVersion, out: SetInputs) -> Self {
         IpSetsManager {
             name: name.to_string(),
+            ipv,
             sets: BTreeMap::new(),
             dirty: BTreeSet::new(),
             out,
@@ -62,11 +78,17 @@ impl Manager<Payload> for IpSetsManager {
     fn on_update(&mut self, msg: &Payload) {
         match msg {
             Payload::IpsetUpdate(u) => {
+                let ipv = self.ipv;
                 self.sets.insert(
                     u.id.clone(),
                     SetSpec {
                         set_type: set_type_of(u.r#type),
-                        members: u.members.iter().cloned().collect(),
+                        members: u
+                            .members
+                            .iter()
+                            .filter(|m| member_of_family(m, ipv))
+                            .cloned()
+                            .collect(),
                     },
                 );
                 self.dirty.insert(u.id.clone());
@@ -74,11 +96,17 @@ impl Manager<Payload> for IpSetsManager {
             Payload::IpsetDeltaUpdate(d) => {
                 // A delta for an unknown set breaks the sequencer's contract;
                 // ignore it rather than invent a set of unknown type.
+                let ipv = self.ipv;
                 if let Some(s) = self.sets.get_mut(&d.id) {
                     for m in &d.removed_members {
                         s.members.remove(m);
                     }
-                    s.members.extend(d.added_members.iter().cloned());
+                    s.members.extend(
+                        d.added_members
+                            .iter()
+                            .filter(|m| member_of_family(m, ipv))
+                            .cloned(),
+                    );
                     self.dirty.insert(d.id.clone());
                 } else {
                     tracing::warn!(set = %d.id, "IP set delta for unknown set ignored");

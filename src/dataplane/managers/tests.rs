@@ -473,7 +473,11 @@ fn policy_manager_places_updates_and_removes_policy_and_profile_chains() {
 #[test]
 fn ipsets_manager_applies_full_updates_deltas_and_removals() {
     let cell = DesiredInput::new(IpSetsDesired::default());
-    let mut m = IpSetsManager::new("manager/ipsets-v4", SetInputs::Ipset(cell.clone()));
+    let mut m = IpSetsManager::new(
+        "manager/ipsets-v4",
+        IpVersion::V4,
+        SetInputs::Ipset(cell.clone()),
+    );
     m.on_update(&Payload::IpsetUpdate(pb::IpSetUpdate {
         id: "s:a".into(),
         members: vec!["10.0.0.1".into(), "10.0.0.2".into()],
@@ -512,6 +516,48 @@ fn ipsets_manager_applies_full_updates_deltas_and_removals() {
     // A pass with nothing dirty writes nothing (drivers stay clean).
     pass(&mut m, false);
     assert_eq!(cell.version(), v1 + 1);
+}
+
+#[test]
+fn a_family_set_manager_keeps_only_its_familys_members() {
+    for (ipv, expected) in [
+        (
+            IpVersion::V4,
+            vec!["10.0.0.1", "10.0.0.3,tcp:80", "10.2.0.0/16"],
+        ),
+        (
+            IpVersion::V6,
+            vec!["fd00::1", "fd00::3,tcp:80", "fd02::/64"],
+        ),
+    ] {
+        let cell = DesiredInput::new(IpSetsDesired::default());
+        let mut m = IpSetsManager::new("manager/ipsets", ipv, SetInputs::Ipset(cell.clone()));
+        m.on_update(&Payload::IpsetUpdate(pb::IpSetUpdate {
+            id: "s:a".into(),
+            members: vec![
+                "10.0.0.1".into(),
+                "fd00::1".into(),
+                "10.0.0.3,tcp:80".into(),
+                "fd00::3,tcp:80".into(),
+            ],
+            r#type: pb::ip_set_update::IpSetType::Ip as i32,
+        }));
+        pass(&mut m, true);
+        m.on_update(&Payload::IpsetDeltaUpdate(pb::IpSetDeltaUpdate {
+            id: "s:a".into(),
+            added_members: vec!["10.2.0.0/16".into(), "fd02::/64".into()],
+            removed_members: vec![],
+        }));
+        pass(&mut m, false);
+        let got: Vec<String> = cell.read(|d| {
+            d.iter()
+                .flat_map(|(_, e)| e.value.members.clone())
+                .collect()
+        });
+        let mut expected: Vec<String> = expected.into_iter().map(String::from).collect();
+        expected.sort();
+        assert_eq!(got, expected, "{ipv:?}");
+    }
 }
 
 #[test]
@@ -645,7 +691,11 @@ fn nftables_inputs_hold_every_layer_and_the_sets_in_one_cell() {
     let cell = DesiredInput::new(NftDesired::default());
     let tables = TableInputs::Nftables(cell.clone());
     let mut stat = StaticManager::new("manager/static-v4", Arc::new(Fake), tables.clone());
-    let mut sets = IpSetsManager::new("manager/ipsets-v4", SetInputs::Nftables(cell.clone()));
+    let mut sets = IpSetsManager::new(
+        "manager/ipsets-v4",
+        IpVersion::V4,
+        SetInputs::Nftables(cell.clone()),
+    );
     sets.on_update(&Payload::IpsetUpdate(pb::IpSetUpdate {
         id: "s:a".into(),
         members: vec!["10.0.0.1".into()],

@@ -411,16 +411,18 @@ impl NftablesTable {
         kind: NftSetKind,
         members: impl IntoIterator<Item = String>,
     ) {
+        let mut dropped = 0usize;
         let members: BTreeSet<String> = members
             .into_iter()
             .filter_map(|m| {
                 let c = canonical_member_owned(kind, self.ipv, m);
-                if c.is_none() {
-                    tracing::debug!(set = name, "dropping unusable set member");
-                }
+                dropped += usize::from(c.is_none());
                 c
             })
             .collect();
+        if dropped > 0 {
+            tracing::debug!(set = name, dropped, "dropping unusable set members");
+        }
         let legal = legalize_set_name(name);
         if self
             .sets

@@ -296,7 +296,7 @@ impl Family {
         let ipv = self.ipv;
         let s = sets.clone();
         b = self.manager(b, "ipsets", IpSetsManager::wants, move |n| {
-            Box::new(IpSetsManager::new(n, s.clone()))
+            Box::new(IpSetsManager::new(n, ipv, s.clone()))
         });
         let (src, t) = (self.source.clone(), tables.clone());
         b = self.manager(b, "policy", PolicyManager::wants, move |n| {
