@@ -187,7 +187,12 @@ impl fmt::Display for Key {
 }
 
 /// A value for a [`Key`].  The variant always matches the key's variant.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Equality is structural, with a shortcut: two values sharing one allocation are
+/// equal without a field-by-field comparison (the file datastore hands the same
+/// allocation on for every document it did not decode again, so telling what changed
+/// in a file of thousands of policies costs a pointer comparison per policy).
+#[derive(Clone, Debug)]
 pub enum Value {
     /// For [`Key::Policy`].
     Policy(Arc<Policy>),
@@ -218,6 +223,35 @@ pub enum Value {
     Ready(bool),
     /// For [`Key::LiveMigration`].
     LiveMigration(Arc<LiveMigration>),
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Self) -> bool {
+        /// Same allocation, or equal contents.
+        fn same<T: PartialEq + ?Sized>(a: &Arc<T>, b: &Arc<T>) -> bool {
+            Arc::ptr_eq(a, b) || **a == **b
+        }
+        // One arm per variant of `self` (no catch-all): a new variant must say how it
+        // compares.
+        match self {
+            Value::Policy(a) => matches!(other, Value::Policy(b) if same(a, b)),
+            Value::Tier(a) => matches!(other, Value::Tier(b) if same(a, b)),
+            Value::Profile(a) => matches!(other, Value::Profile(b) if same(a, b)),
+            Value::WorkloadEndpoint(a) => {
+                matches!(other, Value::WorkloadEndpoint(b) if same(a, b))
+            }
+            Value::HostEndpoint(a) => matches!(other, Value::HostEndpoint(b) if same(a, b)),
+            Value::NetworkSet(a) => matches!(other, Value::NetworkSet(b) if same(a, b)),
+            Value::IpPool(a) => matches!(other, Value::IpPool(b) if same(a, b)),
+            Value::IpamBlock(a) => matches!(other, Value::IpamBlock(b) if same(a, b)),
+            Value::Node(a) => matches!(other, Value::Node(b) if same(a, b)),
+            Value::Namespace(a) => matches!(other, Value::Namespace(b) if same(a, b)),
+            Value::ServiceAccount(a) => matches!(other, Value::ServiceAccount(b) if same(a, b)),
+            Value::Config(a) => matches!(other, Value::Config(b) if a == b),
+            Value::Ready(a) => matches!(other, Value::Ready(b) if a == b),
+            Value::LiveMigration(a) => matches!(other, Value::LiveMigration(b) if same(a, b)),
+        }
+    }
 }
 
 /// Side-channel classification of an update, for statistics only (see the
@@ -723,4 +757,32 @@ pub struct LiveMigration {
     pub source: Option<LiveMigrationSource>,
     /// Where the migration moves to.
     pub target: Option<LiveMigrationTarget>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_sharing_an_allocation_are_equal_without_comparing_fields() {
+        // NaN is unequal to itself field by field, so only the shortcut makes a value
+        // equal to its own allocation here.
+        let nan = Arc::new(Tier {
+            order: Some(f64::NAN),
+            ..Tier::default()
+        });
+        let a = Value::Tier(nan.clone());
+        assert_eq!(a, Value::Tier(nan.clone()));
+        assert_ne!(a, Value::Tier(Arc::new((*nan).clone())));
+        // Otherwise equality is structural, and never across variants.
+        let one = |order| {
+            Value::Tier(Arc::new(Tier {
+                order: Some(order),
+                ..Tier::default()
+            }))
+        };
+        assert_eq!(one(1.0), one(1.0));
+        assert_ne!(one(1.0), one(2.0));
+        assert_ne!(Value::Ready(true), Value::Config("true".into()));
+    }
 }

@@ -17,7 +17,7 @@ use clap::Args;
 
 use crate::calc::view::{payload_json, DataplaneView};
 use crate::calc::CalcGraph;
-use crate::datastore::snapshot::load_state;
+use crate::datastore::snapshot::StateLoader;
 use crate::model::{Key, SyncStatus, Update, Value};
 use felix_proto::to_dataplane::Payload;
 
@@ -60,30 +60,34 @@ pub fn diff_states(prev: &BTreeMap<Key, Value>, next: &BTreeMap<Key, Value>) -> 
     out
 }
 
-/// Complete datastore states, and how many resources were left out as invalid.
+/// Datastore states as the updates between them, and how many resources were left out
+/// as invalid.
 pub struct LoadedStates {
-    /// Each state's model.
-    pub states: Vec<BTreeMap<Key, Value>>,
+    /// Each state's updates from the previous state (from nothing for the first).
+    pub states: Vec<Vec<Update>>,
     /// Resources (or duplicates) left out, over all states.
     pub dropped: usize,
 }
 
-/// Loads each STATE (a file or a directory) as a complete datastore state.
-/// Every resource left out is reported on stderr, one line each, as `felix
-/// run` logs it (file, line, what is wrong); a file that cannot be read at
-/// all is an input error.
+/// Loads each STATE (a file or a directory) as a complete datastore state,
+/// kept as its difference from the state before (no state is held as a whole
+/// model).  Every resource left out is reported on stderr, one line each, as
+/// `felix run` logs it (file, line, what is wrong); a file that cannot be read
+/// at all is an input error, before anything is computed.
 pub fn load_states(paths: &[PathBuf]) -> Result<LoadedStates, CliError> {
+    let mut loader = StateLoader::default();
     let mut states = Vec::with_capacity(paths.len());
     let mut dropped = 0;
     for path in paths {
-        let snap =
-            load_state(path).map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
-        for err in &snap.errors {
+        let state = loader
+            .load(path)
+            .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
+        for err in &state.errors {
             eprintln!("warning: {err}");
         }
-        dropped += snap.errors.len();
-        if snap.has_file_errors() {
-            let first = snap
+        dropped += state.errors.len();
+        if state.has_file_errors() {
+            let first = state
                 .errors
                 .iter()
                 .find(|e| e.class == crate::datastore::snapshot::ErrorClass::File)
@@ -91,30 +95,34 @@ pub fn load_states(paths: &[PathBuf]) -> Result<LoadedStates, CliError> {
                 .unwrap_or_default();
             return Err(CliError::Input(first));
         }
-        states.push(snap.values);
+        states.push(state.updates);
     }
     Ok(LoadedStates { states, dropped })
 }
 
-/// Replays `states` through node `node`'s calculation graph (see the module
-/// doc), applying every emitted message to a [`DataplaneView`]; after each
-/// state, `each(i, view, messages of that state)`.
+/// Replays `states` (each one's updates from the previous) through node
+/// `node`'s calculation graph (see the module doc), applying every emitted
+/// message to a [`DataplaneView`]; after each state, `each(i, view, messages
+/// of that state)`.
 pub fn replay(
     node: &str,
     paths: &[PathBuf],
-    states: &[BTreeMap<Key, Value>],
+    states: Vec<Vec<Update>>,
     mut each: impl FnMut(usize, &DataplaneView, &[Payload]) -> Result<(), CliError>,
 ) -> Result<DataplaneView, CliError> {
     let options = states
         .first()
-        .map(|s| graph_options(node, s))
+        .map(|s| {
+            graph_options(
+                node,
+                s.iter().filter_map(|u| Some((&u.key, u.value.as_ref()?))),
+            )
+        })
         .unwrap_or_default();
     let mut graph = CalcGraph::with_options(node, options);
     let mut view = DataplaneView::new();
-    let empty = BTreeMap::new();
-    let mut prev = &empty;
-    for (i, state) in states.iter().enumerate() {
-        graph.on_updates(diff_states(prev, state));
+    for (i, updates) in states.into_iter().enumerate() {
+        graph.on_updates(updates);
         if i == 0 {
             graph.on_status(SyncStatus::InSync);
         }
@@ -126,16 +134,18 @@ pub fn replay(
             })?;
         }
         each(i, &view, &flushed)?;
-        prev = state;
     }
     Ok(view)
 }
 
 /// The graph's construction-time options (`IstioAmbientMode`, the route
-/// settings) as `felix run` would read them on node `node` of `state`: the
-/// state's FelixConfiguration `default` and `node.<node>`, under this
-/// process's `FELIX_*` environment.
-pub fn graph_options(node: &str, state: &BTreeMap<Key, Value>) -> crate::calc::GraphOptions {
+/// settings) as `felix run` would read them on node `node` of a state (its
+/// keys and values): the state's FelixConfiguration `default` and
+/// `node.<node>`, under this process's `FELIX_*` environment.
+pub fn graph_options<'a>(
+    node: &str,
+    state: impl IntoIterator<Item = (&'a Key, &'a Value)>,
+) -> crate::calc::GraphOptions {
     use felix_config::{Config, Source};
     let mut global = BTreeMap::new();
     let mut host = BTreeMap::new();
@@ -164,11 +174,11 @@ pub fn graph_options(node: &str, state: &BTreeMap<Key, Value>) -> crate::calc::G
 pub fn run(args: CalcArgs) -> Result<(), CliError> {
     let node = node_name::resolve(args.node.as_deref());
     let loaded = load_states(&args.states)?;
-    let states = loaded.states;
+    let dropped = loaded.dropped;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut seq: u64 = 0;
-    replay(&node, &args.states, &states, |i, view, flushed| {
+    replay(&node, &args.states, loaded.states, |i, view, flushed| {
         if args.stream {
             for p in flushed {
                 seq += 1;
@@ -181,10 +191,10 @@ pub fn run(args: CalcArgs) -> Result<(), CliError> {
         Ok(())
     })?;
     out.flush().context("writing output")?;
-    if args.strict && loaded.dropped > 0 {
+    if args.strict && dropped > 0 {
         return Err(CliError::Input(format!(
             "--strict: {} invalid resource(s) left out (listed above)",
-            loaded.dropped
+            dropped
         )));
     }
     Ok(())

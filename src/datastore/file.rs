@@ -573,6 +573,7 @@ impl Worker {
             }
         }
         let read_at = now_secs();
+        let started = felix_actors::clock::real_now();
         let bytes = match fs::read(&abs) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -601,6 +602,7 @@ impl Worker {
                 return;
             }
         };
+        let read = felix_actors::clock::real_now();
         let hash = source::content_hash(&bytes);
         let previous = self.tracked.remove(rel);
         let unchanged = previous.as_ref().is_some_and(|t| t.hash == Some(hash));
@@ -611,13 +613,25 @@ impl Worker {
             let prev = Some((&chunks, self.merger.docs(rel)));
             match chunks::decode_reusing(&bytes, &origin, format, prev) {
                 Ok((decoded, new_chunks)) => {
+                    let decoded_at = felix_actors::clock::real_now();
                     chunks = new_chunks;
                     for message in &decoded.invalid {
                         tracing::error!("{message}");
                     }
+                    let docs = decoded.docs.len();
                     for message in self.merger.replace_file(rel, Some(decoded.docs)) {
                         tracing::error!("{message}");
                     }
+                    let merged = felix_actors::clock::real_now();
+                    tracing::debug!(
+                        file = %abs.display(),
+                        bytes = bytes.len(),
+                        docs,
+                        read_ms = (read - started).as_secs_f64() * 1e3,
+                        decode_ms = (decoded_at - read).as_secs_f64() * 1e3,
+                        merge_ms = (merged - decoded_at).as_secs_f64() * 1e3,
+                        "file reloaded"
+                    );
                 }
                 Err(message) => {
                     tracing::error!("{message} (keeping the file's last good contents)");
@@ -647,7 +661,15 @@ impl Worker {
 
     /// Sends the merger's net changes in bounded batches.
     fn flush(&mut self) -> Result<(), Stopped> {
+        let started = felix_actors::clock::real_now();
         let updates = self.merger.take_updates();
+        if !updates.is_empty() {
+            tracing::debug!(
+                updates = updates.len(),
+                diff_ms = started.elapsed().as_secs_f64() * 1e3,
+                "file datastore changes sent"
+            );
+        }
         emit::send_updates(&self.out, &self.stop, updates, self.batch_size)
     }
 

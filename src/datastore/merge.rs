@@ -136,6 +136,14 @@ impl Merger {
         }
     }
 
+    /// Names files in messages relative to `root` from now on (a `felix calc`
+    /// state after another, in another directory).
+    pub(crate) fn set_root(&mut self, root: &Path) {
+        if self.root != root {
+            self.root = root.to_path_buf();
+        }
+    }
+
     /// The documents last stored for `path` (empty if none).
     pub(crate) fn docs(&self, path: &RelPath) -> &[Doc] {
         self.files.get(path).map_or(&[], Vec::as_slice)

@@ -52,4 +52,6 @@ mod source;
 mod walk;
 
 pub use file::{FileSyncer, FileSyncerConfig};
-pub use snapshot::{load_state, ErrorClass, LoadError, StateError, StateSnapshot};
+pub use snapshot::{
+    load_state, ErrorClass, LoadError, StateError, StateLoader, StateSnapshot, StateUpdates,
+};

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use super::merge::{Merger, RelPath};
 use super::{source, walk};
-use crate::model::{Key, Value};
+use crate::model::{Key, Update, Value};
 
 /// What kind of problem a [`StateError`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,79 +87,137 @@ pub enum LoadError {
 /// Only a missing or unreadable `path` is an `Err`; everything else is
 /// recorded in [`StateSnapshot::errors`].
 pub fn load_state(path: &Path) -> Result<StateSnapshot, LoadError> {
-    let io_err = |source| LoadError::Io {
-        path: path.to_path_buf(),
-        source,
+    let loaded = StateLoader::default().load(path)?;
+    let mut snapshot = StateSnapshot {
+        values: BTreeMap::new(),
+        errors: loaded.errors,
+        files: loaded.files,
+        resources: loaded.resources,
     };
-    let meta = fs::metadata(path).map_err(io_err)?;
-    let mut snapshot = StateSnapshot::default();
-    if meta.is_dir() {
-        let listing = walk::list(path).map_err(io_err)?;
-        let mut merger = Merger::new(path);
-        for (rel, e) in listing.unreadable {
-            snapshot.errors.push(StateError {
-                class: ErrorClass::File,
-                message: format!("{}: cannot read directory: {e}", path.join(rel).display()),
-            });
+    for update in loaded.updates {
+        if let Some(value) = update.value {
+            snapshot.values.insert(update.key, value);
         }
-        for (rel, _) in listing.files {
-            load_file(path, &rel, &mut merger, &mut snapshot);
-        }
-        finish(merger, &mut snapshot);
-    } else {
-        let (root, rel) = match (path.parent(), path.file_name()) {
-            (Some(parent), Some(name)) => (parent.to_path_buf(), PathBuf::from(name)),
-            _ => (PathBuf::new(), path.to_path_buf()),
-        };
-        let mut merger = Merger::new(&root);
-        load_file(&root, &rel, &mut merger, &mut snapshot);
-        finish(merger, &mut snapshot);
     }
     Ok(snapshot)
 }
 
-fn load_file(root: &Path, rel: &Path, merger: &mut Merger, snapshot: &mut StateSnapshot) {
-    let abs = root.join(rel);
-    let origin = abs.display().to_string();
-    snapshot.files += 1;
-    let bytes = match fs::read(&abs) {
-        Ok(b) => b,
-        Err(e) => {
-            snapshot.errors.push(StateError {
-                class: ErrorClass::File,
-                message: format!("{origin}: cannot read: {e}"),
-            });
-            return;
+/// One state as loaded by a [`StateLoader`]: the updates from the previous
+/// state, and what [`StateSnapshot`] says about the state's files.
+#[derive(Debug, Default)]
+pub struct StateUpdates {
+    /// The net per-key changes from the previous state (from nothing for the
+    /// first), sorted by key: a deletion for every key the state no longer
+    /// has, a set for every new or changed value.
+    pub updates: Vec<Update>,
+    /// Every problem found, in file order.
+    pub errors: Vec<StateError>,
+    /// Number of datastore files read.
+    pub files: usize,
+    /// Number of resources (documents) decoded, valid or not.
+    pub resources: usize,
+}
+
+impl StateUpdates {
+    /// True if some file could not be read or parsed.
+    pub fn has_file_errors(&self) -> bool {
+        self.errors.iter().any(|e| e.class == ErrorClass::File)
+    }
+}
+
+/// Loads consecutive complete states (for `felix calc`) into one merged view,
+/// so that each state comes out as its difference from the previous one.
+///
+/// Invariants:
+/// * **A state's updates are its difference from the previous state**: the
+///   same per-key changes as diffing the two states' complete models, with
+///   every rule of [`load_state`] (file selection, duplicates, invalid
+///   resources absent) applied to each state as a whole.
+/// * **No state is held as a second model**: the loader keeps the merged
+///   documents of the current state only; values are shared with the updates.
+#[derive(Default)]
+pub struct StateLoader {
+    merger: Option<Merger>,
+    /// The files of the current state, relative to its root.
+    files: Vec<RelPath>,
+}
+
+impl StateLoader {
+    /// Loads the next state from a file or a datastore directory.  Only a
+    /// missing or unreadable `path` is an `Err`; everything else is recorded
+    /// in [`StateUpdates::errors`].
+    pub fn load(&mut self, path: &Path) -> Result<StateUpdates, LoadError> {
+        let io_err = |source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let meta = fs::metadata(path).map_err(io_err)?;
+        let mut state = StateUpdates::default();
+        let (root, files) = if meta.is_dir() {
+            let listing = walk::list(path).map_err(io_err)?;
+            for (rel, e) in listing.unreadable {
+                state.errors.push(StateError {
+                    class: ErrorClass::File,
+                    message: format!("{}: cannot read directory: {e}", path.join(rel).display()),
+                });
+            }
+            let files = listing.files.into_iter().map(|(rel, _)| rel).collect();
+            (path.to_path_buf(), files)
+        } else {
+            match (path.parent(), path.file_name()) {
+                (Some(parent), Some(name)) => (parent.to_path_buf(), vec![PathBuf::from(name)]),
+                _ => (PathBuf::new(), vec![path.to_path_buf()]),
+            }
+        };
+        let merger = self.merger.get_or_insert_with(|| Merger::new(&root));
+        merger.set_root(&root);
+        // The previous state's files all go first (the merger still knows what it handed
+        // out, so its updates stay net): a file of this state is then never compared with
+        // a stale one, and each duplicate is reported once, as a fresh load reports it.
+        for old in std::mem::take(&mut self.files) {
+            merger.replace_file(&old, None);
         }
-    };
-    match source::decode(&bytes, &origin, walk::format_for(rel)) {
+        self.files = files.iter().map(|rel| RelPath::new(rel)).collect();
+        for rel in &self.files {
+            load_file(&root, rel, merger, &mut state);
+        }
+        state.updates = merger.take_updates();
+        Ok(state)
+    }
+}
+
+fn load_file(root: &Path, rel: &RelPath, merger: &mut Merger, state: &mut StateUpdates) {
+    let abs = root.join(rel.as_path());
+    let origin = abs.display().to_string();
+    state.files += 1;
+    let decoded = fs::read(&abs)
+        .map_err(|e| format!("{origin}: cannot read: {e}"))
+        .and_then(|bytes| source::decode(&bytes, &origin, walk::format_for(rel.as_path())));
+    match decoded {
         Ok(decoded) => {
-            snapshot.resources += decoded.docs.len();
-            snapshot
+            state.resources += decoded.docs.len();
+            state
                 .errors
                 .extend(decoded.invalid.into_iter().map(|message| StateError {
                     class: ErrorClass::Resource,
                     message,
                 }));
-            let duplicates = merger.replace_file(&RelPath::new(rel), Some(decoded.docs));
-            snapshot
+            let duplicates = merger.replace_file(rel, Some(decoded.docs));
+            state
                 .errors
                 .extend(duplicates.into_iter().map(|message| StateError {
                     class: ErrorClass::Duplicate,
                     message,
                 }));
         }
-        Err(message) => snapshot.errors.push(StateError {
-            class: ErrorClass::File,
-            message,
-        }),
-    }
-}
-
-fn finish(mut merger: Merger, snapshot: &mut StateSnapshot) {
-    for update in merger.take_updates() {
-        if let Some(value) = update.value {
-            snapshot.values.insert(update.key, value);
+        Err(message) => {
+            // The state is complete: a file that cannot be read contributes nothing,
+            // whatever an earlier state held under the same name.
+            merger.replace_file(rel, None);
+            state.errors.push(StateError {
+                class: ErrorClass::File,
+                message,
+            });
         }
     }
 }
@@ -238,6 +296,87 @@ mod tests {
             "{}",
             dups[0]
         );
+    }
+
+    /// The per-key changes from state `a` to state `b`, from their complete models.
+    fn model_diff(a: &StateSnapshot, b: &StateSnapshot) -> BTreeMap<Key, Option<Value>> {
+        let mut out = BTreeMap::new();
+        for k in a.values.keys().filter(|k| !b.values.contains_key(*k)) {
+            out.insert(k.clone(), None);
+        }
+        for (k, v) in &b.values {
+            if a.values.get(k) != Some(v) {
+                out.insert(k.clone(), Some(v.clone()));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_states_updates_are_its_difference_from_the_previous_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = |name: &str, files: &[(&str, String)]| {
+            let root = dir.path().join(name);
+            fs::create_dir_all(root.join("sub")).unwrap();
+            for (rel, text) in files {
+                fs::write(root.join(rel), text).unwrap();
+            }
+            root
+        };
+        let states = [
+            state(
+                "s0",
+                &[
+                    (
+                        "a.yaml",
+                        format!("{}---\n{}", tier("keep", 1), tier("change", 2)),
+                    ),
+                    ("sub/b.yaml", tier("gone-with-file", 3)),
+                    ("dup.yaml", tier("dup", 4)),
+                    ("sub/dup.yaml", tier("dup", 5)),
+                    ("x.yaml", tier("both", 1)),
+                    ("sub/x.yaml", tier("both", 2)),
+                ],
+            ),
+            state(
+                "s1",
+                &[
+                    (
+                        "a.yaml",
+                        format!("{}---\n{}", tier("keep", 1), tier("change", 7)),
+                    ),
+                    // The first copy of the duplicate goes: the other one takes over.
+                    ("sub/dup.yaml", tier("dup", 5)),
+                    ("broken.yaml", "kind: [\n".to_string()),
+                    // A duplicate in both states, changed: reported once, as a fresh load does.
+                    ("x.yaml", tier("both", 3)),
+                    ("sub/x.yaml", tier("both", 4)),
+                ],
+            ),
+            // A single file after directories: everything else is deleted.
+            state("s2", &[("a.yaml", tier("keep", 1))]).join("a.yaml"),
+        ];
+        let mut loader = StateLoader::default();
+        let mut previous = StateSnapshot::default();
+        for (i, path) in states.iter().enumerate() {
+            let loaded = loader.load(path).unwrap();
+            let complete = load_state(path).unwrap();
+            let got: BTreeMap<Key, Option<Value>> = loaded
+                .updates
+                .into_iter()
+                .map(|u| (u.key, u.value))
+                .collect();
+            assert_eq!(got, model_diff(&previous, &complete), "state {i}");
+            assert_eq!(loaded.errors, complete.errors, "state {i}");
+            assert_eq!(
+                (loaded.files, loaded.resources),
+                (complete.files, complete.resources),
+                "state {i}"
+            );
+            previous = complete;
+        }
+        assert_eq!(tier_order(&previous, "keep"), Some(1.0));
+        assert_eq!(previous.values.len(), 1);
     }
 
     #[test]
