@@ -55,13 +55,21 @@ impl Mode {
         }
     }
 
-    /// The tool that lists this mode's rules, with its arguments, and the one that loads
-    /// such a listing.
-    fn rule_tools(self) -> ((&'static str, &'static [&'static str]), &'static str) {
+    /// Per family this mode programs separately (IPv4 first), the tool that lists its
+    /// rules, with its arguments, and the one that loads such a listing.  felix programs
+    /// both families, so the raw tools' start of day loads both.
+    fn rule_tools(self) -> &'static [((&'static str, &'static [&'static str]), &'static str)] {
         match self {
-            Mode::Nftables => (("nft", &["list", "ruleset"]), "nft"),
-            Mode::IptablesNft => (("iptables-nft-save", &[]), "iptables-nft-restore"),
-            Mode::IptablesLegacy => (("iptables-legacy-save", &[]), "iptables-legacy-restore"),
+            // One listing holds both tables.
+            Mode::Nftables => &[(("nft", &["list", "ruleset"]), "nft")],
+            Mode::IptablesNft => &[
+                (("iptables-nft-save", &[]), "iptables-nft-restore"),
+                (("ip6tables-nft-save", &[]), "ip6tables-nft-restore"),
+            ],
+            Mode::IptablesLegacy => &[
+                (("iptables-legacy-save", &[]), "iptables-legacy-restore"),
+                (("ip6tables-legacy-save", &[]), "ip6tables-legacy-restore"),
+            ],
         }
     }
 
@@ -96,6 +104,9 @@ pub struct Options {
     pub changes: usize,
     /// Also run the stage-alone benchmarks (`bench calc --workload a`, `bench dataplane`).
     pub stages: bool,
+    /// Where to write the workload files and logs, kept afterwards (`None`: a temporary
+    /// directory, removed at the end).
+    pub keep: Option<PathBuf>,
 }
 
 /// A child's end: status, peak RSS and CPU time, from `wait4`.
@@ -263,7 +274,9 @@ fn run_calc(exe: &Path, opts: &Options, scratch: &Path) -> anyhow::Result<()> {
             fig.max_rss_mib
         );
         figs.push(fig);
-        let _ = fs::remove_dir_all(&dir);
+        if opts.keep.is_none() {
+            let _ = fs::remove_dir_all(&dir);
+        }
     }
     if opts.stages {
         let (line, rss) = graph_alone(exe)?;
@@ -462,31 +475,31 @@ struct ModeFigures {
 
 /// Dumps the ruleset in `ns` and loads it into `replay` with the raw tools.
 fn raw_start_of_day(mode: Mode, ns: &str, replay: &str) -> anyhow::Result<(Duration, String)> {
-    let ((save, save_args), restore) = mode.rule_tools();
-    let rules = netns::run_in(ns, save, save_args, None)?.0;
-    let listing = String::from_utf8_lossy(&rules);
     if mode == Mode::Nftables {
-        let n = dp::nft_rule_count(&listing);
+        let ((save, save_args), restore) = mode.rule_tools()[0];
+        let rules = netns::run_in(ns, save, save_args, None)?.0;
+        let n = dp::nft_rule_count(&String::from_utf8_lossy(&rules));
         let (_, t) = netns::run_in(replay, restore, &["-f", "-"], Some(&rules))?;
-        return Ok((t, format!("nft -f ({n} rules)")));
+        return Ok((t, format!("nft -f ({n} rules, both families)")));
     }
-    let n = listing.lines().filter(|l| l.starts_with("-A ")).count();
     let sets = netns::run_in(ns, "ipset", &["save"], None)?.0;
-    let (_, t_sets) = netns::run_in(replay, "ipset", &["restore"], Some(&sets))?;
-    let (_, t_rules) = netns::run_in(replay, restore, &[], Some(&rules))?;
-    Ok((
-        t_sets + t_rules,
-        format!(
-            "ipset restore {:.0} ms + {restore} {:.0} ms ({n} rules)",
-            ms(t_sets),
-            ms(t_rules)
-        ),
-    ))
+    let (_, mut total) = netns::run_in(replay, "ipset", &["restore"], Some(&sets))?;
+    let mut what = format!("ipset restore {:.0} ms", ms(total));
+    for &((save, save_args), restore) in mode.rule_tools() {
+        let rules = netns::run_in(ns, save, save_args, None)?.0;
+        let n = String::from_utf8_lossy(&rules)
+            .lines()
+            .filter(|l| l.starts_with("-A "))
+            .count();
+        let (_, t) = netns::run_in(replay, restore, &[], Some(&rules))?;
+        total += t;
+        what.push_str(&format!(" + {restore} {:.0} ms ({n} rules)", ms(t)));
+    }
+    Ok((total, what))
 }
 
-/// Whether the kernel ruleset in `ns` matches destination port `port`.
 fn kernel_has_port(mode: Mode, ns: &str, port: u16) -> anyhow::Result<bool> {
-    let ((program, args), _) = mode.rule_tools();
+    let ((program, args), _) = mode.rule_tools()[0];
     let out = String::from_utf8_lossy(&netns::run_in(ns, program, args, None)?.0).into_owned();
     let needles = [
         format!("dport {port} "),
@@ -528,7 +541,11 @@ fn run_mode(exe: &Path, mode: Mode, opts: &Options, scratch: &Path) -> anyhow::R
         .arg("--admin-socket")
         .arg(&socket)
         .env("FELIX_HEALTHENABLED", "false")
-        .env("FELIX_LOGSEVERITYSCREEN", "Info")
+        // Info unless the caller asks for more (a change's steps are logged at Debug).
+        .env(
+            "FELIX_LOGSEVERITYSCREEN",
+            std::env::var("FELIX_LOGSEVERITYSCREEN").unwrap_or_else(|_| "Info".into()),
+        )
         .env("FELIX_LOGFILEPATH", "none")
         .env("FELIX_BPFENABLED", "false")
         .stdin(Stdio::null())
@@ -718,14 +735,24 @@ fn run_dataplane(exe: &Path, opts: &Options, scratch: &Path) -> anyhow::Result<(
 /// Runs the benchmark; see the module docs.
 pub fn run(opts: &Options) -> anyhow::Result<()> {
     let exe = std::env::current_exe()?;
-    let scratch = tempfile::Builder::new()
-        .prefix("felix-bench-pipeline-")
-        .tempdir()?;
+    let temporary;
+    let scratch = match &opts.keep {
+        Some(dir) => {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            dir.as_path()
+        }
+        None => {
+            temporary = tempfile::Builder::new()
+                .prefix("felix-bench-pipeline-")
+                .tempdir()?;
+            temporary.path()
+        }
+    };
     if !opts.styles.is_empty() {
-        run_calc(&exe, opts, scratch.path())?;
+        run_calc(&exe, opts, scratch)?;
     }
     if !opts.modes.is_empty() {
-        run_dataplane(&exe, opts, scratch.path())?;
+        run_dataplane(&exe, opts, scratch)?;
     }
     Ok(())
 }

@@ -117,6 +117,10 @@ pub(crate) enum BenchWhat {
         /// Skip the stage-alone benchmarks (`bench calc --workload a`, `bench dataplane`).
         #[arg(long)]
         no_stages: bool,
+        /// Write the workload files and felix's logs under this directory and keep them
+        /// (default: a temporary directory, removed at the end).
+        #[arg(long, value_name = "DIR")]
+        keep: Option<std::path::PathBuf>,
         #[command(flatten)]
         sizes: bench::dataplane::Sizes,
     },
@@ -173,6 +177,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             no_run,
             changes,
             no_stages,
+            keep,
             sizes,
         } => {
             use bench::pipeline::{Mode, Options};
@@ -193,6 +198,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
                 sizes,
                 changes,
                 stages: !no_stages,
+                keep,
             };
             bench::pipeline::run(&opts).map_err(CliError::Runtime)
         }
