@@ -101,6 +101,9 @@ pub(crate) struct PlanDriver {
     pub phase: Phase,
     pub addr: Addr<DriverActor>,
     pub resync: bool,
+    /// Backing off after failures: probed only (it records resyncs and reports
+    /// dirtiness), never asked to work.
+    pub backing_off: bool,
 }
 
 pub(crate) struct ApplyPlan<M: Clone + Send + 'static> {
@@ -146,7 +149,7 @@ async fn send_step(
         let req = DriverRequest {
             step,
             resync: d.resync && step == DriverStep::Main,
-            probe_only,
+            probe_only: probe_only || d.backing_off,
         };
         let addr = d.addr.clone();
         let idx = d.idx;
@@ -363,7 +366,15 @@ pub(crate) async fn run_apply<M: Clone + Send + 'static>(plan: ApplyPlan<M>) -> 
     let (route_replies, (tables, dels)) = join(routes, tables_then_deletions).await;
     emit(&obs, seq, ApplyEventKind::StepFinished(ApplyStep::Routes));
 
-    out.tables_failed = tables.iter().any(|(_, r)| !r.succeeded() && r.dirty());
+    // A tables driver held only because an IP-set driver is backing off after a
+    // failure was not tried: that apply does not count towards the fail-closed exit
+    // (the IP-set driver's own tries do, one per backoff).
+    let sets_backing_off = of(Phase::IpSets).iter().any(|d| d.backing_off);
+    out.tables_failed = tables.iter().any(|(_, r)| {
+        !r.succeeded()
+            && r.dirty()
+            && !(sets_backing_off && matches!(r, DriverReply::Skipped { .. }))
+    });
     if !ipsets_ok {
         out.blocked = Some("IP-set phase failed; tables and IP-set deletions held".to_string());
     } else if !all_ok(&tables) {

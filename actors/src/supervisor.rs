@@ -16,7 +16,10 @@
 //! **Scheduling.** Nothing is applied before [`InSync`]. After it, an apply is scheduled
 //! whenever there is work, paced by a `governor` leaky bucket (`apply_rate_per_sec`,
 //! `apply_burst`) so messages coalesce under load. A retry ticker (`retry_interval`, ~10 s)
-//! re-schedules if anything is still dirty or failed. Refresh timers (route, IP-set, tables
+//! re-schedules if anything is still dirty or failed. A failed driver (any phase but
+//! *tables) backs off (`retry_backoff`, doubling up to `retry_backoff_max`): until then
+//! applies only probe it, and one apply is scheduled when the backoff ends, so its retries
+//! are paced by the backoff, not by the apply rate. Refresh timers (route, IP-set, tables
 //! intervals) queue resyncs on the drivers of the matching phases. The first apply after
 //! in-sync sends every driver a resync (full read-back-and-reconcile).
 //!
@@ -79,6 +82,12 @@ pub struct SupervisorConfig {
     pub tables_refresh_interval: Option<Duration>,
     /// Consecutive failed tables applies before the fail-closed exit.
     pub max_consecutive_table_failures: u32,
+    /// First pause before a failed driver (any phase but *tables, which fail closed
+    /// instead) is tried again; each further consecutive failure doubles it, up to
+    /// `retry_backoff_max`. Meanwhile the driver is only probed, never asked to work.
+    pub retry_backoff: Duration,
+    /// Longest pause between two tries of a failing driver.
+    pub retry_backoff_max: Duration,
     /// Restarts of one actor tolerated within `restart_window`.
     pub max_restarts: u32,
     /// Window for `max_restarts`.
@@ -105,6 +114,8 @@ impl Default for SupervisorConfig {
             ipsets_refresh_interval: Some(Duration::from_secs(90)),
             tables_refresh_interval: Some(Duration::from_secs(90)),
             max_consecutive_table_failures: 10,
+            retry_backoff: Duration::from_millis(100),
+            retry_backoff_max: Duration::from_secs(10),
             max_restarts: 5,
             restart_window: Duration::from_secs(60),
             liveness_timeout: Duration::from_secs(90),
@@ -255,6 +266,11 @@ struct DriverSlot {
     /// The last failure, shown in `/status`; its message is logged at error level only when it
     /// differs from the one before (one log line per distinct failure, not per retry).
     last_error: Option<LastError>,
+    /// Consecutive failed applies (reset by a success or a restart).
+    failures: u32,
+    /// Not asked to work again before this instant (on the supervisor's clock) after a
+    /// failure: retries back off instead of following the apply rate.
+    retry_at: Option<Instant>,
 }
 
 impl DriverSlot {
@@ -315,6 +331,8 @@ pub struct Supervisor<M: Clone + Send + 'static> {
     hang_at: Option<Instant>,
     /// The simulated hang has started.
     hanging: bool,
+    /// When the pending backoff timer fires, if one is pending.
+    retry_timer: Option<Instant>,
 }
 
 /// What [`SupervisorBuilder::start`] returns.
@@ -514,6 +532,8 @@ impl<M: Clone + Send + 'static> SupervisorBuilder<M> {
                 resync: true,
                 dirty: true,
                 last_error: None,
+                failures: 0,
+                retry_at: None,
             })
             .collect();
         let status = StatusHandle::new(StatusSnapshot {
@@ -575,6 +595,7 @@ impl<M: Clone + Send + 'static> SupervisorBuilder<M> {
             }),
             timings: timings.clone(),
             clock: self.clock,
+            retry_timer: None,
         };
         sup.publish_status();
         let addr = sup.start();
@@ -744,6 +765,8 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
         slot.restarts += 1;
         slot.resync = true;
         slot.dirty = true;
+        slot.failures = 0;
+        slot.retry_at = None;
         self.needs_apply = true;
     }
 
@@ -815,6 +838,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
         self.apply_seq += 1;
         let batch = std::mem::take(&mut self.batch_msgs);
         self.metrics.observe_batch(batch);
+        let now = self.clock.now();
         let plan = ApplyPlan {
             seq: self.apply_seq,
             managers: self
@@ -837,6 +861,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
                     phase: d.spec.phase,
                     addr: d.addr.clone(),
                     resync: d.resync,
+                    backing_off: d.retry_at.is_some_and(|t| now < t),
                 })
                 .collect(),
             observer: self.observer.clone(),
@@ -895,8 +920,23 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
                 DriverReply::Failed { failure, .. } => {
                     slot.resync = false;
                     slot.note_failure(failure);
+                    if slot.spec.phase != Phase::Tables {
+                        slot.failures += 1;
+                        let doubling = 2u32.saturating_pow(slot.failures - 1);
+                        let pause = self
+                            .cfg
+                            .retry_backoff
+                            .saturating_mul(doubling)
+                            .min(self.cfg.retry_backoff_max);
+                        slot.retry_at = Some(self.clock.now() + pause);
+                    }
                 }
-                _ => slot.resync = false,
+                DriverReply::Skipped { .. } => slot.resync = false,
+                _ => {
+                    slot.resync = false;
+                    slot.failures = 0;
+                    slot.retry_at = None;
+                }
             }
         }
         if out.tables_failed {
@@ -940,8 +980,53 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
         self.report_health();
         self.publish_status();
         if self.needs_apply {
-            self.schedule_apply(ctx);
+            self.schedule_retry(&out, ctx);
         }
+    }
+
+    /// After an apply that left work: the next apply at once (rate-limited) when some
+    /// work can make progress now; when the only work left waits on drivers backing off
+    /// after failures (or on *tables held behind IP sets backing off), one apply when the
+    /// first backoff ends. Retries of a persistently failing driver are so paced by its
+    /// backoff, not by the apply rate.
+    fn schedule_retry(&mut self, out: &ApplyOutcome, ctx: &mut Context<Self>) {
+        let now = self.clock.now();
+        let backing_off = |d: &DriverSlot| d.retry_at.is_some_and(|t| now < t);
+        let sets_wait = self
+            .drivers
+            .iter()
+            .any(|d| d.spec.phase == Phase::IpSets && d.dirty && backing_off(d));
+        let waits = |d: &DriverSlot| backing_off(d) || (sets_wait && d.spec.phase == Phase::Tables);
+        let now_work = (!out.ok && out.drivers.is_empty())
+            || out.managers.iter().any(|(_, r)| *r != ManagerResult::Ok)
+            || self
+                .drivers
+                .iter()
+                .any(|d| (d.dirty || d.resync) && !waits(d));
+        if now_work {
+            self.schedule_apply(ctx);
+            return;
+        }
+        let Some(at) = self
+            .drivers
+            .iter()
+            .filter_map(|d| d.retry_at.filter(|t| now < *t))
+            .min()
+        else {
+            self.schedule_apply(ctx);
+            return;
+        };
+        if self.retry_timer.is_some_and(|t| t <= at && now < t) {
+            return;
+        }
+        self.retry_timer = Some(at);
+        ctx.run_later(at.saturating_duration_since(now), move |act, ctx| {
+            if act.retry_timer == Some(at) {
+                act.retry_timer = None;
+            }
+            act.needs_apply = true;
+            act.schedule_apply(ctx);
+        });
     }
 
     fn refresh(&mut self, phases: &[Phase], ctx: &mut Context<Self>) {

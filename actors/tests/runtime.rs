@@ -783,7 +783,12 @@ async fn injected_error_keeps_work_dirty_and_converges_after_clear() {
     send_set(&h, Kind::IpSet, 1, 1);
     send_set(&h, Kind::Policy, 1, 1);
     h.addr.do_send(InSync);
-    let s = wait_for(&h, Duration::from_secs(10), |s| s.applies >= 3).await;
+    // Retries are paced by the driver's backoff (0.1, 0.2 s, ...), not the apply rate.
+    let m = h.metrics.clone();
+    let s = wait_for(&h, Duration::from_secs(10), |s| {
+        s.applies >= 3 && m.seam_op_counts(IPSETS, "create").1 >= 3
+    })
+    .await;
     assert!(s.last_apply.as_ref().is_some_and(|l| !l.ok));
     let row = |s: &StatusSnapshot, n: &str| s.actors.iter().find(|a| a.name == n).unwrap().clone();
     assert!(row(&s, IPSETS).dirty);
@@ -970,6 +975,78 @@ async fn repeated_panics_past_the_limit_are_fatal_with_a_clear_message() {
     );
     assert!(!h.health.liveness().healthy);
     assert_eq!(fatal.lock().len(), 1, "fatal delivered once");
+}
+
+/// Invariant `retries-paced` of the chaos soak (issue 26): under a persistent fault a
+/// failing driver is retried with a doubling backoff, not at the apply rate, even while
+/// updates keep coming (they are applied to the healthy drivers meanwhile), and it
+/// converges once the fault is gone. The soak found felix retrying `driver/routes-v4`
+/// at the apply rate (10 failed operations a second under churn).
+#[actix_rt::test]
+async fn retries_under_a_persistent_fault_are_paced() {
+    let world = World::default();
+    let faults = armed(fault(ROUTES, "sync", FaultAction::Error, 1_000_000, 0));
+    let h = build(&world, fast_cfg(), faults.clone(), Default::default());
+    world.push(Ev::InSyncSent);
+    send_set(&h, Kind::Route, 1, 1);
+    h.addr.do_send(InSync);
+    // One second of churn at 200 updates a second (the apply rate of `fast_cfg`).
+    let start = clock::real_now();
+    let mut n = 0;
+    while start.elapsed() < Duration::from_secs(1) {
+        n += 1;
+        send_set(&h, Kind::IpSet, 1, n);
+        actix_rt::time::sleep(Duration::from_millis(5)).await;
+    }
+    let failed = h.metrics.seam_op_counts(ROUTES, "sync").1;
+    // Tries at 0, 0.1, 0.3 and 0.7 s (100 ms doubling), one more for timing slack.
+    assert!(
+        (2..=5).contains(&failed),
+        "{failed} failed route syncs in 1 s of churn under a persistent fault"
+    );
+    let s = h.addr.send(GetStatus).await.unwrap();
+    assert!(
+        s.applies > 20,
+        "updates stopped being applied: {} applies",
+        s.applies
+    );
+    assert_eq!(
+        world.kernel.lock().ipsets.get(&1),
+        Some(&n),
+        "the healthy IP-set driver kept up with the churn"
+    );
+    faults.clear();
+    wait_for(&h, Duration::from_secs(10), converged).await;
+    assert_eq!(world.kernel.lock().routes.get(&1), Some(&1));
+    assert!(world.violations.lock().is_empty());
+}
+
+/// While an IP-set driver backs off after a failure, the tables it holds back were not
+/// tried: under churn those applies do not count towards the fail-closed exit (with the
+/// IP-set driver retried at the apply rate they could not happen; with its backoff, they
+/// must not add up to a fatal outcome for three transient failures).
+#[actix_rt::test]
+async fn transient_ip_set_failures_under_churn_do_not_fail_closed() {
+    let world = World::default();
+    let faults = armed(fault(IPSETS, "create", FaultAction::Error, 3, 0));
+    let fatal = Arc::new(Mutex::new(Vec::new()));
+    let h = build(&world, fast_cfg(), faults, fatal.clone());
+    world.push(Ev::InSyncSent);
+    send_set(&h, Kind::IpSet, 1, 1);
+    send_set(&h, Kind::Policy, 1, 1);
+    h.addr.do_send(InSync);
+    let start = clock::real_now();
+    let mut n = 1;
+    while start.elapsed() < Duration::from_millis(1500) {
+        n += 1;
+        send_set(&h, Kind::Policy, 2, if n % 2 == 0 { 1 } else { NO_SET });
+        actix_rt::time::sleep(Duration::from_millis(5)).await;
+    }
+    wait_for(&h, Duration::from_secs(10), converged).await;
+    assert!(fatal.lock().is_empty(), "fatal: {:?}", fatal.lock());
+    assert_eq!(h.metrics.seam_op_counts(IPSETS, "create").1, 3);
+    assert_eq!(world.kernel.lock().rules.get(&1), Some(&1));
+    assert!(world.violations.lock().is_empty());
 }
 
 #[actix_rt::test]
