@@ -15,7 +15,9 @@
 //! * [`datastore`]: the file datastore directory and resource YAML;
 //! * [`daemon`]: `felix run` / `felix admin`, convergence waits, faults;
 //! * [`kernel`]: chains, sets, routes, counters of both backends;
-//! * [`wait`]: polling with deadlines.
+//! * [`wait`]: polling with deadlines;
+//! * [`soak`]: the chaos soak (churn, kills, faults, a foreign writer,
+//!   invariants checked on real traffic, the final kernel inventory).
 //!
 //! Tests need root, `ip` and [`TOOLS`] (each test checks them first with
 //! `felix_netns::require!`, which skips locally and fails under CI) and a
@@ -28,6 +30,7 @@ pub mod explain_gen;
 pub mod kernel;
 pub mod probes;
 pub mod sandbox;
+pub mod soak;
 pub mod topology;
 pub mod traffic;
 pub mod wait;
