@@ -294,6 +294,23 @@ mod tests {
         );
     }
 
+    /// Found by the `file_decode` fuzz target: a document decoded alone (here a second copy of
+    /// an invalid one) gave serde's message the line inside the document (`at line 2`) where
+    /// a full decode names the line in the file (`at line 13`).
+    #[test]
+    fn a_document_decoded_alone_names_the_files_lines_in_its_message() {
+        const A: &[u8] = b"---\napiVersion: projectcalico.org/v3\nkindpiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata:\n  name: internal\n  labels: {zone: internal}\nspec:\n  nets:\n  - 10.0.0.0/33\n  - fd00::/8\n";
+        let a = std::str::from_utf8(A).unwrap();
+        let b = a.repeat(2);
+        let (_, second, full) = decode_twice(a, &b);
+        assert_eq!(shown(&second), shown(&full));
+        assert!(
+            second.invalid[1].contains("at line 13 column 1"),
+            "{:?}",
+            second.invalid
+        );
+    }
+
     #[test]
     fn a_syntax_error_is_reported_as_a_full_decode_reports_it() {
         let a = file(&[set("a", 1), set("b", 2)]);

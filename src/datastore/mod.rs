@@ -43,6 +43,8 @@
 pub mod bench;
 pub mod etcd;
 pub mod file;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod snapshot;
 
 mod chunks;

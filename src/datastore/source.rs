@@ -75,7 +75,7 @@ pub(crate) fn decode_at(
         format!("{origin}:{}: file is not valid UTF-8", line + lines_before)
     })?;
     let decoded = catch_unwind(AssertUnwindSafe(|| {
-        resources::decode_documents(text, origin, format)
+        resources::decode_documents_at(text, origin, format, lines_before)
     }))
     .map_err(|_| format!("{origin}:1: internal error while decoding this file (decoder panicked)"))?
     .map_err(|e| e.to_string())?;
@@ -83,7 +83,7 @@ pub(crate) fn decode_at(
     let docs = decoded
         .into_iter()
         .map(|d| {
-            let line = d.line + lines_before;
+            let line = d.line;
             let result = d.result.map_err(|e| {
                 let message = format!("{origin}:{line}: invalid {}: {e}", d.id);
                 invalid.push(message.clone());

@@ -287,6 +287,31 @@ pub fn decode_documents(
     origin: &str,
     format: Format,
 ) -> Result<Vec<Decoded>, DecodeError> {
+    decode_documents_with(text, origin, format, 0, true)
+}
+
+/// [`decode_documents`] for a part of a file that has `lines_before` lines
+/// before it: every line number, in documents and in messages, is the
+/// file's, exactly as a decode of the whole file gives it.
+pub(crate) fn decode_documents_at(
+    text: &str,
+    origin: &str,
+    format: Format,
+    lines_before: usize,
+) -> Result<Vec<Decoded>, DecodeError> {
+    decode_documents_with(text, origin, format, lines_before, true)
+}
+
+/// [`decode_documents_at`]; `fast_reader` false sends every YAML document
+/// straight to `serde_yaml_ng` (the fuzz targets check that the fast reader
+/// never changes the outcome).
+pub(crate) fn decode_documents_with(
+    text: &str,
+    origin: &str,
+    format: Format,
+    lines_before: usize,
+    fast_reader: bool,
+) -> Result<Vec<Decoded>, DecodeError> {
     let mut out = Vec::new();
     match format {
         Format::Yaml => {
@@ -300,13 +325,14 @@ pub fn decode_documents(
             for chunk in chunks {
                 let ctx = Ctx {
                     origin,
-                    line: chunk.content_line,
+                    line: chunk.content_line + lines_before,
                 };
                 let reader = clean.then_some(&mut reader);
-                decode_yaml_chunk(&chunk, &index, &ctx, reader, &mut out)?;
+                let shift = chunk.offset() + lines_before;
+                decode_yaml_chunk(&chunk, &index, &ctx, shift, fast_reader, reader, &mut out)?;
             }
         }
-        Format::Json => decode_json(text, origin, &mut out)?,
+        Format::Json => decode_json(text, origin, lines_before, &mut out)?,
     }
     Ok(out)
 }
@@ -408,11 +434,15 @@ fn split_path(msg: &str) -> (String, String) {
 /// `reader`: given when the whole text is known to hold no character the
 /// fast reader must decline (see `fastyaml::has_special_chars`), so it need
 /// not check this chunk again; it reads the chunk from the file's line
-/// index with buffers reused across the file's documents.
+/// index with buffers reused across the file's documents.  `shift`: the
+/// lines of the file before the chunk (added to the chunk's own line
+/// numbers in messages).  `fast_reader` false skips the fast reader.
 fn decode_yaml_chunk<'a>(
     chunk: &Chunk<'a>,
     index: &LineIndex<'a>,
     ctx: &Ctx<'_>,
+    shift: usize,
+    fast_reader: bool,
     reader: Option<&mut Reader<'a>>,
     out: &mut Vec<Decoded>,
 ) -> Result<(), DecodeError> {
@@ -420,6 +450,7 @@ fn decode_yaml_chunk<'a>(
     // any document that fails to decode, goes through `serde_yaml_ng`, whose
     // errors name the line and field.
     let fast = match reader {
+        _ if !fast_reader => None,
         Some(reader) => reader
             .parse_lines(index.lines(chunk.lines.clone()))
             .and_then(|tree| read_doc(|| tree.root()).ok()),
@@ -433,14 +464,11 @@ fn decode_yaml_chunk<'a>(
         Err(typed_err) => {
             match Header::deserialize(serde_yaml_ng::Deserializer::from_str(chunk.text)) {
                 Err(syntax) => {
-                    let line = syntax
-                        .location()
-                        .map_or(ctx.line, |l| l.line() + chunk.offset());
-                    Err(ctx.err(line, shift_lines(&syntax.to_string(), chunk.offset())))
+                    let line = syntax.location().map_or(ctx.line, |l| l.line() + shift);
+                    Err(ctx.err(line, shift_lines(&syntax.to_string(), shift)))
                 }
                 Ok(header) => {
-                    let (field, reason) =
-                        split_path(&shift_lines(&typed_err.to_string(), chunk.offset()));
+                    let (field, reason) = split_path(&shift_lines(&typed_err.to_string(), shift));
                     finish_invalid(header, ctx, ValidationError::new(field, reason), out)
                 }
             }
@@ -478,12 +506,18 @@ fn read_doc<'de, D: Deserializer<'de>>(de: impl Fn() -> D) -> Result<AnyDoc, D::
     }
 }
 
-fn decode_json(text: &str, origin: &str, out: &mut Vec<Decoded>) -> Result<(), DecodeError> {
+/// `lines_before`: lines of the file before `text` (added to every line).
+fn decode_json(
+    text: &str,
+    origin: &str,
+    lines_before: usize,
+    out: &mut Vec<Decoded>,
+) -> Result<(), DecodeError> {
     let first = text.find(|c: char| !c.is_whitespace());
     let Some(first) = first else {
         return Ok(());
     };
-    let line = text[..first].matches('\n').count() + 1;
+    let line = text[..first].matches('\n').count() + 1 + lines_before;
     let ctx = Ctx { origin, line };
     // Typed first: a list's members straight into typed documents.  Any
     // failure (syntax, a member that does not decode) takes the path below,
@@ -501,8 +535,8 @@ fn decode_json(text: &str, origin: &str, out: &mut Vec<Decoded>) -> Result<(), D
         }
     }
     if text[first..].starts_with('[') {
-        let items: Vec<serde_json::Value> =
-            serde_json::from_str(text).map_err(|e| ctx.err(e.line(), strip_json_location(&e)))?;
+        let items: Vec<serde_json::Value> = serde_json::from_str(text)
+            .map_err(|e| ctx.err(e.line() + lines_before, strip_json_location(&e)))?;
         return decode_items(&items, &ctx, out);
     }
     let mut de = serde_json::Deserializer::from_str(text);
@@ -512,7 +546,9 @@ fn decode_json(text: &str, origin: &str, out: &mut Vec<Decoded>) -> Result<(), D
         Err(typed_err) => {
             let mut de = serde_json::Deserializer::from_str(text);
             match Header::deserialize(&mut de).and_then(|h| de.end().map(|()| h)) {
-                Err(syntax) => Err(ctx.err(syntax.line(), strip_json_location(&syntax))),
+                Err(syntax) => {
+                    Err(ctx.err(syntax.line() + lines_before, strip_json_location(&syntax)))
+                }
                 Ok(header) => {
                     let err = ValidationError::new("", typed_err.to_string());
                     finish_invalid(header, &ctx, err, out)

@@ -31,6 +31,8 @@ mod convert;
 mod document;
 mod fastyaml;
 mod felixconfig;
+#[doc(hidden)]
+pub mod fuzzing;
 mod lines;
 mod rules;
 mod selectors;
@@ -47,6 +49,7 @@ use std::str::FromStr;
 use crate::model;
 
 pub use document::decode_documents;
+pub(crate) use document::decode_documents_at;
 pub use selectors::prefix_selector_labels;
 
 /// One resource's identity: (kind, namespace, name).

@@ -37,7 +37,7 @@ pub mod tls;
 mod grpc;
 mod http;
 mod pb;
-mod value;
+pub(in crate::datastore) mod value;
 
 pub use client::{EtcdClient, EtcdError};
 pub use config::{parse_datastore_spec, parse_endpoints, ConfigError, DatastoreSpec, EtcdConfig};
