@@ -53,7 +53,7 @@ impl Driver for IpSetsDriver {
     }
 
     fn apply_deletions(&mut self, _desired: &IpSetsDesired) -> Result<(), DriverError> {
-        self.ipsets.apply_deletions();
+        self.ipsets.apply_deletions()?;
         Ok(())
     }
 

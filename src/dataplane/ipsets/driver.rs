@@ -12,6 +12,14 @@
 //!   prefix) are deleted by `apply_deletions`, at most
 //!   `max_deletions_per_iteration` per call, which the supervisor calls
 //!   after the `*tables` have stopped referencing them.
+//! - Members are added by `apply_updates` but removed only by
+//!   `apply_deletions`: between the two a set holds the union of its old and
+//!   new members. A set in a deny rule then denies more, never less, while
+//!   the tables change; a set in an allow rule keeps allowing only what the
+//!   old state allowed. Removing a member first could open a flow that both
+//!   states deny (an endpoint leaving a quarantine set in the same change
+//!   that removes its chains) for as long as a kill between the phases
+//!   leaves it. Test: `members_leave_a_set_only_after_the_tables_phase`.
 //! - A change of type or `maxelem` of an existing set goes through a
 //!   temporary set and `swap`, so in-use sets change atomically.
 //! - A set is created with a hash size fitted to its membership
@@ -198,6 +206,9 @@ pub struct IpSets {
     dirty: BTreeSet<String>,
     /// Kernel knowledge changed (resync): compare every desired set.
     check_all: bool,
+    /// Desired sets whose kernel membership is a strict superset of the desired one: the
+    /// extra members wait for `apply_deletions`.
+    shrink: BTreeSet<String>,
 }
 
 impl std::fmt::Debug for IpSets {
@@ -227,6 +238,7 @@ impl IpSets {
             next_temp: 0,
             dirty: BTreeSet::new(),
             check_all: true,
+            shrink: BTreeSet::new(),
         }
     }
 
@@ -303,6 +315,8 @@ impl IpSets {
         self.full_resync_required = true;
     }
 
+    /// True if the kernel lacks something of `d` that `apply_updates` writes: the set, its
+    /// type or size, or a member. Extra members are not this: see [`Self::has_extra`].
     fn needs_write(&self, name: &str, d: &Desired) -> bool {
         match self.dataplane.get(name) {
             None => true,
@@ -311,9 +325,18 @@ impl IpSets {
                     || !dp
                         .members
                         .as_ref()
-                        .is_some_and(|m| Arc::ptr_eq(m, &d.members) || m == &d.members)
+                        .is_some_and(|m| Arc::ptr_eq(m, &d.members) || d.members.is_subset(m))
             }
         }
+    }
+
+    /// True if the kernel's copy of `name` holds members `d` does not (removed by
+    /// `apply_deletions`).
+    fn has_extra(&self, name: &str, d: &Desired) -> bool {
+        self.dataplane
+            .get(name)
+            .and_then(|dp| dp.members.as_ref())
+            .is_some_and(|m| !Arc::ptr_eq(m, &d.members) && !m.is_subset(&d.members))
     }
 
     fn pending_deletions(&self) -> Vec<String> {
@@ -324,16 +347,34 @@ impl IpSets {
             .collect()
     }
 
-    /// Desired sets whose kernel state differs from what is wanted. Only
-    /// caller-touched sets are compared unless a resync changed our
-    /// knowledge of the kernel.
-    fn sets_to_write(&self) -> Vec<String> {
-        let check = |n: &String| self.desired.get(n).is_some_and(|d| self.needs_write(n, d));
+    /// The sets to compare: caller-touched ones, or every desired set when a resync changed
+    /// our knowledge of the kernel.
+    fn candidates(&self) -> Box<dyn Iterator<Item = (&String, &Desired)> + '_> {
         if self.check_all {
-            self.desired.keys().filter(|n| check(n)).cloned().collect()
+            Box::new(self.desired.iter())
         } else {
-            self.dirty.iter().filter(|n| check(n)).cloned().collect()
+            Box::new(
+                self.dirty
+                    .iter()
+                    .filter_map(|n| self.desired.get_key_value(n)),
+            )
         }
+    }
+
+    /// Desired sets whose kernel state lacks something wanted (see [`Self::needs_write`]).
+    fn sets_to_write(&self) -> Vec<String> {
+        self.candidates()
+            .filter(|(n, d)| self.needs_write(n, d))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Desired sets, among the candidates, holding members no longer wanted.
+    fn sets_to_shrink(&self) -> Vec<String> {
+        self.candidates()
+            .filter(|(n, d)| self.has_extra(n, d))
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     /// True if `apply_updates` has work to do.
@@ -345,9 +386,11 @@ impl IpSets {
             || !self.sets_to_write().is_empty()
     }
 
-    /// True if sets are waiting for `apply_deletions`.
+    /// True if sets or members are waiting for `apply_deletions`.
     pub fn has_pending_deletions(&self) -> bool {
-        !self.pending_deletions().is_empty()
+        !self.shrink.is_empty()
+            || !self.pending_deletions().is_empty()
+            || !self.sets_to_shrink().is_empty()
     }
 
     fn list_names(&mut self, stats: &mut IpSetsStats) -> Result<BTreeSet<String>, KernelError> {
@@ -526,13 +569,22 @@ impl IpSets {
                     meta: Some(meta),
                     members: Some(cur),
                 }) if *meta == (d.set_type, d.max_size) => {
-                    for m in cur.difference(d.members.as_ref()) {
-                        let _ = writeln!(script, "del {name} {m} --exist");
-                        local.member_lines += 1;
-                    }
+                    // Adds only: extra members go in `apply_deletions`, after the tables.
                     for m in d.members.difference(cur.as_ref()) {
                         let _ = writeln!(script, "add {name} {m}");
                         local.member_lines += 1;
+                    }
+                    if !cur.is_subset(&d.members) {
+                        let mut union = BTreeSet::clone(cur);
+                        union.extend(d.members.iter().cloned());
+                        new_dp.push((
+                            name.clone(),
+                            Dp {
+                                meta: Some(*meta),
+                                members: Some(Arc::new(union)),
+                            },
+                        ));
+                        continue;
                     }
                 }
                 Some(Dp {
@@ -631,6 +683,8 @@ impl IpSets {
             let dirty = self.sets_to_write();
             match self.try_updates(&dirty, &mut stats) {
                 Ok(()) => {
+                    let shrink = self.sets_to_shrink();
+                    self.shrink.extend(shrink);
                     self.dirty.clear();
                     self.check_all = false;
                     crate::dataplane::metrics::report_ipsets(
@@ -671,11 +725,16 @@ impl IpSets {
         })
     }
 
-    /// Destroys up to `max_deletions_per_iteration` undesired sets. Call
-    /// after the `*tables` apply. Returns true if the caller should call
-    /// again soon (more deletions pending or resync work queued); upstream
-    /// reschedules no sooner than 100ms.
-    pub fn apply_deletions(&mut self) -> bool {
+    /// Removes the members desired sets no longer want (one `ipset restore`, not rate
+    /// limited), then destroys up to `max_deletions_per_iteration` undesired sets. Call after
+    /// the `*tables` apply. Returns true if the caller should call again soon (more deletions
+    /// pending or resync work queued); upstream reschedules no sooner than 100ms.
+    ///
+    /// # Errors
+    /// The member removals' restore failed: the sets it touched are re-read before they are
+    /// written again (invariant c) and the removals stay pending.
+    pub fn apply_deletions(&mut self) -> Result<bool, IpSetsError> {
+        self.remove_extra_members()?;
         let mut done = 0;
         for name in self.pending_deletions() {
             if done >= self.opts.max_deletions_per_iteration {
@@ -700,9 +759,64 @@ impl IpSets {
                 }
             }
         }
-        !self.background.is_empty()
+        Ok(!self.background.is_empty()
             || !self.must.is_empty()
-            || (done > 0 && self.has_pending_deletions())
+            || (done > 0 && self.has_pending_deletions()))
+    }
+
+    /// Writes the deferred member removals of the sets in `shrink`.
+    fn remove_extra_members(&mut self) -> Result<(), IpSetsError> {
+        let mut script = String::new();
+        let mut done: Vec<(String, Arc<BTreeSet<String>>)> = Vec::new();
+        for name in std::mem::take(&mut self.shrink) {
+            let (Some(d), Some(cur)) = (
+                self.desired.get(&name),
+                self.dataplane.get(&name).and_then(|dp| dp.members.as_ref()),
+            ) else {
+                continue;
+            };
+            let before = script.len();
+            for m in cur.difference(d.members.as_ref()) {
+                let _ = writeln!(script, "del {name} {m} --exist");
+            }
+            if script.len() > before {
+                done.push((name, d.members.clone()));
+            }
+        }
+        if done.is_empty() {
+            return Ok(());
+        }
+        script.push_str("COMMIT\n");
+        crate::dataplane::metrics::report_ipset_lines(
+            self.cmds.seam().shared().metrics(),
+            script.lines().count(),
+        );
+        match self.cmds.run_owned(
+            "ipset-restore",
+            "ipset",
+            &["restore"],
+            Some(script.into_bytes()),
+        ) {
+            Ok(_) => {
+                for (name, members) in done {
+                    if let Some(dp) = self.dataplane.get_mut(&name) {
+                        dp.members = Some(members);
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => {
+                for (name, _) in done {
+                    self.must.insert(name.clone());
+                    self.shrink.insert(name);
+                }
+                Err(IpSetsError::GaveUp {
+                    ipv: self.cfg.ip_version().number(),
+                    attempts: 1,
+                    source: e,
+                })
+            }
+        }
     }
 }
 

@@ -114,17 +114,22 @@ fn start_of_day_resync_completes_before_first_write() {
     assert_eq!(st.restores, 1);
     let sc = &restore_scripts(&f)[0];
     // Only the delta; the IPv6 member was filtered out.
-    assert_eq!(
-        sc,
-        "del cali40s:a 10.0.0.9 --exist\nadd cali40s:a 10.0.0.2\nCOMMIT\n"
-    );
-    // Deletions are not done by apply_updates, and are rate-limited.
+    assert_eq!(sc, "add cali40s:a 10.0.0.2\nCOMMIT\n");
+    // Deletions (of members and sets) are not done by apply_updates; set deletions are
+    // rate-limited.
     assert!(s.has_pending_deletions());
     f.clear_calls();
-    assert!(s.apply_deletions(), "one deletion per call, more pending");
-    assert_eq!(ops(&f), vec!["destroy cali40s:stale"]);
+    assert!(
+        s.apply_deletions().unwrap(),
+        "one deletion per call, more pending"
+    );
+    assert_eq!(ops(&f), vec!["restore", "destroy cali40s:stale"]);
+    assert_eq!(
+        restore_scripts(&f),
+        vec!["del cali40s:a 10.0.0.9 --exist\nCOMMIT\n"]
+    );
     f.clear_calls();
-    assert!(!s.apply_deletions());
+    assert!(!s.apply_deletions().unwrap());
     assert_eq!(ops(&f), vec!["destroy cali40s:stale2"]);
 }
 
@@ -165,6 +170,67 @@ fn failed_write_is_reread_at_must_priority_before_rewrite() {
     );
     assert_eq!(st.retries, 1);
     assert!(!s.is_dirty());
+}
+
+/// Members are added in the IP-set phase and removed only in the deletions step, after the
+/// tables: in between a set holds old and new members (see the driver's module docs).
+#[test]
+fn members_leave_a_set_only_after_the_tables_phase() {
+    let names = Arc::new(Mutex::new(String::new()));
+    let sets = Arc::new(Mutex::new(Vec::new()));
+    let f = fake(names, sets);
+    let mut s = IpSets::new(
+        IpVersionConfig::new(IpVersion::V4),
+        Commands::standalone(f.clone(), "ipsets-v4"),
+        quiet(),
+    );
+    s.add_or_replace_ip_set(
+        meta("s:q", IpSetType::HashIp, 100),
+        vec!["10.0.0.1".into(), "10.0.0.2".into()],
+    );
+    s.apply_updates().unwrap();
+    assert!(!s.has_pending_deletions());
+
+    // One change removes a member and adds another.
+    s.remove_members("s:q", vec!["10.0.0.1".into()]);
+    s.add_members("s:q", vec!["10.0.0.3".into()]);
+    assert!(s.has_pending_deletions(), "the removal is pending at once");
+    f.clear_calls();
+    s.apply_updates().unwrap();
+    assert_eq!(
+        restore_scripts(&f),
+        vec!["add cali40s:q 10.0.0.3\nCOMMIT\n"]
+    );
+    assert!(!s.is_dirty(), "nothing more for the IP-set phase");
+    assert!(s.has_pending_deletions());
+
+    // The removal's write fails: it stays pending, and the set is re-read before any write.
+    f.clear_calls();
+    f.fail_next(1, Some("ipset"));
+    assert!(s.apply_deletions().is_err());
+    assert!(s.has_pending_deletions());
+    f.clear_calls();
+    s.apply_updates().unwrap();
+    assert!(
+        ops(&f).contains(&"list cali40s:q".to_string()),
+        "{:?}",
+        ops(&f)
+    );
+
+    // A removal alone (nothing to add) writes nothing in the IP-set phase.
+    s.remove_members("s:q", vec!["10.0.0.2".into()]);
+    f.clear_calls();
+    s.apply_updates().unwrap();
+    assert!(restore_scripts(&f).is_empty(), "{:?}", ops(&f));
+    f.clear_calls();
+    s.apply_deletions().unwrap();
+    let scripts = restore_scripts(&f);
+    assert_eq!(scripts.len(), 1, "{:?}", ops(&f));
+    assert!(
+        scripts[0].contains("del cali40s:q 10.0.0.2 --exist\n"),
+        "{scripts:?}"
+    );
+    assert!(!s.has_pending_deletions());
 }
 
 #[test]
@@ -283,7 +349,7 @@ mod kernel {
     /// also asks while resync work is queued, which only `apply_updates` drains).
     fn ticks(s: &mut IpSets, max: usize) {
         for _ in 0..max {
-            if !s.apply_deletions() {
+            if !s.apply_deletions().unwrap() {
                 return;
             }
         }

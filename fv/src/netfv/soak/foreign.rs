@@ -58,66 +58,100 @@ fn v6(n: u8) -> String {
     format!("2001:db8:5::{}", 10 + n)
 }
 
-fn add(node: &Netns, k: Kind, n: u8) -> Result<()> {
+/// The `iptables` rules the writer appends for `k` (tool, table, chain, match and target);
+/// the same arguments remove them with `-D` in place of `-A`.
+fn rules(k: Kind, n: u8) -> Vec<(&'static str, Vec<String>)> {
     let src = format!("{}/32", v4(n));
     let chain = format!("KUBE-SOAK-{n}");
+    let rule = |table: &str, parent: &str, matches: &[&str], comment: String, target: &str| {
+        let mut a: Vec<String> = ["-t", table, "-A", parent].map(String::from).to_vec();
+        a.extend(matches.iter().map(|m| m.to_string()));
+        a.extend(["-m", "comment", "--comment"].map(String::from));
+        a.push(comment);
+        a.extend(["-j".to_string(), target.to_string()]);
+        a
+    };
+    match k {
+        Kind::IptNft => vec![
+            (
+                "iptables-nft",
+                rule("filter", "FORWARD", &[], format!("soak-fw-{n}"), &chain),
+            ),
+            (
+                "iptables-nft",
+                rule(
+                    "nat",
+                    "POSTROUTING",
+                    &["-s", &src],
+                    format!("soak-nat-{n}"),
+                    "RETURN",
+                ),
+            ),
+        ],
+        Kind::Legacy => vec![(
+            "iptables-legacy",
+            rule(
+                "filter",
+                "FORWARD",
+                &["-s", &src],
+                format!("soak-legacy-{n}"),
+                "ACCEPT",
+            ),
+        )],
+        Kind::Nft | Kind::Route | Kind::Ipset => Vec::new(),
+    }
+}
+
+/// Runs `rules(k, n)` with `verb` (`-A` or `-D`).
+fn run_rules(node: &Netns, k: Kind, n: u8, verb: &str) -> Result<()> {
+    for (tool, mut args) in rules(k, n) {
+        args[2] = verb.to_string();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        node.exec(tool, &args)?;
+    }
+    Ok(())
+}
+
+/// `ip route` arguments of the writer's two static routes, with `verb` (`add` or `del`).
+fn routes(n: u8, verb: &'static str) -> [Vec<String>; 2] {
+    let route = |six: bool, dst: String, via: &str| {
+        let mut a: Vec<String> = if six { vec!["-6".into()] } else { Vec::new() };
+        a.extend(["route", verb].map(String::from));
+        a.extend([
+            dst,
+            "via".into(),
+            via.into(),
+            "proto".into(),
+            "static".into(),
+        ]);
+        a
+    };
+    [
+        route(false, format!("{}/32", v4(n)), "192.0.2.254"),
+        route(true, format!("{}/128", v6(n)), "2001:db8:f::fe"),
+    ]
+}
+
+fn run_routes(node: &Netns, n: u8, verb: &'static str) -> Result<()> {
+    for args in routes(n, verb) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        node.ip(&args)?;
+    }
+    Ok(())
+}
+
+fn add(node: &Netns, k: Kind, n: u8) -> Result<()> {
     match k {
         Kind::IptNft => {
+            let (src, chain) = (format!("{}/32", v4(n)), format!("KUBE-SOAK-{n}"));
             node.exec("iptables-nft", &["-t", "filter", "-N", &chain])?;
             node.exec(
                 "iptables-nft",
                 &["-t", "filter", "-A", &chain, "-s", &src, "-j", "RETURN"],
             )?;
-            node.exec(
-                "iptables-nft",
-                &[
-                    "-t",
-                    "filter",
-                    "-A",
-                    "FORWARD",
-                    "-m",
-                    "comment",
-                    "--comment",
-                    &format!("soak-fw-{n}"),
-                    "-j",
-                    &chain,
-                ],
-            )?;
-            node.exec(
-                "iptables-nft",
-                &[
-                    "-t",
-                    "nat",
-                    "-A",
-                    "POSTROUTING",
-                    "-s",
-                    &src,
-                    "-m",
-                    "comment",
-                    "--comment",
-                    &format!("soak-nat-{n}"),
-                    "-j",
-                    "RETURN",
-                ],
-            )?;
+            run_rules(node, k, n, "-A")?;
         }
-        Kind::Legacy => {
-            node.exec(
-                "iptables-legacy",
-                &[
-                    "-A",
-                    "FORWARD",
-                    "-s",
-                    &src,
-                    "-m",
-                    "comment",
-                    "--comment",
-                    &format!("soak-legacy-{n}"),
-                    "-j",
-                    "ACCEPT",
-                ],
-            )?;
-        }
+        Kind::Legacy => run_rules(node, k, n, "-A")?,
         Kind::Nft => {
             node.exec(
                 "nft",
@@ -134,27 +168,7 @@ fn add(node: &Netns, k: Kind, n: u8) -> Result<()> {
                 )],
             )?;
         }
-        Kind::Route => {
-            node.ip(&[
-                "route",
-                "add",
-                &src,
-                "via",
-                "192.0.2.254",
-                "proto",
-                "static",
-            ])?;
-            node.ip(&[
-                "-6",
-                "route",
-                "add",
-                &format!("{}/128", v6(n)),
-                "via",
-                "2001:db8:f::fe",
-                "proto",
-                "static",
-            ])?;
-        }
+        Kind::Route => run_routes(node, n, "add")?,
         Kind::Ipset => {
             let set = format!("soak-foreign-{n}");
             node.exec("ipset", &["create", &set, "hash:ip"])?;
@@ -165,62 +179,15 @@ fn add(node: &Netns, k: Kind, n: u8) -> Result<()> {
 }
 
 fn remove(node: &Netns, k: Kind, n: u8) -> Result<()> {
-    let src = format!("{}/32", v4(n));
-    let chain = format!("KUBE-SOAK-{n}");
     match k {
         Kind::IptNft => {
-            node.exec(
-                "iptables-nft",
-                &[
-                    "-t",
-                    "filter",
-                    "-D",
-                    "FORWARD",
-                    "-m",
-                    "comment",
-                    "--comment",
-                    &format!("soak-fw-{n}"),
-                    "-j",
-                    &chain,
-                ],
-            )?;
+            // The jumps go before the chain they reach.
+            run_rules(node, k, n, "-D")?;
+            let chain = format!("KUBE-SOAK-{n}");
             node.exec("iptables-nft", &["-t", "filter", "-F", &chain])?;
             node.exec("iptables-nft", &["-t", "filter", "-X", &chain])?;
-            node.exec(
-                "iptables-nft",
-                &[
-                    "-t",
-                    "nat",
-                    "-D",
-                    "POSTROUTING",
-                    "-s",
-                    &src,
-                    "-m",
-                    "comment",
-                    "--comment",
-                    &format!("soak-nat-{n}"),
-                    "-j",
-                    "RETURN",
-                ],
-            )?;
         }
-        Kind::Legacy => {
-            node.exec(
-                "iptables-legacy",
-                &[
-                    "-D",
-                    "FORWARD",
-                    "-s",
-                    &src,
-                    "-m",
-                    "comment",
-                    "--comment",
-                    &format!("soak-legacy-{n}"),
-                    "-j",
-                    "ACCEPT",
-                ],
-            )?;
-        }
+        Kind::Legacy => run_rules(node, k, n, "-D")?,
         Kind::Nft => {
             // The jump in `soakfwd` goes first (by its handle), then the chain and set.
             let listing = node.exec(
@@ -241,27 +208,7 @@ fn remove(node: &Netns, k: Kind, n: u8) -> Result<()> {
                 )],
             )?;
         }
-        Kind::Route => {
-            node.ip(&[
-                "route",
-                "del",
-                &src,
-                "via",
-                "192.0.2.254",
-                "proto",
-                "static",
-            ])?;
-            node.ip(&[
-                "-6",
-                "route",
-                "del",
-                &format!("{}/128", v6(n)),
-                "via",
-                "2001:db8:f::fe",
-                "proto",
-                "static",
-            ])?;
-        }
+        Kind::Route => run_routes(node, n, "del")?,
         Kind::Ipset => {
             node.exec("ipset", &["destroy", &format!("soak-foreign-{n}")])?;
         }
