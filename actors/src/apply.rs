@@ -8,11 +8,12 @@
 //! 3. **programming** — `complete_deferred_work`, manager by manager, in registration order;
 //! 4. refresh-timer and restart resyncs travel as the `resync` flag of each driver's first
 //!    request in this apply;
-//! 5. **IP sets** — creates/updates only;
+//! 5. **IP sets** — creates, updates and member additions only;
 //! 6. **VXLAN FDB**;
 //! 7. **routes and route rules** are started concurrently and overlap the next two steps;
 //! 8. **tables**;
-//! 9. **IP-set deletions** (the deferred step of the IP-set drivers);
+//! 9. **IP-set deletions** (the deferred step of the IP-set drivers): member removals, then
+//!    undesired sets;
 //! 10. the route work is **joined** before the apply returns.
 //!
 //! Dependency rules (no press-on past a dependency):
