@@ -27,10 +27,11 @@
 //! overflowed notification missed.  Notifications are debounced on the
 //! leading edge ([`Debounce`]): an isolated change whose writes are complete
 //! (the file was closed after writing, renamed into place or removed) is
-//! handled at once; the notifications that follow within
-//! [`FileSyncerConfig::debounce`] (default 50 ms) of a handling, and any
-//! write still open, are coalesced until the debounce period has passed
-//! without another, at most ten times that.  A path naming a datastore file is re-read;
+//! handled at once; complete changes that follow within
+//! [`FileSyncerConfig::debounce`] (default 50 ms) of a handling are
+//! handled together when that period ends (at most one handling per
+//! period, however fast a writer goes), and a write still open waits for its
+//! close or a quiet period, at most ten times that.  A path naming a datastore file is re-read;
 //! anything else that is (or was) a directory triggers a full rescan, so
 //! directory renames and Kubernetes-style `..data` symlink swaps are seen.
 //! Editor and `kubectl` style atomic replacement (write a temporary file,
@@ -258,10 +259,14 @@ fn completion(kind: &EventKind, is_link_or_dir: impl Fn() -> bool) -> Completion
 /// * **An isolated complete change waits for nothing**: when no write is
 ///   open and no handling happened within the last `quiet` period, the
 ///   pending paths are due at once.
-/// * **A burst is coalesced**: notifications within `quiet` of the last
-///   handling, or with a write still open, are due when `quiet` has passed
-///   since the last of them, and never later than `10 * quiet` after the
-///   first (a writer that keeps changing files cannot starve the syncer).
+/// * **A burst is paced, not held**: complete changes within `quiet` of the
+///   last handling are due when `quiet` has passed since that handling, so
+///   a writer that never pauses is handled once per `quiet` (each change
+///   waits at most `quiet`, and the syncer reads at most once per `quiet`).
+/// * **An open write waits**: with a write still open, the pending paths are
+///   due `quiet` after the last notification, and never later than
+///   `10 * quiet` after the first (a writer that keeps a file open cannot
+///   starve the syncer).
 #[derive(Debug, Clone, Copy)]
 struct Debounce {
     quiet: Duration,
@@ -280,9 +285,8 @@ impl Debounce {
     /// When `pending` is to be handled (`None`: nothing pending).
     fn due(&self, pending: &Pending) -> Option<Instant> {
         let (first, last) = (pending.first?, pending.last?);
-        let in_burst = self.burst_until.is_some_and(|until| first < until);
-        if pending.open.is_empty() && !in_burst {
-            return Some(first);
+        if pending.open.is_empty() {
+            return Some(self.burst_until.map_or(first, |until| first.max(until)));
         }
         Some((last + self.quiet).min(first + self.quiet * 10))
     }
@@ -1203,17 +1207,21 @@ mod tests {
     }
 
     #[test]
-    fn a_burst_is_coalesced_after_a_leading_edge_handling() {
+    fn a_burst_is_paced_not_held() {
         let q = Duration::from_millis(50);
         let mut d = Debounce::new(q);
         let t0 = felix_actors::clock::real_now();
         d.handled(t0);
         let first = t0 + Duration::from_millis(10);
         let last = first + Duration::from_millis(30);
-        assert_eq!(d.due(&pending_at(first, last, false)), Some(last + q));
-        // A writer that never pauses is handled by ten quiet periods.
+        // Changes right after a handling wait for the end of its quiet period, together.
+        assert_eq!(d.due(&pending_at(first, last, false)), Some(t0 + q));
+        // A writer that never pauses is still handled once per quiet period: its changes
+        // wait at most that long.
         let last = first + Duration::from_secs(5);
-        assert_eq!(d.due(&pending_at(first, last, false)), Some(first + q * 10));
+        assert_eq!(d.due(&pending_at(first, last, false)), Some(t0 + q));
+        // With a write open, the quiet period counts from the last notification, capped.
+        assert_eq!(d.due(&pending_at(first, last, true)), Some(first + q * 10));
     }
 
     #[test]

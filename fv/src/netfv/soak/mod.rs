@@ -42,8 +42,9 @@ use std::time::Duration;
 pub use run::soak;
 
 /// Whether the soak is switched on (`FELIX_SOAK=1`). Off by default: the
-/// soak still finds violations in felix (see docs/reliability.md), so it is
-/// not part of `.ci/test` yet; `.ci/test` switches it on once it passes.
+/// workspace test run builds felix in debug, whose latency the bounds are not
+/// set for; `.ci/test` switches it on in a step of its own with a release
+/// felix.
 pub fn enabled() -> bool {
     std::env::var("FELIX_SOAK").is_ok_and(|v| v == "1")
 }
@@ -123,7 +124,7 @@ impl Config {
             churn_rate: env("FELIX_SOAK_CHURN_RATE", 20.0_f64).clamp(0.1, 1000.0),
             kill_interval: Duration::from_millis(env("FELIX_SOAK_KILL_INTERVAL_MS", 5000)),
             workloads: env("FELIX_SOAK_WORKLOADS", 100usize).clamp(10, 1000),
-            memory_phase: Duration::from_secs(env("FELIX_SOAK_MEMORY_SECONDS", 40)),
+            memory_phase: Duration::from_secs(env("FELIX_SOAK_MEMORY_SECONDS", 150)),
             memory_churn_rate: env("FELIX_SOAK_MEMORY_CHURN_RATE", 50.0_f64).clamp(0.1, 1000.0),
             idle_phase: Duration::from_secs(env("FELIX_SOAK_IDLE_SECONDS", 10)),
             bounds: Bounds {
