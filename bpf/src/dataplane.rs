@@ -17,20 +17,32 @@
 //!   kept in memory and rebuilt from the pins at start ([`BpfDataplane::start`]).
 //! * Moving a hook to another mechanism removes the old attachment (a clsact filter left
 //!   behind would run after, or instead of, the TCX program).
-//! * Restart without a drop: at start the jump maps an earlier run pinned are set aside
-//!   (their pins moved to `<mech>/old/<n>/`) and fresh ones are created. The preambles the
-//!   earlier run attached keep tail-calling through the set-aside maps, whose pins keep them
-//!   populated (an unpinned `prog_array` is emptied when its last user reference goes).
-//!   Every hook found at start is *stale*: its next [`BpfDataplane::apply`] re-loads and
-//!   re-attaches its preamble against the fresh maps whatever its globals. Once no stale hook
-//!   is left (each re-attached or removed) the set-aside pins are removed, which frees the
-//!   old maps and programs.
+//! * Restart with the same layout (the common case): when `<mech>/cali_layout` holds this
+//!   binary's [`layout_identity`] the jump maps an earlier run pinned are *adopted*: kept
+//!   as they are, with the generic programs in them (re-loaded only if one of them uses a
+//!   map that has been replaced since, see [`crate::identity`]), and every recorded hook
+//!   whose preamble uses exactly these jump maps is taken as it runs: its next
+//!   [`BpfDataplane::apply`] re-loads nothing unless its globals or mechanism differ or its
+//!   attachment is gone. A restart therefore loads no program and attaches nothing.
+//! * Restart across a layout change (or without an identity pin): the jump maps an earlier
+//!   run pinned are set aside (their pins, the identity and the pinned interpreters moved to
+//!   `<mech>/old/<n>/`) and fresh ones are created. The preambles the earlier run attached
+//!   keep tail-calling through the set-aside maps, whose pins keep them populated (an
+//!   unpinned `prog_array` is emptied when its last user reference goes). Every hook found at
+//!   start is *stale*: its next [`BpfDataplane::apply`] re-loads and re-attaches its preamble
+//!   against the fresh maps whatever its globals. Once no stale hook is left (each
+//!   re-attached or removed) the set-aside pins are removed, which frees the old maps and
+//!   programs. An old preamble therefore never tail-calls into maps of another layout.
+//! * A hook found in an adopted directory whose preamble does not use the current jump maps
+//!   (an earlier run stopped before re-attaching it after a set-aside) is stale too.
 //! * The policy programs of a jump-map set are loaded once per run and shared by every slot;
 //!   a slot already holding the wanted program is not rewritten (a resync costs a lookup per
 //!   hook, not a program load).
 //!
 //! # Pins (under `root`, normally `/sys/fs/bpf/cali`)
-//! `cali_iface4`; `<mech>/cali_progs_<dir>2`, `<mech>/cali_jump_<dir>2`;
+//! `cali_iface4`; `<mech>/cali_progs_<dir>2`, `<mech>/cali_jump_<dir>2`, `<mech>/cali_layout`
+//! (the layout identity), `<mech>/cali_polr_<dir>` (the policy interpreter, pinned by
+//! [`crate::PolicyProgram::open_or_load`]);
 //! `<mech>/hooks/if<ifindex>_<dir>/{prog,globals[,link]}` per attached hook;
 //! `<mech>/old/<n>/` an earlier run's jump maps, while its preambles still use them.
 //!
@@ -52,6 +64,10 @@ use libbpf_rs::{
 
 use crate::attach::Mechanism;
 use crate::conntrack::Conntrack;
+use crate::identity::{
+    layout_identity, pin_identity, pinned_identity, program_map_ids, program_name,
+    uses_current_maps, PinnedMaps, LAYOUT_MAP,
+};
 use crate::layout::*;
 use crate::maps::{
     ensure_bpffs, jump_map, progs_map, remove_old_versions, IfaceMap, JumpMap, SlotAllocator,
@@ -170,6 +186,10 @@ pub struct HookRecord {
 struct JumpSet {
     progs: JumpMap,
     jump: JumpMap,
+    /// The kernel ids of `progs` and `jump` (what an adopted preamble must use).
+    ids: (u32, u32),
+    /// Both maps were pinned by an earlier run of this layout and kept (see the module doc).
+    adopted: bool,
     generic_loaded: bool,
     /// The policy programs, loaded once per run for this set (ids by program name).
     policy: Option<(Object, BTreeMap<&'static str, u32>)>,
@@ -190,6 +210,9 @@ pub struct BpfDataplane {
     hooks: BTreeMap<(u32, Hook), HookRecord>,
     /// Hooks attached by an earlier run, still using its set-aside jump maps.
     stale: std::collections::BTreeSet<(u32, Hook)>,
+    /// Mechanisms whose directory held this layout's identity at start: their jump maps are
+    /// adopted, not set aside.
+    adopted: std::collections::BTreeSet<Mechanism>,
 }
 
 /// The directory of set-aside jump maps of one mechanism's directory.
@@ -374,17 +397,14 @@ fn parse_hook_dir(name: &str) -> Option<(u32, Hook)> {
     Some((idx.parse().ok()?, Hook::from_suffix(sfx)?))
 }
 
-/// Moves the pins of `specs` in `dir` (an earlier run's jump maps) into a fresh
-/// `dir/old/<n>/`, `n` one above any generation already set aside (a run that stopped before
-/// re-attaching everything leaves its own set-aside maps, still used by some preambles).
-fn set_aside_jump_maps(
-    ops: &BpfOps,
-    dir: &Path,
-    specs: &[crate::maps::MapSpec],
-) -> Result<(), BpfError> {
-    let present: Vec<PathBuf> = specs
+/// Moves the pins `names` in `dir` (an earlier run's jump maps, its layout identity and its
+/// interpreters) into a fresh `dir/old/<n>/`, `n` one above any generation already set aside
+/// (a run that stopped before re-attaching everything leaves its own set-aside maps, still
+/// used by some preambles).
+fn set_aside_jump_maps(ops: &BpfOps, dir: &Path, names: &[String]) -> Result<(), BpfError> {
+    let present: Vec<PathBuf> = names
         .iter()
-        .map(|s| dir.join(s.versioned_name()))
+        .map(|n| dir.join(n))
         .filter(|p| p.exists())
         .collect();
     if present.is_empty() {
@@ -445,21 +465,46 @@ impl BpfDataplane {
                 .collect(),
             hooks: BTreeMap::new(),
             stale: Default::default(),
+            adopted: Default::default(),
         };
+        let identity = layout_identity(dp.opts.debug);
         for mech in [Mechanism::Tc, Mechanism::Tcx] {
             let dir = dp.opts.root.join(mech.dir_name());
             let specs: Vec<_> = Hook::ALL
                 .iter()
                 .flat_map(|h| [progs_map(*h), jump_map(*h)])
+                .chain([LAYOUT_MAP])
                 .collect();
             remove_old_versions(&dp.ops, &dir, &specs)?;
-            set_aside_jump_maps(&dp.ops, &dir, &specs)?;
+            if pinned_identity(&dp.ops, &dir)? == Some(identity) {
+                dp.adopted.insert(mech);
+            } else {
+                let names: Vec<String> = specs
+                    .iter()
+                    .map(|s| s.versioned_name())
+                    .chain(
+                        Hook::ALL
+                            .iter()
+                            .map(|h| crate::polmaps::interpreter_pin(*h)),
+                    )
+                    .collect();
+                set_aside_jump_maps(&dp.ops, &dir, &names)?;
+                // From here every jump map of this directory is of this layout.
+                dp.ops
+                    .run(op::MOUNT, dir.display(), || std::fs::create_dir_all(&dir))?;
+                pin_identity(&dp.ops, &dir, identity)?;
+            }
             dp.rebuild_records(mech)?;
         }
-        dp.stale = dp.hooks.keys().copied().collect();
         // Nothing attached uses set-aside maps (e.g. every hook was removed while down).
         dp.retire_set_aside()?;
         Ok(dp)
+    }
+
+    /// Whether the jump maps of `mech` an earlier run left were adopted at start (same layout
+    /// identity) rather than set aside.
+    pub fn adopted(&self, mech: Mechanism) -> bool {
+        self.adopted.contains(&mech)
     }
 
     /// Hooks attached by an earlier run that still tail-call through its set-aside jump maps
@@ -520,11 +565,21 @@ impl BpfDataplane {
             let Some(globals) = bytes.as_deref().and_then(TcGlobals::from_bytes) else {
                 continue;
             };
-            let prog_id = self.ops.lib(op::PROG_OPEN, prog_pin.display(), || {
-                let fd = Program::fd_from_pinned_path(&prog_pin)?;
-                Program::id_from_fd(fd.as_fd())
+            let prog_fd = self.ops.lib(op::PROG_OPEN, prog_pin.display(), || {
+                Program::fd_from_pinned_path(&prog_pin)
             })?;
-            self.set(mech, hook)?;
+            let prog_id = self.ops.lib(op::PROG_OPEN, prog_pin.display(), || {
+                Program::id_from_fd(prog_fd.as_fd())
+            })?;
+            let ids = self.set(mech, hook)?.ids;
+            // Adopted only if its preamble tail-calls through the maps pinned now.
+            let current = self.adopted.contains(&mech) && {
+                let used = program_map_ids(&self.ops, prog_fd.as_fd())?;
+                used.contains(&ids.0) && used.contains(&ids.1)
+            };
+            if !current {
+                self.stale.insert((ifindex, hook));
+            }
             for slot in [globals.policy_slot, globals.log_filter_slot] {
                 self.slot_alloc(hook).mark_used(slot);
             }
@@ -575,13 +630,19 @@ impl BpfDataplane {
             let dir = self.opts.root.join(mech.dir_name());
             self.ops
                 .run(op::MOUNT, dir.display(), || std::fs::create_dir_all(&dir))?;
+            let existed = [progs_map(hook), jump_map(hook)]
+                .iter()
+                .all(|s| dir.join(s.versioned_name()).exists());
             let progs = JumpMap::open_or_create(&self.ops, progs_map(hook), &dir)?;
             let jump = JumpMap::open_or_create(&self.ops, jump_map(hook), &dir)?;
+            let ids = (progs.map().id(&self.ops)?, jump.map().id(&self.ops)?);
             self.sets.insert(
                 (mech, hook),
                 JumpSet {
                     progs,
                     jump,
+                    ids,
+                    adopted: existed && self.adopted.contains(&mech),
                     generic_loaded: false,
                     policy: None,
                 },
@@ -602,7 +663,14 @@ impl BpfDataplane {
         let debug = self.opts.debug;
         let root = self.opts.root.clone();
         let ops = self.ops.clone();
-        if self.set(mech, hook)?.generic_loaded {
+        let set = self.set(mech, hook)?;
+        if set.generic_loaded {
+            return Ok(());
+        }
+        if set.adopted && self.generic_in_place(mech, hook)? {
+            if let Some(set) = self.sets.get_mut(&(mech, hook)) {
+                set.generic_loaded = true;
+            }
             return Ok(());
         }
         let iface_fd = self.iface.map().fd();
@@ -652,6 +720,37 @@ impl BpfDataplane {
         Ok(())
     }
 
+    /// Whether the adopted generic map of `(mech, hook)` holds every generic program this
+    /// loader would load (and the match-all log filter when debug is on), each using only the
+    /// maps pinned now.
+    fn generic_in_place(&mut self, mech: Mechanism, hook: Hook) -> Result<bool, BpfError> {
+        let ops = self.ops.clone();
+        let pinned = PinnedMaps::scan(&ops, &self.opts.root, mech)?;
+        // (in the generic map, slot)
+        let fast = [PROG_INDEX_MAIN, PROG_INDEX_ALLOWED, PROG_INDEX_DROP];
+        let mut wanted: Vec<(bool, u32)> = fast.iter().map(|s| (true, *s)).collect();
+        if self.opts.debug {
+            wanted.extend(fast.iter().map(|s| (true, debug_slot(*s))));
+            wanted.push((false, LOG_FILTER_ALL_SLOT));
+        }
+        let set = self.set(mech, hook)?;
+        for (generic, slot) in wanted {
+            let map = if generic { &set.progs } else { &set.jump };
+            let Some(id) = map.prog_id(&ops, slot)? else {
+                return Ok(false);
+            };
+            let Ok(fd) = ops.lib(op::PROG_OPEN, format!("program id {id}"), || {
+                Program::fd_from_id(id)
+            }) else {
+                return Ok(false);
+            };
+            if !uses_current_maps(&ops, fd.as_fd(), &pinned)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Puts the `kind` policy program into `slot` of `(mech, hook)`'s per-endpoint map. Only
     /// that slot changes; no generic program and no preamble is touched.
     pub fn set_policy(
@@ -668,8 +767,27 @@ impl BpfDataplane {
         } else {
             objects::POLICY
         };
-        if kind == PolicyKind::Rules {
-            return Ok(());
+        let name = match kind {
+            PolicyKind::Allow => "cali_pol_allow",
+            PolicyKind::Deny => "cali_pol_deny",
+            PolicyKind::Rules => return Ok(()),
+        };
+        let set = self.set(mech, hook)?;
+        if set.policy.is_none() && set.adopted {
+            // An adopted slot already holding this policy (loaded by an earlier run of this
+            // layout) is kept: no load for a restart.
+            if let Some(id) = set.jump.prog_id(&ops, slot)? {
+                if let Ok(fd) = ops.lib(op::PROG_OPEN, format!("program id {id}"), || {
+                    Program::fd_from_id(id)
+                }) {
+                    if program_name(&ops, fd.as_fd())? == name {
+                        let pinned = PinnedMaps::scan(&ops, &root, mech)?;
+                        if uses_current_maps(&ops, fd.as_fd(), &pinned)? {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
         }
         let set = self.set(mech, hook)?;
         if set.policy.is_none() {
@@ -686,11 +804,6 @@ impl BpfDataplane {
             }
             set.policy = Some((obj, ids));
         }
-        let name = match kind {
-            PolicyKind::Allow => "cali_pol_allow",
-            PolicyKind::Deny => "cali_pol_deny",
-            PolicyKind::Rules => return Ok(()),
-        };
         let Some((obj, ids)) = &set.policy else {
             return Err(missing(name));
         };

@@ -9,6 +9,8 @@
 //! * [`attach`]: `BPFAttachType`, kernel probes, mechanism selection.
 //! * [`conntrack`]: the `cali_ct` map, its layouts, expiry scan and timeouts.
 //! * [`drops`]: drop reports of the policy interpreter (ring buffer, switch, rate limit).
+//! * [`identity`]: the layout identity pinned beside the jump maps, and the checks that let a
+//!   restart adopt an earlier run's programs instead of loading them again.
 //! * [`migrate`]: copy-on-upgrade (and resize) of a pinned map that must keep its contents.
 //! * [`policy`]: the policy interpreter's records (`progs/pol_rules.c`) and their assembler.
 //! * [`polmaps`]: the interpreter's pinned maps (rule records, policy index, endpoint lists,
@@ -22,6 +24,7 @@ pub mod attach;
 pub mod conntrack;
 pub mod dataplane;
 pub mod drops;
+pub mod identity;
 pub mod layout;
 pub mod maps;
 pub mod migrate;

@@ -371,7 +371,7 @@ fn moving_a_device_between_tcx_and_clsact_removes_the_old_attachment() {
 }
 
 #[test]
-fn restart_sets_the_old_jump_maps_aside_until_every_hook_is_reattached() {
+fn a_restart_across_a_layout_change_sets_the_old_jump_maps_aside_until_every_hook_is_reattached() {
     felix_netns::require!(netns ["ip", "ping", "tc"]);
     let t = Arc::new(topo());
     let root = PinRoot::new();
@@ -391,11 +391,16 @@ fn restart_sets_the_old_jump_maps_aside_until_every_hook_is_reattached() {
             let jump_pin = opts.root.join(mech.dir_name()).join("cali_jump_ing2");
             let old_jump = map_id(&jump_pin);
             drop(dp);
+            // The next binary's layout differs: its identity is not the pinned one.
+            let dir = opts.root.join(mech.dir_name());
+            felix_bpf::identity::pin_identity(&BpfOps::default(), &dir, 0x1a7e)
+                .expect("older identity");
             // A new process: nothing in memory.
             let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("restart");
             let after: Vec<_> = dp.records().map(|(k, r)| (k, *r)).collect();
             assert_eq!(after, before, "records rebuilt from the pins");
             assert_eq!(dp.stale_hooks().count(), 4, "every found hook is stale");
+            assert!(!dp.adopted(mech), "nothing of another layout is adopted");
             assert!(dp.has_set_aside_maps());
             let aside = opts.root.join(mech.dir_name()).join("old/0/cali_jump_ing2");
             assert_eq!(map_id(&aside), old_jump, "the old jump map is set aside");
@@ -469,6 +474,121 @@ fn restart_sets_the_old_jump_maps_aside_until_every_hook_is_reattached() {
             }
             assert!(ping(&t.a, "10.65.0.2"));
         }
+    });
+}
+
+#[test]
+fn a_restart_with_the_same_layout_adopts_every_hook_and_loads_or_attaches_nothing() {
+    felix_netns::require!(netns ["ip", "ping", "tc"]);
+    let t = Arc::new(topo());
+    let root = PinRoot::new();
+    let opts = root.options(false);
+    let t2 = t.clone();
+    in_host(&t, move || {
+        let t = t2;
+        for mech in [Mechanism::Tcx, Mechanism::Tc] {
+            let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("start");
+            attach_all(&mut dp, &t, mech);
+            let before: Vec<_> = dp.records().map(|(k, r)| (k, *r)).collect();
+            let dir = opts.root.join(mech.dir_name());
+            let pins = [
+                "cali_progs_ing2",
+                "cali_jump_ing2",
+                "cali_progs_egr2",
+                "cali_jump_egr2",
+            ];
+            let maps_before: Vec<u32> = pins.iter().map(|p| map_id(&dir.join(p))).collect();
+            let generic_before = dp
+                .slot_prog_id(mech, Hook::Ingress, true, PROG_INDEX_MAIN)
+                .expect("lookup");
+            drop(dp);
+            // A new process of the same binary: nothing in memory, every operation counted.
+            let metrics = felix_actors::Metrics::new();
+            let seam = felix_actors::Seam::new(felix_actors::FaultRegistry::new(), metrics.clone())
+                .for_actor("driver/bpf");
+            let mut dp = BpfDataplane::start(BpfOps::new(seam), opts.clone()).expect("restart");
+            assert!(dp.adopted(mech), "{mech:?}: same layout, maps adopted");
+            assert_eq!(dp.stale_hooks().count(), 0, "no hook is stale");
+            assert!(!dp.has_set_aside_maps(), "nothing set aside");
+            let after: Vec<_> = dp.records().map(|(k, r)| (k, *r)).collect();
+            assert_eq!(after, before, "records rebuilt from the pins");
+            let maps_after: Vec<u32> = pins.iter().map(|p| map_id(&dir.join(p))).collect();
+            assert_eq!(maps_after, maps_before, "the same jump maps");
+            assert!(
+                ping(&t.a, "10.65.0.2"),
+                "{mech:?}: traffic flows through the adopted maps"
+            );
+            let outcomes = attach_all(&mut dp, &t, mech);
+            assert!(
+                outcomes.iter().all(|o| *o == AttachOutcome::Unchanged),
+                "{mech:?}: nothing re-attached: {outcomes:?}"
+            );
+            assert_eq!(
+                dp.slot_prog_id(mech, Hook::Ingress, true, PROG_INDEX_MAIN)
+                    .expect("lookup"),
+                generic_before,
+                "the generic programs are kept"
+            );
+            for o in [
+                op::PROG_LOAD,
+                op::TCX_ATTACH,
+                op::LINK_UPDATE,
+                op::TC_ATTACH,
+                op::SET_ASIDE,
+                op::MAP_CREATE,
+            ] {
+                assert_eq!(
+                    metrics.seam_op_counts("driver/bpf", o).0,
+                    0,
+                    "{mech:?}: a restart of the same layout runs no {o}"
+                );
+            }
+            assert!(ping(&t.a, "10.65.0.2"), "{mech:?}: traffic still flows");
+        }
+    });
+}
+
+#[test]
+fn an_adopted_program_using_a_replaced_map_is_loaded_again() {
+    felix_netns::require!(netns["ip"]);
+    let root = PinRoot::new();
+    let opts = root.options(false);
+    in_netns(move || {
+        let ops = BpfOps::default();
+        let mut dp = BpfDataplane::start(ops.clone(), opts.clone()).expect("start");
+        dp.ensure_generic(Mechanism::Tcx, Hook::Ingress)
+            .expect("generic");
+        let main = dp
+            .slot_prog_id(Mechanism::Tcx, Hook::Ingress, true, PROG_INDEX_MAIN)
+            .expect("lookup");
+        drop(dp);
+        // Same layout, but the conntrack map main uses was replaced while felix was down
+        // (as a capacity change migrates it).
+        let mut same = BpfDataplane::start(ops.clone(), opts.clone()).expect("restart");
+        same.ensure_generic(Mechanism::Tcx, Hook::Ingress)
+            .expect("generic");
+        assert_eq!(
+            same.slot_prog_id(Mechanism::Tcx, Hook::Ingress, true, PROG_INDEX_MAIN)
+                .expect("lookup"),
+            main,
+            "nothing replaced: main adopted"
+        );
+        drop(same);
+        let resized = felix_bpf::Options {
+            ct_capacity: opts.ct_capacity / 2,
+            ..opts.clone()
+        };
+        let mut dp = BpfDataplane::start(ops.clone(), resized).expect("restart");
+        assert!(
+            dp.adopted(Mechanism::Tcx),
+            "the jump maps are still adopted"
+        );
+        dp.ensure_generic(Mechanism::Tcx, Hook::Ingress)
+            .expect("generic");
+        let reloaded = dp
+            .slot_prog_id(Mechanism::Tcx, Hook::Ingress, true, PROG_INDEX_MAIN)
+            .expect("lookup");
+        assert!(reloaded.is_some() && reloaded != main, "main re-loaded");
     });
 }
 

@@ -54,7 +54,8 @@ impl BpfPolicyEngine {
     }
 
     /// Puts the interpreter into policy `slot` of `(mech, hook)`'s per-endpoint jump map,
-    /// loading it for that pair on first use.
+    /// loading it for that pair on first use (or adopting the one an earlier run of the same
+    /// layout pinned: `PolicyProgram::open_or_load`).
     pub fn install(
         &mut self,
         mech: Mechanism,
@@ -64,7 +65,7 @@ impl BpfPolicyEngine {
         let what = || format!("{} {hook:?} slot {slot}", mech.dir_name());
         if !self.progs.contains_key(&(mech, hook)) {
             let store = self.writer.store();
-            let prog = PolicyProgram::load(&store.ops, &store.maps, mech, hook, self.debug)
+            let prog = PolicyProgram::open_or_load(&store.ops, &store.maps, mech, hook, self.debug)
                 .map_err(|source| PolicyWriteError::Bpf {
                     op: "load interpreter",
                     what: what(),
