@@ -120,7 +120,7 @@ fn ms(d: Duration) -> u128 {
 #[test]
 #[ignore = "figures: cargo test -p felix-bpf --test restart -- --ignored --nocapture restart_figures"]
 fn restart_figures() {
-    felix_netns::require!(netns["ip"]);
+    // Figures run by hand as root, not a gated kernel test (CI counts gated tests).
     let n: usize = std::env::var("FELIX_RESTART_IFACES")
         .ok()
         .and_then(|v| v.parse().ok())
