@@ -549,6 +549,57 @@ fn a_restart_with_the_same_layout_adopts_every_hook_and_loads_or_attaches_nothin
 }
 
 #[test]
+fn a_hook_left_on_set_aside_maps_by_an_interrupted_run_is_stale_in_an_adopted_directory() {
+    felix_netns::require!(netns ["ip", "ping", "tc"]);
+    let t = Arc::new(topo());
+    let root = PinRoot::new();
+    let opts = root.options(false);
+    let t2 = t.clone();
+    in_host(&t, move || {
+        let t = t2;
+        let mech = Mechanism::Tcx;
+        let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("start");
+        attach_all(&mut dp, &t, mech);
+        drop(dp);
+        // An upgrade: the next run sets the maps aside, re-attaches one hook and is killed.
+        let dir = opts.root.join(mech.dir_name());
+        felix_bpf::identity::pin_identity(&BpfOps::default(), &dir, 0x1a7e)
+            .expect("older identity");
+        let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("upgrade");
+        assert_eq!(dp.stale_hooks().count(), 4);
+        let first = point(t.cali_a, "caliA", Hook::Ingress, mech, PolicyKind::Allow);
+        assert_eq!(dp.apply(&first).expect("apply"), AttachOutcome::Attached);
+        drop(dp);
+        // The run after that has the upgrade's identity: the directory is adopted, but the
+        // three hooks still on the set-aside maps are stale and their maps stay pinned.
+        let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("restart");
+        assert!(dp.adopted(mech));
+        let stale: Vec<_> = dp.stale_hooks().collect();
+        assert_eq!(stale.len(), 3, "{stale:?}");
+        assert!(!stale.contains(&(t.cali_a, Hook::Ingress)));
+        assert!(dp.has_set_aside_maps(), "still used by three preambles");
+        assert!(
+            ping(&t.a, "10.65.0.2"),
+            "traffic flows over both generations"
+        );
+        let outcomes = attach_all(&mut dp, &t, mech);
+        assert_eq!(
+            outcomes
+                .iter()
+                .filter(|o| **o == AttachOutcome::Attached)
+                .count(),
+            3,
+            "only the stale hooks are re-attached: {outcomes:?}"
+        );
+        assert!(!dp.has_set_aside_maps(), "set-aside maps removed");
+        assert!(
+            ping(&t.a, "10.65.0.2"),
+            "traffic flows over the current maps"
+        );
+    });
+}
+
+#[test]
 fn an_adopted_program_using_a_replaced_map_is_loaded_again() {
     felix_netns::require!(netns["ip"]);
     let root = PinRoot::new();
