@@ -17,6 +17,15 @@
 //!    policy slot, the preamble, re-attached only when its globals differ);
 //! 3. the entry is written READY, and the interface joins [`BpfReady`].
 //!
+//! A workload interface leaves in two passes, as it arrives: in the pass that removes it its
+//! lists are removed (its programs, still attached, deny everything) and its `cali_iface`
+//! entry is written NOT READY, and it leaves [`BpfReady`]; its hooks are detached in the next
+//! pass, once the tables phase of this one has removed its accept chain. Detaching in the
+//! same pass would race with that phase (the `Routes` phase overlaps `Tables`): for a moment,
+//! or until the next felix's first apply after a kill, the interface would have an accept
+//! chain and no program. The resync sweep at start retires workload hooks the same way.
+//! Host endpoints (no accept chain) are removed at once.
+//!
 //! An interface is re-programmed only when its desired state, mechanism or ifindex changed,
 //! or on a resync. The loader starts lazily in the first apply (the runtime applies only
 //! after in-sync); that first apply is a resync: every hook recorded in the pins and every
@@ -46,7 +55,9 @@ use std::path::PathBuf;
 use felix_actors::{ActorSeam, Driver, DriverError, FailureKind};
 use felix_bpf::attach::select_mechanism;
 use felix_bpf::drops::DropConfig;
-use felix_bpf::layout::{IFACE_STATE_V4_READY, IFACE_STATE_WEP};
+use felix_bpf::layout::{
+    GLOBALS_F_WEP, IFACE_STATE_V4_READY, IFACE_STATE_V6_READY, IFACE_STATE_WEP,
+};
 use felix_bpf::maps::{IfaceMap, IFACE_MAP};
 use felix_bpf::ops::op;
 use felix_bpf::{
@@ -177,6 +188,9 @@ pub struct BpfDriver {
     routes: Option<RouteSync>,
     /// Interface name -> ifindex as last probed (see [`IfindexCache`]).
     ifindex_cache: IfindexCache,
+    /// Workload interfaces retired in the last pass (lists removed, NOT READY), detached in
+    /// the next one (see the module docs).
+    retiring: BTreeSet<u32>,
 }
 
 /// A BPF error as a driver error: the failed operation's name (one of
@@ -209,6 +223,7 @@ impl BpfDriver {
             written_eps: BTreeMap::new(),
             routes: None,
             ifindex_cache: IfindexCache::default(),
+            retiring: BTreeSet::new(),
             ops: BpfOps::new(seam.clone()),
             opts,
             dp: None,
@@ -303,6 +318,37 @@ impl BpfDriver {
         }
         policy.forget_iface(ifindex);
         dp.iface_map().delete(dp.ops(), ifindex)
+    }
+
+    /// First half of a workload interface's removal: its lists go (the programs, still
+    /// attached, deny everything) and its `cali_iface` entry is written NOT READY. Its hooks
+    /// stay until [`BpfDriver::remove_iface`] in the next pass.
+    fn retire_iface(
+        dp: &mut BpfDataplane,
+        policy: &mut PolicySync,
+        ifindex: u32,
+    ) -> Result<(), BpfError> {
+        for hook in Hook::ALL {
+            if let Some((mech, slot)) = dp
+                .record(ifindex, hook)
+                .map(|r| (r.mechanism, r.globals.policy_slot))
+            {
+                policy.forget(mech, hook, slot)?;
+            }
+        }
+        if let Some(mut st) = dp.iface_map().get(dp.ops(), ifindex)? {
+            st.flags &= !(IFACE_STATE_V4_READY | IFACE_STATE_V6_READY);
+            dp.iface_map().set(dp.ops(), ifindex, &st)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the hooks felix recorded on `ifindex` are a workload's (two-pass removal).
+    fn is_workload_hook(dp: &BpfDataplane, ifindex: u32) -> bool {
+        Hook::ALL.iter().any(|h| {
+            dp.record(ifindex, *h)
+                .is_some_and(|r| r.globals.flags & GLOBALS_F_WEP != 0)
+        })
     }
 
     fn program(
@@ -419,6 +465,16 @@ impl BpfDriver {
         // IP sets, then policies and profiles, before any endpoint refers to them.
         policy.add_and_change(desired)?;
         let mut first_err: Option<BpfError> = None;
+        // Second half of the removals the last pass began (desired again: programmed below).
+        for ifindex in std::mem::take(&mut self.retiring) {
+            if keep.contains(&ifindex) {
+                continue;
+            }
+            if let Err(e) = Self::remove_iface(dp, policy, ifindex) {
+                self.retiring.insert(ifindex);
+                first_err.get_or_insert(e);
+            }
+        }
         // Sweep: interfaces no longer desired (or re-created under another ifindex).
         let gone: Vec<(String, u32)> = self
             .applied
@@ -429,6 +485,10 @@ impl BpfDriver {
         for (name, ifindex) in gone {
             let r = if keep.contains(&ifindex) {
                 Ok(())
+            } else if Self::is_workload_hook(dp, ifindex) {
+                let r = Self::retire_iface(dp, policy, ifindex);
+                self.retiring.insert(ifindex);
+                r
             } else {
                 Self::remove_iface(dp, policy, ifindex)
             };
@@ -456,11 +516,20 @@ impl BpfDriver {
                 }
             }
             for ifindex in stale {
+                if self.retiring.contains(&ifindex) {
+                    continue;
+                }
                 tracing::info!(
                     ifindex,
                     "removing BPF programs of an interface felix no longer programs"
                 );
-                if let Err(e) = Self::remove_iface(dp, policy, ifindex) {
+                let r = if Self::is_workload_hook(dp, ifindex) {
+                    self.retiring.insert(ifindex);
+                    Self::retire_iface(dp, policy, ifindex)
+                } else {
+                    Self::remove_iface(dp, policy, ifindex)
+                };
+                if let Err(e) = r {
                     first_err.get_or_insert(e);
                 }
             }
@@ -544,7 +613,12 @@ impl Driver for BpfDriver {
             Some(sub) => sub.has_pending(),
             None => !self.waiting.is_empty(),
         };
-        self.failed || self.resync || waiting || self.kick || self.ct.due()
+        self.failed
+            || self.resync
+            || waiting
+            || self.kick
+            || !self.retiring.is_empty()
+            || self.ct.due()
     }
 }
 
@@ -565,6 +639,87 @@ mod tests {
         let src = std::error::Error::source(&e).expect("cause kept");
         let bpf = src.downcast_ref::<BpfError>().expect("typed cause");
         assert_eq!(bpf.raw_os_error(), Some(libc::EPERM));
+    }
+
+    #[test]
+    fn a_removed_workload_denies_everything_until_the_next_pass_detaches_it() {
+        felix_netns::require!(netns["ip"]);
+        let ns = felix_netns::Netns::unique("fdrv").expect("netns");
+        ns.ip(&[
+            "link", "add", "calirm0", "type", "veth", "peer", "name", "peerrm0",
+        ])
+        .expect("veth");
+        ns.ip(&["link", "set", "calirm0", "up"]).expect("up");
+        let idx: u32 = ns
+            .exec("cat", &["/sys/class/net/calirm0/ifindex"])
+            .expect("ifindex")
+            .trim()
+            .parse()
+            .expect("numeric");
+        // The driver reads ifindices from sysfs, which a thread in the namespace does not
+        // see: a directory of its own says the same.
+        let tmp = std::env::temp_dir().join(format!("felix-drv-rm-{}", std::process::id()));
+        std::fs::create_dir_all(tmp.join("calirm0")).expect("sysfs dir");
+        std::fs::write(tmp.join("calirm0/ifindex"), format!("{idx}\n")).expect("ifindex");
+        let root =
+            std::path::PathBuf::from(format!("/sys/fs/bpf/felix-drv-rm-{}", std::process::id()));
+        let (tmp2, root2) = (tmp.clone(), root.clone());
+        ns.spawn_in(move || {
+            let seam = ActorSeam::default();
+            let opts = BpfDriverOptions {
+                loader: Options {
+                    root: root2.clone(),
+                    ct_capacity: 1024,
+                    ..Options::default()
+                },
+                sysfs_net: tmp2,
+                ..BpfDriverOptions::default()
+            };
+            let ready = BpfReady::default();
+            let mut d = BpfDriver::new(&seam, opts, ready.clone());
+            let mut want = BpfDesired::default();
+            want.ifaces.insert(
+                "calirm0".into(),
+                IfaceDesired {
+                    kind: EndpointKind::Workload,
+                    from_endpoint: PolicyKind::Rules,
+                    to_endpoint: PolicyKind::Rules,
+                },
+            );
+            d.apply(&want).expect("programmed");
+            assert!(ready.snapshot().1.contains("calirm0"));
+            let attached = |d: &BpfDriver| {
+                let dp = d.dp.as_ref().expect("started");
+                Hook::ALL.iter().all(|h| {
+                    dp.record(idx, *h)
+                        .is_some_and(|r| dp.is_attached(idx, *h, r).unwrap_or(false))
+                })
+            };
+            assert!(attached(&d));
+            // The endpoint goes: NOT READY, out of BpfReady, programs still attached.
+            d.apply(&BpfDesired::default()).expect("retired");
+            assert!(ready.snapshot().1.is_empty(), "no accept chain from now on");
+            assert!(attached(&d), "the programs stay until the next pass");
+            let dp = d.dp.as_ref().expect("started");
+            let st = dp
+                .iface_map()
+                .get(dp.ops(), idx)
+                .expect("lookup")
+                .expect("entry kept");
+            assert_eq!(st.flags & IFACE_STATE_V4_READY, 0, "NOT READY");
+            assert!(d.is_dirty(), "the detach is pending");
+            // The next pass (the tables have dropped the accept chain by now) detaches.
+            d.apply(&BpfDesired::default()).expect("detached");
+            let dp = d.dp.as_ref().expect("started");
+            assert!(Hook::ALL.iter().all(|h| dp.record(idx, *h).is_none()));
+            assert_eq!(dp.iface_map().get(dp.ops(), idx).expect("lookup"), None);
+            assert!(!d.retiring.contains(&idx));
+        })
+        .join()
+        .expect("test thread")
+        .expect("entered netns");
+        let _ = std::fs::remove_dir_all(&tmp);
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]
