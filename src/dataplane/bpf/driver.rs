@@ -300,21 +300,31 @@ impl BpfDriver {
         Ok(())
     }
 
-    /// Detaches both hooks of `ifindex`, removes their endpoint lists and its `cali_iface`
-    /// entry.
+    /// Removes the endpoint lists of both hooks of `ifindex` (its programs, while attached,
+    /// deny everything from then on).
+    fn forget_lists(
+        dp: &BpfDataplane,
+        policy: &mut PolicySync,
+        ifindex: u32,
+    ) -> Result<(), BpfError> {
+        for hook in Hook::ALL {
+            if let Some(r) = dp.record(ifindex, hook) {
+                policy.forget(r.mechanism, hook, r.globals.policy_slot)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the endpoint lists of both hooks of `ifindex`, detaches them and removes its
+    /// `cali_iface` entry.
     fn remove_iface(
         dp: &mut BpfDataplane,
         policy: &mut PolicySync,
         ifindex: u32,
     ) -> Result<(), BpfError> {
+        Self::forget_lists(dp, policy, ifindex)?;
         for hook in Hook::ALL {
-            let rec = dp
-                .record(ifindex, hook)
-                .map(|r| (r.mechanism, r.globals.policy_slot));
             dp.remove(ifindex, hook)?;
-            if let Some((mech, slot)) = rec {
-                policy.forget(mech, hook, slot)?;
-            }
         }
         policy.forget_iface(ifindex);
         dp.iface_map().delete(dp.ops(), ifindex)
@@ -328,14 +338,7 @@ impl BpfDriver {
         policy: &mut PolicySync,
         ifindex: u32,
     ) -> Result<(), BpfError> {
-        for hook in Hook::ALL {
-            if let Some((mech, slot)) = dp
-                .record(ifindex, hook)
-                .map(|r| (r.mechanism, r.globals.policy_slot))
-            {
-                policy.forget(mech, hook, slot)?;
-            }
-        }
+        Self::forget_lists(dp, policy, ifindex)?;
         if let Some(mut st) = dp.iface_map().get(dp.ops(), ifindex)? {
             st.flags &= !(IFACE_STATE_V4_READY | IFACE_STATE_V6_READY);
             dp.iface_map().set(dp.ops(), ifindex, &st)?;
@@ -458,13 +461,12 @@ impl BpfDriver {
         else {
             return Ok(());
         };
-        // Routes (a workload's source check) and failsafes before any program uses them.
-        routes.add_and_change(&desired.routes, &desired.failsafes, &|n| {
-            resolved.get(n).map(|a| a.ifindex)
-        })?;
-        // IP sets, then policies and profiles, before any endpoint refers to them.
-        policy.add_and_change(desired)?;
+        // Removals first: a removed workload's programs deny everything (its lists are
+        // gone) before its addresses leave any IP set, so that no set change opens a
+        // flow to or from it (leaving a deny set before an allow set would). A workload that
+        // could not be retired holds the IP-set and policy updates of this pass.
         let mut first_err: Option<BpfError> = None;
+        let mut unretired: Option<BpfError> = None;
         // Second half of the removals the last pass began (desired again: programmed below).
         for ifindex in std::mem::take(&mut self.retiring) {
             if keep.contains(&ifindex) {
@@ -486,19 +488,20 @@ impl BpfDriver {
             let r = if keep.contains(&ifindex) {
                 Ok(())
             } else if Self::is_workload_hook(dp, ifindex) {
-                let r = Self::retire_iface(dp, policy, ifindex);
-                self.retiring.insert(ifindex);
+                let r = Self::retire_iface(dp, policy, ifindex).map_err(|e| {
+                    unretired.get_or_insert(e);
+                });
+                if r.is_ok() {
+                    self.retiring.insert(ifindex);
+                }
                 r
             } else {
-                Self::remove_iface(dp, policy, ifindex)
-            };
-            match r {
-                Ok(()) => {
-                    self.applied.remove(&name);
-                }
-                Err(e) => {
+                Self::remove_iface(dp, policy, ifindex).map_err(|e| {
                     first_err.get_or_insert(e);
-                }
+                })
+            };
+            if r.is_ok() {
+                self.applied.remove(&name);
             }
         }
         if self.resync {
@@ -523,17 +526,31 @@ impl BpfDriver {
                     ifindex,
                     "removing BPF programs of an interface felix no longer programs"
                 );
-                let r = if Self::is_workload_hook(dp, ifindex) {
-                    self.retiring.insert(ifindex);
-                    Self::retire_iface(dp, policy, ifindex)
-                } else {
-                    Self::remove_iface(dp, policy, ifindex)
-                };
-                if let Err(e) = r {
+                if Self::is_workload_hook(dp, ifindex) {
+                    match Self::retire_iface(dp, policy, ifindex) {
+                        Ok(()) => {
+                            self.retiring.insert(ifindex);
+                        }
+                        Err(e) => {
+                            unretired.get_or_insert(e);
+                        }
+                    }
+                } else if let Err(e) = Self::remove_iface(dp, policy, ifindex) {
                     first_err.get_or_insert(e);
                 }
             }
         }
+        if let Some(e) = unretired {
+            // Its addresses stay in their sets until its hooks deny: the pass is retried.
+            self.ifindex_cache.clear();
+            return Err(e);
+        }
+        // Routes (a workload's source check) and failsafes before any program uses them.
+        routes.add_and_change(&desired.routes, &desired.failsafes, &|n| {
+            resolved.get(n).map(|a| a.ifindex)
+        })?;
+        // IP sets, then policies and profiles, before any endpoint refers to them.
+        policy.add_and_change(desired)?;
         for (name, a) in resolved {
             let ep = WrittenEp::of(desired, &name);
             let ep_same = self.written_eps.get(&name) == Some(&ep);
@@ -641,34 +658,37 @@ mod tests {
         assert_eq!(bpf.raw_os_error(), Some(libc::EPERM));
     }
 
-    #[test]
-    fn a_removed_workload_denies_everything_until_the_next_pass_detaches_it() {
-        felix_netns::require!(netns["ip"]);
-        let ns = felix_netns::Netns::unique("fdrv").expect("netns");
-        ns.ip(&[
-            "link", "add", "calirm0", "type", "veth", "peer", "name", "peerrm0",
-        ])
-        .expect("veth");
-        ns.ip(&["link", "set", "calirm0", "up"]).expect("up");
+    /// A veth `cali<tag>0` in a namespace of its own, and a driver for it: runs `f` with the
+    /// driver, its [`BpfReady`], the interface's ifindex and the driver's seam on a thread in
+    /// the namespace (the caller has passed the kernel-test gate).
+    fn with_workload_iface(
+        tag: &str,
+        f: impl FnOnce(BpfDriver, BpfReady, u32, ActorSeam) + Send + 'static,
+    ) {
+        let ns = felix_netns::Netns::unique(&format!("fdrv{tag}")).expect("netns");
+        let (iface, peer) = (format!("cali{tag}0"), format!("peer{tag}0"));
+        ns.ip(&["link", "add", &iface, "type", "veth", "peer", "name", &peer])
+            .expect("veth");
+        ns.ip(&["link", "set", &iface, "up"]).expect("up");
         let idx: u32 = ns
-            .exec("cat", &["/sys/class/net/calirm0/ifindex"])
+            .exec("cat", &[&format!("/sys/class/net/{iface}/ifindex")])
             .expect("ifindex")
             .trim()
             .parse()
             .expect("numeric");
         // The driver reads ifindices from sysfs, which a thread in the namespace does not
         // see: a directory of its own says the same.
-        let tmp = std::env::temp_dir().join(format!("felix-drv-rm-{}", std::process::id()));
-        std::fs::create_dir_all(tmp.join("calirm0")).expect("sysfs dir");
-        std::fs::write(tmp.join("calirm0/ifindex"), format!("{idx}\n")).expect("ifindex");
-        let root =
-            std::path::PathBuf::from(format!("/sys/fs/bpf/felix-drv-rm-{}", std::process::id()));
+        let pid = std::process::id();
+        let tmp = std::env::temp_dir().join(format!("felix-drv-{tag}-{pid}"));
+        std::fs::create_dir_all(tmp.join(&iface)).expect("sysfs dir");
+        std::fs::write(tmp.join(&iface).join("ifindex"), format!("{idx}\n")).expect("ifindex");
+        let root = std::path::PathBuf::from(format!("/sys/fs/bpf/felix-drv-{tag}-{pid}"));
         let (tmp2, root2) = (tmp.clone(), root.clone());
         ns.spawn_in(move || {
             let seam = ActorSeam::default();
             let opts = BpfDriverOptions {
                 loader: Options {
-                    root: root2.clone(),
+                    root: root2,
                     ct_capacity: 1024,
                     ..Options::default()
                 },
@@ -676,30 +696,49 @@ mod tests {
                 ..BpfDriverOptions::default()
             };
             let ready = BpfReady::default();
-            let mut d = BpfDriver::new(&seam, opts, ready.clone());
-            let mut want = BpfDesired::default();
-            want.ifaces.insert(
-                "calirm0".into(),
-                IfaceDesired {
-                    kind: EndpointKind::Workload,
-                    from_endpoint: PolicyKind::Rules,
-                    to_endpoint: PolicyKind::Rules,
-                },
-            );
-            d.apply(&want).expect("programmed");
+            let d = BpfDriver::new(&seam, opts, ready.clone());
+            f(d, ready, idx, seam)
+        })
+        .join()
+        .expect("test thread")
+        .expect("entered netns");
+        let _ = std::fs::remove_dir_all(&tmp);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// `iface` as a workload with policy lists on both hooks.
+    fn workload_desired(iface: &str) -> BpfDesired {
+        let mut want = BpfDesired::default();
+        want.ifaces.insert(
+            iface.into(),
+            IfaceDesired {
+                kind: EndpointKind::Workload,
+                from_endpoint: PolicyKind::Rules,
+                to_endpoint: PolicyKind::Rules,
+            },
+        );
+        want
+    }
+
+    fn attached(d: &BpfDriver, idx: u32) -> bool {
+        let dp = d.dp.as_ref().expect("started");
+        Hook::ALL.iter().all(|h| {
+            dp.record(idx, *h)
+                .is_some_and(|r| dp.is_attached(idx, *h, r).unwrap_or(false))
+        })
+    }
+
+    #[test]
+    fn a_removed_workload_denies_everything_until_the_next_pass_detaches_it() {
+        felix_netns::require!(netns["ip"]);
+        with_workload_iface("rm", |mut d, ready, idx, _seam| {
+            d.apply(&workload_desired("calirm0")).expect("programmed");
             assert!(ready.snapshot().1.contains("calirm0"));
-            let attached = |d: &BpfDriver| {
-                let dp = d.dp.as_ref().expect("started");
-                Hook::ALL.iter().all(|h| {
-                    dp.record(idx, *h)
-                        .is_some_and(|r| dp.is_attached(idx, *h, r).unwrap_or(false))
-                })
-            };
-            assert!(attached(&d));
+            assert!(attached(&d, idx));
             // The endpoint goes: NOT READY, out of BpfReady, programs still attached.
             d.apply(&BpfDesired::default()).expect("retired");
             assert!(ready.snapshot().1.is_empty(), "no accept chain from now on");
-            assert!(attached(&d), "the programs stay until the next pass");
+            assert!(attached(&d, idx), "the programs stay until the next pass");
             let dp = d.dp.as_ref().expect("started");
             let st = dp
                 .iface_map()
@@ -714,12 +753,55 @@ mod tests {
             assert!(Hook::ALL.iter().all(|h| dp.record(idx, *h).is_none()));
             assert_eq!(dp.iface_map().get(dp.ops(), idx).expect("lookup"), None);
             assert!(!d.retiring.contains(&idx));
-        })
-        .join()
-        .expect("test thread")
-        .expect("entered netns");
-        let _ = std::fs::remove_dir_all(&tmp);
-        let _ = std::fs::remove_dir_all(&root);
+        });
+    }
+
+    /// Review note (session 24 soak): a removed workload's address left the quarantine
+    /// (deny) set before its programs denied, so for that moment a flow from it passed by
+    /// way of a network set that still held it.
+    #[test]
+    fn a_removed_workload_denies_before_its_address_leaves_any_ip_set() {
+        felix_netns::require!(netns["ip"]);
+        with_workload_iface("rs", |mut d, _ready, idx, seam| {
+            let mut want = workload_desired("calirs0");
+            want.ipsets
+                .insert("s:deny".into(), Arc::new(vec!["10.65.9.9/32".into()]));
+            d.apply(&want).expect("programmed");
+            let members = |d: &mut BpfDriver| {
+                d.policy
+                    .as_mut()
+                    .expect("started")
+                    .kernel_members()
+                    .expect("members")
+            };
+            assert_eq!(members(&mut d), 1);
+            // The workload and its address go in one pass, and writing it NOT READY (the
+            // last step of its retirement) fails: its address stays in the set.
+            seam.shared()
+                .faults()
+                .arm(Fault {
+                    target: seam.actor().to_string(),
+                    op: op::MAP_UPDATE.into(),
+                    action: FaultAction::Error,
+                    count: 1,
+                    delay_ms: 0,
+                })
+                .expect("valid fault");
+            let mut gone = BpfDesired::default();
+            gone.ipsets.insert("s:deny".into(), Arc::new(Vec::new()));
+            let err = d.apply(&gone).expect_err("retirement failed");
+            assert_eq!(err.kind(), Some(FailureKind::Injected));
+            assert_eq!(
+                members(&mut d),
+                1,
+                "the address left a set before its hooks deny"
+            );
+            assert!(d.is_dirty());
+            // The retry retires it, and only then the address leaves.
+            d.apply(&gone).expect("retired");
+            assert_eq!(members(&mut d), 0);
+            assert!(d.retiring.contains(&idx), "detached in the next pass");
+        });
     }
 
     #[test]

@@ -271,6 +271,13 @@ impl PolicySync {
         self.engine.writer().names().remove_iface(ifindex);
     }
 
+    /// The IP-set members the kernel's map holds now (tests).
+    #[cfg(test)]
+    pub(crate) fn kernel_members(&mut self) -> Result<usize, BpfError> {
+        let store = self.engine.writer().store();
+        Ok(store.maps.members(&store.ops)?.len())
+    }
+
     /// Removes every list of `slot` of `mech` (the hook is gone).
     pub fn forget(&mut self, mech: Mechanism, _hook: Hook, slot: u32) -> Result<(), BpfError> {
         for kind in ListKind::host_lists() {
