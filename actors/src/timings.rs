@@ -20,6 +20,9 @@ use crate::clock::real_now;
 
 /// Applies kept.
 pub const KEPT_APPLIES: usize = 20;
+/// An apply or driver call at least this long is logged at info level ("slow apply", "slow
+/// driver call"), so a soak's late change can be matched to what held it.
+pub const SLOW_MS: f64 = 500.0;
 
 /// One finished apply.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -131,10 +134,14 @@ impl ApplyTimings {
                         if st.applies.len() == KEPT_APPLIES {
                             st.applies.pop_front();
                         }
+                        let total_ms = ms(now - t0);
+                        if total_ms >= SLOW_MS {
+                            tracing::info!(seq, ok, total_ms, ?steps, "slow apply");
+                        }
                         st.applies.push_back(ApplyTiming {
                             seq,
                             ok,
-                            total_ms: ms(now - t0),
+                            total_ms,
                             steps,
                         });
                     }
@@ -154,6 +161,9 @@ impl ApplyTimings {
         let mut st = self.state.lock();
         let t = st.drivers.entry(driver.to_string()).or_default();
         let m = ms(took);
+        if m >= SLOW_MS {
+            tracing::info!(driver, ms = m, "slow driver call");
+        }
         t.calls += 1;
         t.total_ms += m;
         t.last_ms = m;
