@@ -115,6 +115,17 @@ pub fn dataplane_name(status: &Value) -> &Value {
     }
 }
 
+/// True for the environment variables of the test harness itself (the kernel-test gate,
+/// the soak's parameters, `FELIX_BIN`, `FELIX_FV_*`), which share felix's `FELIX_` prefix
+/// but are no felix setting.
+pub fn is_test_variable(name: &str) -> bool {
+    matches!(
+        name,
+        "FELIX_REQUIRE_KERNEL_TESTS" | "FELIX_KERNEL_TEST_LOG" | "FELIX_BIN" | "FELIX_SOAK"
+    ) || name.starts_with("FELIX_SOAK_")
+        || name.starts_with("FELIX_FV_")
+}
+
 /// Locates the `felix` binary: `$FELIX_BIN`, else `felix` in the target
 /// directory the running test executable was built into.
 pub fn felix_binary() -> Result<PathBuf> {
@@ -235,13 +246,16 @@ impl Daemon {
         if let Some(n) = node_arg {
             cmd.args(["--node", n]);
         }
+        // The tests' own variables are not felix settings (felix would log each as an
+        // unknown parameter).
+        for (k, _) in std::env::vars_os() {
+            if k.to_str().is_some_and(is_test_variable) {
+                cmd.env_remove(&k);
+            }
+        }
         cmd.args(["--datastore", datastore])
             .arg("--admin-socket")
             .arg(&socket)
-            // The test gate's own variables are not felix settings (felix would log them
-            // as unknown parameters).
-            .env_remove("FELIX_REQUIRE_KERNEL_TESTS")
-            .env_remove("FELIX_KERNEL_TEST_LOG")
             .env("FELIX_NFTABLESMODE", backend.nftables_mode())
             .env(
                 "FELIX_BPFENABLED",
@@ -482,6 +496,33 @@ impl Drop for Daemon {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_test_variable;
+
+    #[test]
+    fn the_harness_variables_are_not_passed_to_felix_but_its_settings_are() {
+        for v in [
+            "FELIX_BIN",
+            "FELIX_SOAK",
+            "FELIX_SOAK_SECONDS",
+            "FELIX_REQUIRE_KERNEL_TESTS",
+            "FELIX_KERNEL_TEST_LOG",
+            "FELIX_FV_EXTERNAL_DRIVER",
+        ] {
+            assert!(is_test_variable(v), "{v}");
+        }
+        for v in [
+            "FELIX_BPFENABLED",
+            "FELIX_LOGSEVERITYSCREEN",
+            "FELIX_SOAKING",
+            "FELIX_TEST_DRIVER_MODE",
+        ] {
+            assert!(!is_test_variable(v), "{v}");
         }
     }
 }
