@@ -339,10 +339,15 @@ impl IpSets {
             .is_some_and(|m| !Arc::ptr_eq(m, &d.members) && !m.is_subset(&d.members))
     }
 
+    /// A set of ours in the kernel that nobody wants (and whose deletion has not failed).
+    fn is_pending_deletion(&self, name: &str) -> bool {
+        !self.desired.contains_key(name) && !self.delete_failed.contains(name)
+    }
+
     fn pending_deletions(&self) -> Vec<String> {
         self.dataplane
             .keys()
-            .filter(|n| !self.desired.contains_key(*n) && !self.delete_failed.contains(*n))
+            .filter(|n| self.is_pending_deletion(n))
             .cloned()
             .collect()
     }
@@ -383,14 +388,15 @@ impl IpSets {
             || self.bg_resync_requested
             || !self.must.is_empty()
             || !self.background.is_empty()
-            || !self.sets_to_write().is_empty()
+            || self.candidates().any(|(n, d)| self.needs_write(n, d))
     }
 
     /// True if sets or members are waiting for `apply_deletions`.
     pub fn has_pending_deletions(&self) -> bool {
+        // Asked on every dirtiness check: stops at the first set found, collects nothing.
         !self.shrink.is_empty()
-            || !self.pending_deletions().is_empty()
-            || !self.sets_to_shrink().is_empty()
+            || self.dataplane.keys().any(|n| self.is_pending_deletion(n))
+            || self.candidates().any(|(n, d)| self.has_extra(n, d))
     }
 
     fn list_names(&mut self, stats: &mut IpSetsStats) -> Result<BTreeSet<String>, KernelError> {
