@@ -14,7 +14,7 @@ use felix_bpf::maps::{PinnedMap, IFACE_MAP};
 use felix_bpf::ops::op;
 use felix_bpf::{
     AttachOutcome, AttachPoint, BpfDataplane, BpfOps, EndpointKind, FeatureProbe as _, Hook,
-    KernelProbe, Mechanism, PolicyKind,
+    KernelProbe, Mechanism, Options, PolicyKind,
 };
 use felix_netns::Netns;
 
@@ -149,6 +149,16 @@ fn attach_all(dp: &mut BpfDataplane, t: &Topo, mech: Mechanism) -> Vec<AttachOut
 }
 
 /// Runs `f` in the host namespace of `t`.
+/// A fresh topology and pin root (with debug programs when `debug`): runs `f` with them in
+/// the host namespace; the pins go when it returns.
+fn in_fresh_host(debug: bool, f: impl FnOnce(&Topo, Options) + Send + 'static) {
+    let t = Arc::new(topo());
+    let root = PinRoot::new();
+    let opts = root.options(debug);
+    let t2 = Arc::clone(&t);
+    in_host(&t, move || f(&t2, opts));
+}
+
 fn in_host<T: Send + 'static>(t: &Topo, f: impl FnOnce() -> T + Send + 'static) -> T {
     t.host
         .spawn_in(f)
@@ -247,14 +257,9 @@ fn ping_passes_with_allow_and_fails_with_deny_over_clsact() {
 #[test]
 fn ping_passes_on_the_debug_path_and_deny_still_drops() {
     felix_netns::require!(netns ["ip", "ping"]);
-    let t = Arc::new(topo());
-    let root = PinRoot::new();
-    let opts = root.options(true);
-    let t2 = t.clone();
-    in_host(&t, move || {
-        let t = t2;
+    in_fresh_host(true, move |t, opts| {
         let mut dp = BpfDataplane::start(BpfOps::default(), opts).expect("start");
-        attach_all(&mut dp, &t, Mechanism::Tcx);
+        attach_all(&mut dp, t, Mechanism::Tcx);
         let rec = *dp.record(t.cali_a, Hook::Ingress).expect("record");
         assert_eq!(
             rec.globals.log_filter_slot,
@@ -284,15 +289,10 @@ fn ping_passes_on_the_debug_path_and_deny_still_drops() {
 #[test]
 fn moving_a_device_between_tcx_and_clsact_removes_the_old_attachment() {
     felix_netns::require!(netns ["ip", "ping", "tc"]);
-    let t = Arc::new(topo());
-    let root = PinRoot::new();
-    let opts = root.options(false);
-    let opts_root = opts.root.clone();
-    let t2 = t.clone();
-    in_host(&t, move || {
-        let t = t2;
+    in_fresh_host(false, move |t, opts| {
+        let opts_root = opts.root.clone();
         let mut dp = BpfDataplane::start(BpfOps::default(), opts).expect("start");
-        attach_all(&mut dp, &t, Mechanism::Tcx);
+        attach_all(&mut dp, t, Mechanism::Tcx);
         assert!(ping(&t.a, "10.65.0.2"));
         let slot_of = |dp: &BpfDataplane, idx, hook| {
             dp.record(idx, hook).expect("record").globals.policy_slot
@@ -301,7 +301,7 @@ fn moving_a_device_between_tcx_and_clsact_removes_the_old_attachment() {
             .iter()
             .flat_map(|i| Hook::ALL.map(|h| slot_of(&dp, *i, h)))
             .collect();
-        attach_all(&mut dp, &t, Mechanism::Tc);
+        attach_all(&mut dp, t, Mechanism::Tc);
         let tc_slots: Vec<u32> = [t.cali_a, t.cali_b]
             .iter()
             .flat_map(|i| Hook::ALL.map(|h| slot_of(&dp, *i, h)))
@@ -331,7 +331,7 @@ fn moving_a_device_between_tcx_and_clsact_removes_the_old_attachment() {
             assert!(tc_filters(&t.host, dev, "ingress").contains("cali_tc_preambl"));
         }
         assert!(ping(&t.a, "10.65.0.2"), "clsact carries traffic");
-        attach_all(&mut dp, &t, Mechanism::Tcx);
+        attach_all(&mut dp, t, Mechanism::Tcx);
         for (idx, dev) in [(t.cali_a, "caliA"), (t.cali_b, "caliB")] {
             for dir in ["ingress", "egress"] {
                 assert!(
@@ -373,15 +373,10 @@ fn moving_a_device_between_tcx_and_clsact_removes_the_old_attachment() {
 #[test]
 fn a_restart_across_a_layout_change_sets_the_old_jump_maps_aside_until_every_hook_is_reattached() {
     felix_netns::require!(netns ["ip", "ping", "tc"]);
-    let t = Arc::new(topo());
-    let root = PinRoot::new();
-    let opts = root.options(false);
-    let t2 = t.clone();
-    in_host(&t, move || {
-        let t = t2;
+    in_fresh_host(false, move |t, opts| {
         for mech in [Mechanism::Tcx, Mechanism::Tc] {
             let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("start");
-            attach_all(&mut dp, &t, mech);
+            attach_all(&mut dp, t, mech);
             assert!(
                 ping(&t.a, "10.65.0.2"),
                 "{mech:?}: traffic flows before the restart"
@@ -409,7 +404,7 @@ fn a_restart_across_a_layout_change_sets_the_old_jump_maps_aside_until_every_hoo
                 ping(&t.a, "10.65.0.2"),
                 "{mech:?}: traffic flows over the set-aside maps"
             );
-            let outcomes = attach_all(&mut dp, &t, mech);
+            let outcomes = attach_all(&mut dp, t, mech);
             assert!(
                 outcomes.iter().all(|o| *o == AttachOutcome::Attached),
                 "stale hooks are re-attached: {outcomes:?}"
@@ -421,7 +416,7 @@ fn a_restart_across_a_layout_change_sets_the_old_jump_maps_aside_until_every_hoo
                 ping(&t.a, "10.65.0.2"),
                 "{mech:?}: traffic flows over the fresh maps"
             );
-            let outcomes = attach_all(&mut dp, &t, mech);
+            let outcomes = attach_all(&mut dp, t, mech);
             assert!(
                 outcomes.iter().all(|o| *o == AttachOutcome::Unchanged),
                 "{outcomes:?}"
@@ -480,15 +475,10 @@ fn a_restart_across_a_layout_change_sets_the_old_jump_maps_aside_until_every_hoo
 #[test]
 fn a_restart_with_the_same_layout_adopts_every_hook_and_loads_or_attaches_nothing() {
     felix_netns::require!(netns ["ip", "ping", "tc"]);
-    let t = Arc::new(topo());
-    let root = PinRoot::new();
-    let opts = root.options(false);
-    let t2 = t.clone();
-    in_host(&t, move || {
-        let t = t2;
+    in_fresh_host(false, move |t, opts| {
         for mech in [Mechanism::Tcx, Mechanism::Tc] {
             let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("start");
-            attach_all(&mut dp, &t, mech);
+            attach_all(&mut dp, t, mech);
             let before: Vec<_> = dp.records().map(|(k, r)| (k, *r)).collect();
             let dir = opts.root.join(mech.dir_name());
             let pins = [
@@ -518,7 +508,7 @@ fn a_restart_with_the_same_layout_adopts_every_hook_and_loads_or_attaches_nothin
                 ping(&t.a, "10.65.0.2"),
                 "{mech:?}: traffic flows through the adopted maps"
             );
-            let outcomes = attach_all(&mut dp, &t, mech);
+            let outcomes = attach_all(&mut dp, t, mech);
             assert!(
                 outcomes.iter().all(|o| *o == AttachOutcome::Unchanged),
                 "{mech:?}: nothing re-attached: {outcomes:?}"
@@ -551,15 +541,10 @@ fn a_restart_with_the_same_layout_adopts_every_hook_and_loads_or_attaches_nothin
 #[test]
 fn a_hook_left_on_set_aside_maps_by_an_interrupted_run_is_stale_in_an_adopted_directory() {
     felix_netns::require!(netns ["ip", "ping", "tc"]);
-    let t = Arc::new(topo());
-    let root = PinRoot::new();
-    let opts = root.options(false);
-    let t2 = t.clone();
-    in_host(&t, move || {
-        let t = t2;
+    in_fresh_host(false, move |t, opts| {
         let mech = Mechanism::Tcx;
         let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("start");
-        attach_all(&mut dp, &t, mech);
+        attach_all(&mut dp, t, mech);
         drop(dp);
         // An upgrade: the next run sets the maps aside, re-attaches one hook and is killed.
         let dir = opts.root.join(mech.dir_name());
@@ -582,7 +567,7 @@ fn a_hook_left_on_set_aside_maps_by_an_interrupted_run_is_stale_in_an_adopted_di
             ping(&t.a, "10.65.0.2"),
             "traffic flows over both generations"
         );
-        let outcomes = attach_all(&mut dp, &t, mech);
+        let outcomes = attach_all(&mut dp, t, mech);
         assert_eq!(
             outcomes
                 .iter()
@@ -679,12 +664,7 @@ fn old_map_versions_are_removed_at_start_of_day() {
 #[test]
 fn an_injected_fault_fails_the_named_bpf_operation_and_the_retry_succeeds() {
     felix_netns::require!(netns ["ip", "tc"]);
-    let t = Arc::new(topo());
-    let root = PinRoot::new();
-    let opts = root.options(false);
-    let t2 = t.clone();
-    in_host(&t, move || {
-        let t = t2;
+    in_fresh_host(false, move |t, opts| {
         let ops = BpfOps::default();
         let mut dp = BpfDataplane::start(ops.clone(), opts).expect("start");
         let arm = |op: &str| {
@@ -739,15 +719,10 @@ fn kernel_probe_finds_tcx_on_this_kernel() {
 #[test]
 fn teardown_removes_every_attachment_qdisc_and_pin() {
     felix_netns::require!(netns ["ip", "ping", "tc"]);
-    let t = Arc::new(topo());
-    let root = PinRoot::new();
-    let opts = root.options(false);
-    let opts_root = opts.root.clone();
-    let t2 = t.clone();
-    in_host(&t, move || {
-        let t = t2;
+    in_fresh_host(false, move |t, opts| {
+        let opts_root = opts.root.clone();
         let mut dp = BpfDataplane::start(BpfOps::default(), opts.clone()).expect("start");
-        attach_all(&mut dp, &t, Mechanism::Tcx);
+        attach_all(&mut dp, t, Mechanism::Tcx);
         // Both over clsact; caliA's clsact qdisc also carries another program's filter.
         for (ifindex, name) in [(t.cali_a, "caliA"), (t.cali_b, "caliB")] {
             for hook in Hook::ALL {
