@@ -300,9 +300,10 @@ fn rest_is_blank(s: &str) -> bool {
 }
 
 /// Characters the full parser rejects or treats as line breaks (C0/C1
-/// controls other than tab and newlines, DEL, U+2028/U+2029, and a `\r` not
-/// followed by `\n`, which libyaml takes as a line break of its own) and a
-/// byte order mark: texts containing them go to the full parser.
+/// controls other than tab and newlines, DEL, U+FFFE/U+FFFF, U+2028/U+2029,
+/// and a `\r` not followed by `\n`, which libyaml takes as a line break of
+/// its own) and a byte order mark: texts containing them go to the full
+/// parser.
 pub(crate) fn has_special_chars(text: &str) -> bool {
     let b = text.as_bytes();
     // Fast path (vectorised): printable ASCII, tabs and line feeds only.
@@ -317,7 +318,12 @@ pub(crate) fn has_special_chars(text: &str) -> bool {
         0..=0x1f | 0x7f => true,
         0xc2 => matches!(b.get(i + 1), Some(0x80..=0x9f)),
         0xe2 => b.get(i + 1) == Some(&0x80) && matches!(b.get(i + 2), Some(0xa8 | 0xa9)),
-        0xef => b.get(i + 1) == Some(&0xbb) && b.get(i + 2) == Some(&0xbf),
+        // A byte order mark, and the noncharacters U+FFFE and U+FFFF (libyaml's reader
+        // rejects them as control characters).
+        0xef => matches!(
+            (b.get(i + 1), b.get(i + 2)),
+            (Some(0xbb), Some(0xbf)) | (Some(0xbf), Some(0xbe | 0xbf))
+        ),
         _ => false,
     })
 }

@@ -138,6 +138,37 @@ fn declines_what_it_does_not_understand() {
     }
 }
 
+/// Fuzz finding (session 24, `file_decode`): the fast reader read a name holding U+FFFF,
+/// which libyaml rejects ("control characters are not allowed"), so the same file decoded to
+/// a validation error with the fast reader and to a syntax error without it.
+#[test]
+fn a_noncharacter_goes_to_the_full_parser() {
+    use crate::resources::fuzzing::decode_documents_without_fast_reader;
+    use crate::resources::{decode_documents, Format};
+    for c in ['\u{fffe}', '\u{ffff}'] {
+        let text = format!(
+            "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata:\n  \
+             name: default.a{c}allow-web\nspec:\n  order: 100\n"
+        );
+        declined(&text);
+        assert!(serde_yaml_ng::from_str::<Dyn>(&text).is_err());
+        let shown = |r: Result<Vec<crate::resources::Decoded>, crate::resources::DecodeError>| {
+            r.map(|d| d.iter().map(|d| format!("{d:?}")).collect::<Vec<_>>())
+                .map_err(|e| e.to_string())
+        };
+        let fast = shown(decode_documents(&text, "f.yaml", Format::Yaml));
+        let full = shown(decode_documents_without_fast_reader(
+            &text,
+            "f.yaml",
+            Format::Yaml,
+        ));
+        assert!(fast.is_err(), "{fast:?}");
+        assert_eq!(fast, full);
+    }
+    // The neighbours U+FFFD and U+E000 are printable: read fast, as libyaml reads them.
+    accepted("a: x\u{fffd}\u{e000}y\n");
+}
+
 #[test]
 fn typed_option_and_string_semantics_match() {
     #[derive(Debug, PartialEq, Deserialize)]
