@@ -271,7 +271,7 @@ impl PolicySync {
         self.engine.writer().names().remove_iface(ifindex);
     }
 
-    /// The IP-set members the kernel's map holds now (tests).
+    /// How many IP-set members the kernel's map holds now (tests).
     #[cfg(test)]
     pub(crate) fn kernel_members(&mut self) -> Result<usize, BpfError> {
         let store = self.engine.writer().store();
