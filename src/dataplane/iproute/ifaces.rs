@@ -12,6 +12,11 @@
 //! (`net/ipv4/ip_forward`, `net/ipv6/conf/all/forwarding`) is also turned on,
 //! at the first apply and every resync.
 //!
+//! Whether an interface exists and is up is asked over rtnetlink (a lookup by name, or one
+//! listing for more than [`FEW_LINKS`] names), not with `ip link show`: no process per
+//! lookup, which the interface monitor's every report used to cost (15 ms each, measured in
+//! the eBPF chaos soak).
+//!
 //! The settings of up to [`SYSCTL_BATCH`] interfaces are one `sysctl -w`
 //! command (start of day configures every workload interface: one process
 //! instead of one per interface, which competed with the table
@@ -28,6 +33,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::dataplane::desired::{IfaceSettings, IfacesDesired, Pushed};
+use crate::dataplane::netlink::{NetlinkError, Seamed};
 use crate::dataplane::IpVersion;
 
 use super::{IpTool, IpToolError};
@@ -66,6 +72,8 @@ pub struct IfacesStats {
 pub struct IfaceSettingsTable {
     ipv: IpVersion,
     nl: IpTool,
+    /// Link lookups (rtnetlink, same seam as `nl`).
+    links: Seamed,
     pushed: Pushed<String>,
     /// Something to look at: a resync, a failure, a monitor report.
     retry: bool,
@@ -73,6 +81,30 @@ pub struct IfaceSettingsTable {
     missing: bool,
     ip_forwarding: bool,
     globals_done: bool,
+}
+
+/// Up to this many interfaces are looked up one by one rather than by listing every link.
+pub const FEW_LINKS: usize = 4;
+
+/// Which of `names` exist and are administratively up: a handful looked up by name, more
+/// by one listing of every link.
+fn links_up(links: &mut Seamed, names: &[&str]) -> Result<BTreeSet<String>, NetlinkError> {
+    if names.len() > FEW_LINKS {
+        let wanted: BTreeSet<&str> = names.iter().copied().collect();
+        return Ok(links
+            .list_links()?
+            .into_iter()
+            .filter(|l| l.admin_up && wanted.contains(l.name.as_str()))
+            .map(|l| l.name)
+            .collect());
+    }
+    let mut up = BTreeSet::new();
+    for name in names {
+        if links.link_by_name(name)?.is_some_and(|l| l.admin_up) {
+            up.insert((*name).to_string());
+        }
+    }
+    Ok(up)
 }
 
 /// Interfaces whose settings share one `sysctl` command (about 1,000
@@ -127,6 +159,7 @@ impl IfaceSettingsTable {
     pub fn new(ipv: IpVersion, nl: IpTool, ip_forwarding: bool) -> Self {
         IfaceSettingsTable {
             ipv,
+            links: nl.links(),
             nl,
             pushed: Pushed::default(),
             retry: false,
@@ -190,7 +223,7 @@ impl IfaceSettingsTable {
             return Ok(stats);
         }
         let names: Vec<&str> = diff.changed.iter().map(|(i, _)| i.as_str()).collect();
-        let up: BTreeSet<String> = self.nl.links_up(&names)?;
+        let up = links_up(&mut self.links, &names)?;
         let mut failed: BTreeMap<String, ()> = BTreeMap::new();
         let mut first_err = None;
         let mut ready: Vec<(&String, Vec<String>)> = Vec::new();
@@ -250,10 +283,8 @@ mod tests {
 
     #[test]
     fn a_resync_of_settled_interfaces_writes_nothing() {
-        let listing = links_json(&["cali1", "cali2"]);
         // The kernel holds what felix wants: each `sysctl -n` key answers its wanted value.
         let fake = ScriptedCommands::new(move |req| match req.program.as_str() {
-            "ip" => FakeResponse::Ok(listing.clone()),
             _ if req.args.first().map(String::as_str) == Some("-n") => {
                 let want = |k: &str| {
                     let v = sysctls_for(IpVersion::V4, "x", &IfaceSettings { rp_filter: 1 });
@@ -273,6 +304,7 @@ mod tests {
             }
             _ => FakeResponse::Ok(String::new()),
         });
+        links(&fake, &["cali1", "cali2"]);
         let cmds = Commands::standalone(fake.clone(), "driver/ifaces-v4");
         let mut t = IfaceSettingsTable::new(IpVersion::V4, IpTool::new(cmds), true);
         let mut d = IfacesDesired::default();
@@ -289,13 +321,8 @@ mod tests {
 
     #[test]
     fn configures_up_interfaces_once_and_waits_for_missing_ones() {
-        let fake = ScriptedCommands::new(|req| {
-            if req.args.join(" ").contains("link show") {
-                FakeResponse::Ok(r#"[{"ifname":"cali1","flags":["UP"],"operstate":"UP"}]"#.into())
-            } else {
-                FakeResponse::Ok(String::new())
-            }
-        });
+        let fake = ScriptedCommands::new(|_| FakeResponse::Ok(String::new()));
+        links(&fake, &["cali1"]);
         let cmds = Commands::standalone(fake.clone(), "driver/ifaces-v4");
         let mut t = IfaceSettingsTable::new(IpVersion::V4, IpTool::new(cmds), true);
         let mut d = IfacesDesired::default();
@@ -316,6 +343,7 @@ mod tests {
             .args
             .contains(&"net/ipv4/conf/cali1/proxy_arp=1".to_string()));
         assert!(t.is_dirty());
+        assert_eq!(fake.count("ip"), 0, "links are looked up over rtnetlink");
         fake.clear_calls();
         let s = t.apply(&d).unwrap();
         // Only the waiting interface is looked at again.
@@ -329,26 +357,19 @@ mod tests {
         assert_eq!(writes(&fake), 0);
     }
 
-    fn links_json(names: &[&str]) -> String {
-        let items: Vec<String> = names
-            .iter()
-            .map(|n| format!(r#"{{"ifname":"{n}","flags":["UP"],"operstate":"UP"}}"#))
-            .collect();
-        format!("[{}]", items.join(","))
+    /// Up links of these names in the runner's rtnetlink fake.
+    fn links(fake: &ScriptedCommands, names: &[&str]) {
+        for n in names {
+            fake.netlink_fake().add_link(n);
+        }
     }
 
     #[test]
     fn many_interfaces_share_one_sysctl_process() {
         let names: Vec<String> = (0..10).map(|i| format!("cali{i}")).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let listing = links_json(&refs);
-        let fake = ScriptedCommands::new(move |req| {
-            if req.program == "ip" {
-                FakeResponse::Ok(listing.clone())
-            } else {
-                FakeResponse::Ok(String::new())
-            }
-        });
+        let fake = ScriptedCommands::new(|_| FakeResponse::Ok(String::new()));
+        links(&fake, &refs);
         let cmds = Commands::standalone(fake.clone(), "driver/ifaces-v4");
         let mut t = IfaceSettingsTable::new(IpVersion::V4, IpTool::new(cmds), false);
         let mut d = IfacesDesired::default();
@@ -369,16 +390,14 @@ mod tests {
 
     #[test]
     fn a_failed_batch_is_redone_per_interface_and_only_the_failures_are_retried() {
-        let listing = links_json(&["cali1", "cali2", "cali3"]);
         let fake = ScriptedCommands::new(move |req| {
-            if req.program == "ip" {
-                FakeResponse::Ok(listing.clone())
-            } else if req.args.iter().any(|a| a.contains("/cali2/")) {
+            if req.args.iter().any(|a| a.contains("/cali2/")) {
                 FakeResponse::Fail(1, "sysctl: cannot stat cali2".into())
             } else {
                 FakeResponse::Ok(String::new())
             }
         });
+        links(&fake, &["cali1", "cali2", "cali3"]);
         let cmds = Commands::standalone(fake.clone(), "driver/ifaces-v4");
         let mut t = IfaceSettingsTable::new(IpVersion::V4, IpTool::new(cmds), false);
         let mut d = IfacesDesired::default();

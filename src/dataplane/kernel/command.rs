@@ -304,6 +304,12 @@ impl Commands {
         &self.seam
     }
 
+    /// This driver's rtnetlink handle: the runner's namespace, and the same seam (actor
+    /// name, faults, metrics) as its commands.
+    pub fn netlink(&self) -> crate::dataplane::netlink::Seamed {
+        crate::dataplane::netlink::Seamed::new(self.runner.netlink(), self.seam.clone())
+    }
+
     /// True if the program exists.
     pub fn program_exists(&self, program: &str) -> bool {
         self.runner.program_exists(program)

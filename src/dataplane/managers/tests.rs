@@ -728,9 +728,6 @@ fn cfg_with(kv: &[(&str, &str)]) -> Config {
 fn kernel_responder(req: &CommandRequest) -> FakeResponse {
     let args = req.args.join(" ");
     match req.program.as_str() {
-        "ip" if args.contains("link show") => {
-            FakeResponse::Ok(r#"[{"ifname":"cali1","flags":["UP"],"operstate":"UP"}]"#.into())
-        }
         "ip" if args.contains("route show") => FakeResponse::Ok("[]".into()),
         "nft" if args.contains("list table") => {
             FakeResponse::Fail(1, "Error: No such file or directory".into())
