@@ -264,16 +264,18 @@ fn allow_deny_unknown(attach_type: Option<&str>, debug: bool) -> Result<()> {
         );
     }
 
-    // An endpoint removed while felix runs: its hooks go.
+    // An endpoint removed while felix runs: its hooks stay, denying everything, while its
+    // interface lives (as upstream's default-drop program).
     let before = fv.d()?.applies();
     fv.ds.remove("wep-db")?;
     fv.d()?.wait_converged(before)?;
-    ensure_unattached(&fv, &fs, "calidb0")?;
-    // An endpoint removed while felix is down: swept by the restarted run (no memory).
+    ensure_attached(&fv, &fs, "calidb0", tc)?;
+    // An endpoint removed while felix is down: the restarted run (no memory) retires it the
+    // same way.
     fv.stop()?;
     fv.ds.remove("wep-closed")?;
     start(&mut fv, &fs, Mode::Bpf, &env)?;
-    ensure_unattached(&fv, &fs, "caliclosed0")?;
+    ensure_attached(&fv, &fs, "caliclosed0", tc)?;
     // Both are unknown `cali*` interfaces now: nothing passes.
     let mut checks = standard_checks()
         .into_iter()
@@ -287,28 +289,51 @@ fn allow_deny_unknown(attach_type: Option<&str>, debug: bool) -> Result<()> {
     ]);
     fv.sandbox
         .expect_traffic("removed endpoints pass nothing", &checks, SETTLE)?;
+    // The interface goes (the CNI plugin deletes the pod's veth): felix's pins of it go too.
+    let idx = ifindex(&fv, "calidb0")?;
+    fv.sandbox.node.ip(&["link", "del", "calidb0"])?;
+    poll(SETTLE, || hook_pins(&fs, idx).is_empty().then_some(())).map_err(|e| {
+        anyhow!(
+            "pins of the deleted calidb0 ({e}): {:?}",
+            hook_pins(&fs, idx)
+        )
+    })?;
     fv.stop()
 }
 
-/// `iface` carries no attachment or pin of felix's.
-fn ensure_unattached(fv: &Fv, fs: &Bpffs, iface: &str) -> Result<()> {
+/// felix's hook pin directories of ifindex `idx`, either mechanism.
+fn hook_pins(fs: &Bpffs, idx: u32) -> Vec<PathBuf> {
+    ["tc", "tcx"]
+        .iter()
+        .flat_map(|mech| {
+            ["ing", "egr"].map(|hook| {
+                fs.root()
+                    .join(mech)
+                    .join("hooks")
+                    .join(format!("if{idx}_{hook}"))
+            })
+        })
+        .filter(|d| d.exists())
+        .collect()
+}
+
+/// `iface` carries felix's programs on both hooks, by the mechanism of the run (`tc`: clsact
+/// filters, otherwise TCX links).
+fn ensure_attached(fv: &Fv, fs: &Bpffs, iface: &str, tc: bool) -> Result<()> {
     let idx = ifindex(fv, iface)?;
     for (hook, dir) in [("ing", "ingress"), ("egr", "egress")] {
+        let filter = has_clsact_filter(fv, iface, dir)?;
+        let link = tcx_link_pin(fs, idx, hook).exists();
         ensure!(
-            !has_clsact_filter(fv, iface, dir)?,
-            "{iface} {dir}: clsact filter left"
+            filter == tc && link != tc,
+            "{iface} {dir}: clsact filter {filter}, TCX link pin {link}"
         );
-        for mech in ["tc", "tcx"] {
-            let d = fs
-                .root()
-                .join(mech)
-                .join("hooks")
-                .join(format!("if{idx}_{hook}"));
-            ensure!(!d.exists(), "{} left", d.display());
-        }
     }
     let tcx = tcx_programs(fv, iface)?;
-    ensure!(tcx.is_empty(), "{iface}: TCX programs left {tcx:?}");
+    ensure!(
+        tcx.len() == if tc { 0 } else { 2 },
+        "{iface}: TCX programs {tcx:?}"
+    );
     Ok(())
 }
 
