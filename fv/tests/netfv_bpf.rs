@@ -190,20 +190,8 @@ fn allow_deny_unknown(attach_type: Option<&str>, debug: bool) -> Result<()> {
         "caliprom0",
         "caliclosed0",
     ] {
-        let idx = ifindex(&fv, iface)?;
-        for (hook, dir) in [("ing", "ingress"), ("egr", "egress")] {
-            let filter = has_clsact_filter(&fv, iface, dir)?;
-            let link = tcx_link_pin(&fs, idx, hook).exists();
-            ensure!(
-                filter == tc && link != tc,
-                "{iface} {dir}: clsact filter {filter}, TCX link pin {link} (attach type {attach_type:?})"
-            );
-        }
-        let tcx = tcx_programs(&fv, iface)?;
-        ensure!(
-            tcx.len() == if tc { 0 } else { 2 },
-            "{iface}: TCX programs {tcx:?}"
-        );
+        ensure_attached(&fv, &fs, iface, tc)
+            .with_context(|| format!("attach type {attach_type:?}"))?;
     }
     // The debug path (main at +10) and the match-all log filter (per-endpoint slot 0) are
     // loaded exactly with `BPFLogLevel=Debug`; the fast main always.
