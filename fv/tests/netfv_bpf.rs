@@ -264,6 +264,17 @@ fn allow_deny_unknown(attach_type: Option<&str>, debug: bool) -> Result<()> {
     fv.ds.remove("wep-closed")?;
     start(&mut fv, &fs, Mode::Bpf, &env)?;
     ensure_attached(&fv, &fs, "caliclosed0", tc)?;
+    // Kept hooks of retired workloads are what a resync would leave: no drift.
+    let d = fv.d()?;
+    poll(SETTLE, || {
+        d.admin_json(&["drift"]).filter(|v| v["inSync"] == true)
+    })
+    .map_err(|e| {
+        anyhow!(
+            "drift after the endpoints left ({e}): {:?}",
+            d.admin_json(&["drift"])
+        )
+    })?;
     // Both are unknown `cali*` interfaces now: nothing passes.
     let mut checks = standard_checks()
         .into_iter()

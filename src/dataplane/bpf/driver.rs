@@ -420,7 +420,20 @@ impl BpfDriver {
         Ok(())
     }
 
+    /// One pass ([`BpfDriver::pass`]); after a failure the ifindex cache is dropped: a
+    /// failure may come from a stale ifindex (an interface re-created before its event
+    /// arrived), so the retry probes every name again.
     fn reconcile(&mut self, desired: &BpfDesired) -> Result<(), BpfError> {
+        let r = self.pass(desired);
+        if r.is_err() {
+            self.ifindex_cache.clear();
+        }
+        r
+    }
+
+    /// Reconciles `desired` once: removals, routes, IP sets and policies, interfaces, then
+    /// what nobody refers to any more (see the module docs).
+    fn pass(&mut self, desired: &BpfDesired) -> Result<(), BpfError> {
         self.start()?;
         for (name, old) in &self.addrs {
             if !desired.addrs.contains_key(name) {
@@ -569,7 +582,6 @@ impl BpfDriver {
         }
         if let Some(e) = unretired {
             // Its addresses stay in their sets until its hooks deny: the pass is retried.
-            self.ifindex_cache.clear();
             return Err(e);
         }
         // Routes (a workload's source check) and failsafes before any program uses them.
@@ -608,11 +620,6 @@ impl BpfDriver {
             }
         }
         self.resync = false;
-        if first_err.is_some() {
-            // A failure may be a stale ifindex (an interface re-created before its event
-            // arrived): the retry probes every name again.
-            self.ifindex_cache.clear();
-        }
         if self.ready.set(self.applied.keys().cloned().collect()) {
             self.kick = true;
         }
@@ -794,6 +801,12 @@ mod tests {
                 "the hooks stay while the interface lives"
             );
             assert_eq!(d.retired.get(&idx).map(String::as_str), Some("calirm0"));
+            // Which is what a resync would leave: no drift.
+            let rb = d
+                .read_back(&BpfDesired::default())
+                .expect("driver/bpf reads back")
+                .expect("read back");
+            assert!(rb.changes.is_empty(), "drift: {:?}", rb.changes);
             // The endpoint comes back: same hooks, no attachment.
             d.apply(&workload_desired("calirm0"))
                 .expect("re-programmed");

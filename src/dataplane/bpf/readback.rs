@@ -6,12 +6,14 @@
 //! What it compares: for every desired interface that exists, both hooks recorded and still
 //! attached (the recorded program on the hook, `BpfDataplane::is_attached`) and a READY
 //! `cali_iface` entry under its name; for every recorded hook and `cali_iface` entry, that its
-//! interface is desired. Not compared: the contents of the policy, IP-set and routes maps.
+//! interface is desired, or is a retired workload's (a workload hook whose entry names an
+//! interface that lives under that ifindex: kept, denying, with the entry NOT READY). Not
+//! compared: the contents of the policy, IP-set and routes maps.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use felix_actors::{ReadBack, RecordedOp};
-use felix_bpf::layout::{IFACE_STATE_V4_READY, IFACE_STATE_V6_READY};
+use felix_bpf::layout::{GLOBALS_F_WEP, IFACE_STATE_V4_READY, IFACE_STATE_V6_READY};
 use felix_bpf::ops::op;
 use felix_bpf::{BpfDataplane, BpfError, BpfOps, Hook};
 
@@ -102,8 +104,20 @@ pub(super) fn read_back(
             )),
         }
     }
+    // Retired workloads: their hooks stay while their interface lives.
+    let mut retired = BTreeSet::new();
+    for ((ifindex, _), rec) in dp.records() {
+        if wanted.contains(&ifindex) || rec.globals.flags & GLOBALS_F_WEP == 0 {
+            continue;
+        }
+        if let Some(st) = entries.get(&ifindex) {
+            if ifindex_of(&st.name)? == Some(ifindex) {
+                retired.insert(ifindex);
+            }
+        }
+    }
     for (ifindex, hook) in attached.keys() {
-        if !wanted.contains(ifindex) {
+        if !wanted.contains(ifindex) && !retired.contains(ifindex) {
             rb.changes.push(entry(
                 "detach",
                 format!("ifindex {ifindex} {hook:?}: no desired interface"),
@@ -111,7 +125,17 @@ pub(super) fn read_back(
         }
     }
     for (ifindex, st) in &entries {
-        if !wanted.contains(ifindex) {
+        if retired.contains(ifindex) {
+            if st.flags & ready != 0 {
+                rb.changes.push(entry(
+                    op::MAP_UPDATE,
+                    format!(
+                        "cali_iface {ifindex}: {} NOT READY (its endpoint is gone)",
+                        st.name
+                    ),
+                ));
+            }
+        } else if !wanted.contains(ifindex) {
             rb.changes.push(entry(
                 op::MAP_DELETE,
                 format!("cali_iface {ifindex}: {} is not desired", st.name),
