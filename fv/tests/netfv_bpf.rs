@@ -217,16 +217,7 @@ fn allow_deny_unknown(attach_type: Option<&str>, debug: bool) -> Result<()> {
     ensure!(tcx_programs(&fv, "calistrange0")?.is_empty());
 
     // Every driver, `driver/bpf` included, is in step with the kernel (`GET /drift`).
-    let d = fv.d()?;
-    poll(SETTLE, || {
-        d.admin_json(&["drift"]).filter(|v| v["inSync"] == true)
-    })
-    .map_err(|e| {
-        anyhow!(
-            "BPF mode never in step ({e}): {:?}",
-            d.admin_json(&["drift"])
-        )
-    })?;
+    ensure_in_step(&mut fv, "BPF mode never in step")?;
     if tc {
         // A filter removed behind felix's back is drift of `driver/bpf`, and asking does not
         // put it back.
@@ -265,16 +256,7 @@ fn allow_deny_unknown(attach_type: Option<&str>, debug: bool) -> Result<()> {
     start(&mut fv, &fs, Mode::Bpf, &env)?;
     ensure_attached(&fv, &fs, "caliclosed0", tc)?;
     // Kept hooks of retired workloads are what a resync would leave: no drift.
-    let d = fv.d()?;
-    poll(SETTLE, || {
-        d.admin_json(&["drift"]).filter(|v| v["inSync"] == true)
-    })
-    .map_err(|e| {
-        anyhow!(
-            "drift after the endpoints left ({e}): {:?}",
-            d.admin_json(&["drift"])
-        )
-    })?;
+    ensure_in_step(&mut fv, "drift after the endpoints left")?;
     // Both are unknown `cali*` interfaces now: nothing passes.
     let mut checks = standard_checks()
         .into_iter()
@@ -298,6 +280,17 @@ fn allow_deny_unknown(attach_type: Option<&str>, debug: bool) -> Result<()> {
         )
     })?;
     fv.stop()
+}
+
+/// Every driver is in step with the kernel (`GET /drift` says `inSync`) within `SETTLE`;
+/// otherwise an error starting with `what` and showing the drift.
+fn ensure_in_step(fv: &mut Fv, what: &str) -> Result<()> {
+    let d = fv.d()?;
+    poll(SETTLE, || {
+        d.admin_json(&["drift"]).filter(|v| v["inSync"] == true)
+    })
+    .map(|_| ())
+    .map_err(|e| anyhow!("{what} ({e}): {:?}", d.admin_json(&["drift"])))
 }
 
 /// felix's hook pin directories of ifindex `idx`, either mechanism.
