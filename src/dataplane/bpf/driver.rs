@@ -497,24 +497,18 @@ impl BpfDriver {
                 continue;
             }
             let (ops, sysfs) = (&self.ops, &self.opts.sysfs_net);
-            let lives = self
-                .ifindex_cache
-                .get(&name, |n| ifindex_in(ops, sysfs, n))
-                .map(|found| found == Some(ifindex));
-            let removed = match lives {
-                Ok(true) => Ok(false),
-                Ok(false) => Self::remove_iface(dp, policy, ifindex).map(|()| true),
+            let removed = match self.ifindex_cache.get(&name, |n| ifindex_in(ops, sysfs, n)) {
+                Ok(found) if found == Some(ifindex) => {
+                    // The interface lives: its hooks stay.
+                    self.retired.insert(ifindex, name);
+                    continue;
+                }
+                Ok(_) => Self::remove_iface(dp, policy, ifindex),
                 Err(e) => Err(e),
             };
-            match removed {
-                Ok(true) => {}
-                Ok(false) => {
-                    self.retired.insert(ifindex, name);
-                }
-                Err(e) => {
-                    self.retired.insert(ifindex, name);
-                    first_err.get_or_insert(e);
-                }
+            if let Err(e) = removed {
+                self.retired.insert(ifindex, name);
+                first_err.get_or_insert(e);
             }
         }
         // Sweep: interfaces no longer desired (or re-created under another ifindex).
