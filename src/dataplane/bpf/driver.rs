@@ -163,6 +163,15 @@ fn ifindex_in(
     }
 }
 
+/// Whether the hooks felix recorded on `ifindex` are a workload's (retired, not removed,
+/// while the interface lives; the read-back expects them so).
+pub(super) fn is_workload_hook(dp: &BpfDataplane, ifindex: u32) -> bool {
+    Hook::ALL.iter().any(|h| {
+        dp.record(ifindex, *h)
+            .is_some_and(|r| r.globals.flags & GLOBALS_F_WEP != 0)
+    })
+}
+
 /// See the module docs.
 pub struct BpfDriver {
     ops: BpfOps,
@@ -355,15 +364,6 @@ impl BpfDriver {
         }
     }
 
-    /// Whether the hooks felix recorded on `ifindex` are a workload's (retired, not removed,
-    /// while the interface lives).
-    fn is_workload_hook(dp: &BpfDataplane, ifindex: u32) -> bool {
-        Hook::ALL.iter().any(|h| {
-            dp.record(ifindex, *h)
-                .is_some_and(|r| r.globals.flags & GLOBALS_F_WEP != 0)
-        })
-    }
-
     fn program(
         dp: &mut BpfDataplane,
         policy: &mut PolicySync,
@@ -521,7 +521,7 @@ impl BpfDriver {
         for (name, ifindex) in gone {
             let r = if keep.contains(&ifindex) {
                 Ok(())
-            } else if Self::is_workload_hook(dp, ifindex) {
+            } else if is_workload_hook(dp, ifindex) {
                 Self::retire_iface(dp, policy, ifindex)
                     .map(|iface| {
                         self.retired.insert(ifindex, iface);
@@ -560,7 +560,7 @@ impl BpfDriver {
                     ifindex,
                     "removing BPF programs of an interface felix no longer programs"
                 );
-                if Self::is_workload_hook(dp, ifindex) {
+                if is_workload_hook(dp, ifindex) {
                     match Self::retire_iface(dp, policy, ifindex) {
                         Ok(iface) => {
                             self.retired.insert(ifindex, iface);

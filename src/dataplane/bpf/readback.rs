@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use felix_actors::{ReadBack, RecordedOp};
-use felix_bpf::layout::{GLOBALS_F_WEP, IFACE_STATE_V4_READY, IFACE_STATE_V6_READY};
+use felix_bpf::layout::{IFACE_STATE_V4_READY, IFACE_STATE_V6_READY};
 use felix_bpf::ops::op;
 use felix_bpf::{BpfDataplane, BpfError, BpfOps, Hook};
 
@@ -106,14 +106,12 @@ pub(super) fn read_back(
     }
     // Retired workloads: their hooks stay while their interface lives.
     let mut retired = BTreeSet::new();
-    for ((ifindex, _), rec) in dp.records() {
-        if wanted.contains(&ifindex) || rec.globals.flags & GLOBALS_F_WEP == 0 {
-            continue;
-        }
-        if let Some(st) = entries.get(&ifindex) {
-            if ifindex_of(&st.name)? == Some(ifindex) {
-                retired.insert(ifindex);
-            }
+    for (ifindex, st) in &entries {
+        if !wanted.contains(ifindex)
+            && super::driver::is_workload_hook(dp, *ifindex)
+            && ifindex_of(&st.name)? == Some(*ifindex)
+        {
+            retired.insert(*ifindex);
         }
     }
     for (ifindex, hook) in attached.keys() {
