@@ -11,7 +11,10 @@ use felix::cli::{self, Cli};
 
 /// mimalloc instead of glibc's allocator: the calculation graph and the
 /// datastore decoder allocate many small objects, and glibc's free-list
-/// consolidation dominated their profiles.
+/// consolidation dominated their profiles.  The `system-alloc` feature
+/// builds with glibc's allocator instead, for heap profilers that hook it
+/// (`heaptrack`); nothing else changes.
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: Mimalloc = Mimalloc;
 
@@ -38,6 +41,7 @@ const MI_WORD_ALIGN: usize = std::mem::size_of::<usize>();
 /// The crate's own `GlobalAlloc` always takes the aligned entry point,
 /// which cost about 7 % of the datastore load's instructions (callgrind).
 /// `mi_free` releases blocks from either path.
+#[cfg_attr(feature = "system-alloc", allow(dead_code))]
 struct Mimalloc;
 
 fn plain(layout: std::alloc::Layout) -> bool {

@@ -5,8 +5,8 @@ use std::sync::{Arc, OnceLock};
 
 use felix_actors::{Driver, DriverError};
 
-use crate::dataplane::desired::{Pushed, TableDesired};
-use crate::dataplane::generictables::push::{push_table, report_rejected};
+use crate::dataplane::desired::TableDesired;
+use crate::dataplane::generictables::push::{push_table, report_rejected, PushedTable};
 use crate::dataplane::generictables::Table;
 use crate::dataplane::kernel::Commands;
 use crate::dataplane::rules::TableName;
@@ -55,8 +55,7 @@ pub struct IptablesDriver {
     backend: BackendChoice,
     opts: IptablesOptions,
     inner: Option<IptablesTable>,
-    chains: Pushed<String>,
-    inserts: Pushed<String>,
+    pushed: PushedTable,
 }
 
 impl IptablesDriver {
@@ -76,8 +75,7 @@ impl IptablesDriver {
             backend,
             opts,
             inner: None,
-            chains: Pushed::default(),
-            inserts: Pushed::default(),
+            pushed: PushedTable::default(),
         }
     }
 }
@@ -102,8 +100,7 @@ impl Driver for IptablesDriver {
         };
         push_table(
             desired,
-            &mut self.chains,
-            &mut self.inserts,
+            &mut self.pushed,
             table,
             &|c| c.clone(),
             &|kc| Some(kc.to_string()),

@@ -765,7 +765,24 @@ fn messages() -> Vec<Payload> {
             }),
             profile: Some(pb::Profile::default()),
         }),
-        wep_update("a", wep("cali1", "10.65.0.2", "active")),
+        // The endpoint references the policy and the profile: only referenced chains are
+        // programmed.
+        wep_update(
+            "a",
+            pb::WorkloadEndpoint {
+                profile_ids: vec!["kns.default".into()],
+                tiers: vec![pb::TierInfo {
+                    name: "default".into(),
+                    ingress_policies: vec![pb::PolicyId {
+                        name: "allow-web".into(),
+                        namespace: String::new(),
+                        kind: "GlobalNetworkPolicy".into(),
+                    }],
+                    ..Default::default()
+                }],
+                ..wep("cali1", "10.65.0.2", "active")
+            },
+        ),
     ]
 }
 
@@ -812,12 +829,16 @@ async fn iptables_wiring_creates_sets_before_rules_and_routes_the_workload_only_
         "routes before in-sync"
     );
     h.addr.do_send(InSync);
+    // The filter table's restore: the other tables hold nothing the endpoint references.
     let done = wait_for(|| {
         !fake.netlink_fake().routes().is_empty()
-            && fake
-                .calls()
-                .iter()
-                .any(|c| c.program.contains("iptables") && c.program.ends_with("restore"))
+            && fake.calls().iter().any(|c| {
+                c.program.contains("iptables")
+                    && c.program.ends_with("restore")
+                    && c.stdin
+                        .as_deref()
+                        .is_some_and(|s| s.starts_with(b"*filter"))
+            })
     })
     .await;
     let calls = fake.calls();

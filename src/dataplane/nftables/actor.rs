@@ -9,7 +9,7 @@
 use felix_actors::{ActorSeam, Driver, DriverError};
 
 use crate::dataplane::desired::{NftDesired, Pushed, TableDesired};
-use crate::dataplane::generictables::push::{push_table, report_rejected};
+use crate::dataplane::generictables::push::{push_table, report_rejected, PushedTable};
 use crate::dataplane::generictables::{Action, Chain, Rule, Table};
 use crate::dataplane::ipsets::IpVersionConfig;
 use crate::dataplane::kernel::Commands;
@@ -48,8 +48,8 @@ pub struct NftablesDriver {
     seam: ActorSeam,
     table: NftablesTable,
     sets_cfg: IpVersionConfig,
-    chains: std::collections::BTreeMap<String, Pushed<String>>,
-    inserts: std::collections::BTreeMap<String, Pushed<String>>,
+    /// Per layer, what was pushed of it.
+    layers: std::collections::BTreeMap<String, PushedTable>,
     sets: Pushed<String>,
 }
 
@@ -60,8 +60,7 @@ impl NftablesDriver {
             seam: cmds.seam().clone(),
             table: NftablesTable::new(ipv, NftablesMode::Program, cmds, opts),
             sets_cfg: IpVersionConfig::new(ipv),
-            chains: Default::default(),
-            inserts: Default::default(),
+            layers: Default::default(),
             sets: Pushed::default(),
         }
     }
@@ -90,18 +89,16 @@ impl Driver for NftablesDriver {
         let layers: std::collections::BTreeSet<String> = desired
             .tables
             .keys()
-            .chain(self.chains.keys())
+            .chain(self.layers.keys())
             .cloned()
             .collect();
         for layer in layers {
             let d = desired.tables.get(&layer).unwrap_or(&empty);
-            let chains = self.chains.entry(layer.clone()).or_default();
-            let inserts = self.inserts.entry(layer.clone()).or_default();
+            let pushed = self.layers.entry(layer.clone()).or_default();
             let l = layer.as_str();
             push_table(
                 d,
-                chains,
-                inserts,
+                pushed,
                 &mut self.table,
                 &|c| Chain::new(&layered(l, &c.name), rename_rules(l, &c.rules)),
                 &|kc| {
