@@ -16,8 +16,9 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::calc::view::{payload_json, DataplaneView};
-use crate::calc::CalcGraph;
-use crate::datastore::snapshot::StateLoader;
+use crate::calc::{CalcGraph, GraphOptions};
+use crate::datastore::snapshot::{ErrorClass, StateError, StateLoader};
+use crate::datastore::stream::stream_state;
 use crate::model::{Key, SyncStatus, Update, Value};
 use felix_proto::to_dataplane::Payload;
 
@@ -82,19 +83,8 @@ pub fn load_states(paths: &[PathBuf]) -> Result<LoadedStates, CliError> {
         let state = loader
             .load(path)
             .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
-        for err in &state.errors {
-            eprintln!("warning: {err}");
-        }
         dropped += state.errors.len();
-        if state.has_file_errors() {
-            let first = state
-                .errors
-                .iter()
-                .find(|e| e.class == crate::datastore::snapshot::ErrorClass::File)
-                .map(|e| e.message.clone())
-                .unwrap_or_default();
-            return Err(CliError::Input(first));
-        }
+        report_problems(&state.errors)?;
         states.push(state.updates);
     }
     Ok(LoadedStates { states, dropped })
@@ -108,7 +98,7 @@ pub fn replay(
     node: &str,
     paths: &[PathBuf],
     states: Vec<Vec<Update>>,
-    mut each: impl FnMut(usize, &DataplaneView, &[Payload]) -> Result<(), CliError>,
+    each: impl FnMut(usize, &DataplaneView, &[Payload]) -> Result<(), CliError>,
 ) -> Result<DataplaneView, CliError> {
     let options = states
         .first()
@@ -119,7 +109,17 @@ pub fn replay(
             )
         })
         .unwrap_or_default();
-    let mut graph = CalcGraph::with_options(node, options);
+    replay_built(CalcGraph::with_options(node, options), paths, states, each)
+}
+
+/// [`replay`] into an already built `graph` (which may hold updates of the first state
+/// already).
+fn replay_built(
+    mut graph: CalcGraph,
+    paths: &[PathBuf],
+    states: Vec<Vec<Update>>,
+    mut each: impl FnMut(usize, &DataplaneView, &[Payload]) -> Result<(), CliError>,
+) -> Result<DataplaneView, CliError> {
     let mut view = DataplaneView::new();
     for (i, updates) in states.into_iter().enumerate() {
         graph.on_updates(updates);
@@ -170,15 +170,70 @@ pub fn graph_options<'a>(
     crate::calc::GraphOptions::from_config(&cfg)
 }
 
+/// Prints what a state left out (one `warning:` line each) and turns a file that could not
+/// be read at all into an input error.
+fn report_problems(errors: &[StateError]) -> Result<(), CliError> {
+    for err in errors {
+        eprintln!("warning: {err}");
+    }
+    match errors.iter().find(|e| e.class == ErrorClass::File) {
+        Some(e) => Err(CliError::Input(e.message.clone())),
+        None => Ok(()),
+    }
+}
+
+/// [`replay`] of the states at `paths`, loading them as it goes; returns the final view and
+/// how many resources were left out as invalid.
+///
+/// A single state (the usual case) is streamed: each file's resources go into the graph as
+/// soon as the file is decoded and are not kept ([`stream_state`]), so the load costs no
+/// memory beyond the graph's own.  The graph's construction-time options come from the
+/// state's FelixConfiguration, known only once every file is read: the graph is built with
+/// the options of the environment alone and, if the state's configuration calls for other
+/// options, built again in a second pass with those.  Several states are loaded as their
+/// differences ([`load_states`]) and replayed in order.
+pub fn replay_paths(
+    node: &str,
+    paths: &[PathBuf],
+    each: impl FnMut(usize, &DataplaneView, &[Payload]) -> Result<(), CliError>,
+) -> Result<(DataplaneView, usize), CliError> {
+    let [path] = paths else {
+        let loaded = load_states(paths)?;
+        let dropped = loaded.dropped;
+        return Ok((replay(node, paths, loaded.states, each)?, dropped));
+    };
+    let pass = |options: GraphOptions| {
+        let mut graph = CalcGraph::with_options(node, options);
+        let mut config: BTreeMap<Key, Value> = BTreeMap::new();
+        let state = stream_state(path, |updates| {
+            for u in &updates {
+                if let Some(v @ Value::Config(_)) = &u.value {
+                    config.insert(u.key.clone(), v.clone());
+                }
+            }
+            graph.on_updates(updates);
+        })
+        .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?;
+        Ok::<_, CliError>((graph, state, config))
+    };
+    let assumed = graph_options(node, std::iter::empty::<(&Key, &Value)>());
+    let (mut graph, state, config) = pass(assumed)?;
+    report_problems(&state.errors)?;
+    let options = graph_options(node, &config);
+    if options != assumed {
+        graph = pass(options)?.0;
+    }
+    let view = replay_built(graph, paths, vec![Vec::new()], each)?;
+    Ok((view, state.errors.len()))
+}
+
 /// Runs `felix calc`.
 pub fn run(args: CalcArgs) -> Result<(), CliError> {
     let node = node_name::resolve(args.node.as_deref());
-    let loaded = load_states(&args.states)?;
-    let dropped = loaded.dropped;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut seq: u64 = 0;
-    replay(&node, &args.states, loaded.states, |i, view, flushed| {
+    let (_, dropped) = replay_paths(&node, &args.states, |i, view, flushed| {
         if args.stream {
             for p in flushed {
                 seq += 1;

@@ -46,6 +46,7 @@ pub mod file;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod snapshot;
+pub mod stream;
 
 mod chunks;
 mod emit;

@@ -147,28 +147,8 @@ impl StateLoader {
     /// missing or unreadable `path` is an `Err`; everything else is recorded
     /// in [`StateUpdates::errors`].
     pub fn load(&mut self, path: &Path) -> Result<StateUpdates, LoadError> {
-        let io_err = |source| LoadError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let meta = fs::metadata(path).map_err(io_err)?;
         let mut state = StateUpdates::default();
-        let (root, files) = if meta.is_dir() {
-            let listing = walk::list(path).map_err(io_err)?;
-            for (rel, e) in listing.unreadable {
-                state.errors.push(StateError {
-                    class: ErrorClass::File,
-                    message: format!("{}: cannot read directory: {e}", path.join(rel).display()),
-                });
-            }
-            let files = listing.files.into_iter().map(|(rel, _)| rel).collect();
-            (path.to_path_buf(), files)
-        } else {
-            match (path.parent(), path.file_name()) {
-                (Some(parent), Some(name)) => (parent.to_path_buf(), vec![PathBuf::from(name)]),
-                _ => (PathBuf::new(), vec![path.to_path_buf()]),
-            }
-        };
+        let (root, files) = state_files(path, &mut state.errors)?;
         let merger = self.merger.get_or_insert_with(|| Merger::new(&root));
         merger.set_root(&root);
         // The previous state's files all go first (the merger still knows what it handed
@@ -186,14 +166,48 @@ impl StateLoader {
     }
 }
 
-fn load_file(root: &Path, rel: &RelPath, merger: &mut Merger, state: &mut StateUpdates) {
+/// The root and the files (relative to it, in byte-wise order) of the state at `path`: a
+/// directory's datastore files, or the one file `path` names.  A sub-directory that cannot be
+/// read is recorded in `errors`.
+pub(super) fn state_files(
+    path: &Path,
+    errors: &mut Vec<StateError>,
+) -> Result<(PathBuf, Vec<PathBuf>), LoadError> {
+    let io_err = |source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = fs::metadata(path).map_err(io_err)?;
+    if meta.is_dir() {
+        let listing = walk::list(path).map_err(io_err)?;
+        for (rel, e) in listing.unreadable {
+            errors.push(StateError {
+                class: ErrorClass::File,
+                message: format!("{}: cannot read directory: {e}", path.join(rel).display()),
+            });
+        }
+        let files = listing.files.into_iter().map(|(rel, _)| rel).collect();
+        return Ok((path.to_path_buf(), files));
+    }
+    Ok(match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => (parent.to_path_buf(), vec![PathBuf::from(name)]),
+        _ => (PathBuf::new(), vec![path.to_path_buf()]),
+    })
+}
+
+/// Reads and decodes one file of a state; `Err` is the file-level error (as a
+/// [`ErrorClass::File`] message).
+pub(super) fn read_file(root: &Path, rel: &RelPath) -> Result<source::Decoded, String> {
     let abs = root.join(rel.as_path());
     let origin = abs.display().to_string();
-    state.files += 1;
-    let decoded = fs::read(&abs)
+    fs::read(&abs)
         .map_err(|e| format!("{origin}: cannot read: {e}"))
-        .and_then(|bytes| source::decode(&bytes, &origin, walk::format_for(rel.as_path())));
-    match decoded {
+        .and_then(|bytes| source::decode(&bytes, &origin, walk::format_for(rel.as_path())))
+}
+
+fn load_file(root: &Path, rel: &RelPath, merger: &mut Merger, state: &mut StateUpdates) {
+    state.files += 1;
+    match read_file(root, rel) {
         Ok(decoded) => {
             state.resources += decoded.docs.len();
             state

@@ -1,0 +1,354 @@
+//! One complete datastore state read file by file, each file's resources handed on as soon
+//! as the file is decoded and then forgotten (`felix calc` and `felix explain` of a single
+//! state).
+//!
+//! The duplicate rule of [`crate::datastore`] picks, for an identity or a key, the claimant
+//! whose origin (relative path byte-wise, then document index) sorts first.  Files are read
+//! in that order, so the first claimant seen is the one in force and a later claimant never
+//! displaces it: what has been handed on is final, and only the identities and keys seen so
+//! far (with where they were claimed) are kept, never the resources' values.
+//!
+//! Invariant: **a streamed state is the loaded state**: the same resources, and the same
+//! problems in the same order, as [`super::snapshot::load_state`] reports for the path.
+
+use std::path::{Path, PathBuf};
+
+use super::merge::{Doc, RelPath};
+use super::snapshot::{read_file, state_files, ErrorClass, LoadError, StateError};
+use crate::hash::FastMap;
+use crate::model::{Key, Update, UpdateType, Value};
+use crate::resources::ResourceId;
+
+/// What [`stream_state`] found besides the resources it handed on.
+#[derive(Debug, Default)]
+pub struct StreamedState {
+    /// Every problem found, in file order.
+    pub errors: Vec<StateError>,
+    /// Number of datastore files read.
+    pub files: usize,
+    /// Number of resources (documents) decoded, valid or not.
+    pub resources: usize,
+}
+
+impl StreamedState {
+    /// True if some file could not be read or parsed.
+    pub fn has_file_errors(&self) -> bool {
+        self.errors.iter().any(|e| e.class == ErrorClass::File)
+    }
+}
+
+/// Where a document is: its file (index into the files in reading order) and its position
+/// there.  The derived order is the duplicate rule's precedence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct At {
+    file: u32,
+    index: u32,
+}
+
+/// The claimant in force of an identity or a key: where it is, and its line (for messages).
+#[derive(Clone, Copy, Debug)]
+struct Claim {
+    at: At,
+    line: u32,
+}
+
+/// The identities and keys claimed so far.
+struct Claims {
+    root: PathBuf,
+    files: Vec<RelPath>,
+    ids: FastMap<ResourceId, Claim>,
+    keys: FastMap<Key, Claim>,
+}
+
+/// Reads the state at `path` (a file, or a datastore directory) file by file, calling `sink`
+/// with each file's resources in force as updates (sorted by key) as soon as the file is
+/// decoded.  Only a missing or unreadable `path` is an `Err`; every other problem is in
+/// [`StreamedState::errors`].
+pub fn stream_state(
+    path: &Path,
+    mut sink: impl FnMut(Vec<Update>),
+) -> Result<StreamedState, LoadError> {
+    let mut state = StreamedState::default();
+    let (root, files) = state_files(path, &mut state.errors)?;
+    let mut claims = Claims {
+        root,
+        files: Vec::with_capacity(files.len()),
+        ids: FastMap::default(),
+        keys: FastMap::default(),
+    };
+    for rel in files {
+        let rel = RelPath::new(&rel);
+        state.files += 1;
+        let decoded = read_file(&claims.root, &rel);
+        let file = u32::try_from(claims.files.len()).unwrap_or(u32::MAX);
+        claims.files.push(rel);
+        match decoded {
+            Ok(decoded) => {
+                state.resources += decoded.docs.len();
+                state
+                    .errors
+                    .extend(decoded.invalid.into_iter().map(|message| StateError {
+                        class: ErrorClass::Resource,
+                        message,
+                    }));
+                let (updates, duplicates) = claims.add_file(file, decoded.docs);
+                state
+                    .errors
+                    .extend(duplicates.into_iter().map(|message| StateError {
+                        class: ErrorClass::Duplicate,
+                        message,
+                    }));
+                if !updates.is_empty() {
+                    sink(updates);
+                }
+            }
+            Err(message) => state.errors.push(StateError {
+                class: ErrorClass::File,
+                message,
+            }),
+        }
+    }
+    Ok(state)
+}
+
+fn line_of(doc: &Doc) -> u32 {
+    u32::try_from(doc.line).unwrap_or(u32::MAX)
+}
+
+impl Claims {
+    /// `file:line` of a claim.
+    fn locate(&self, c: Claim) -> String {
+        format!("{}:{}", self.name(c.at.file), c.line)
+    }
+
+    fn name(&self, file: u32) -> String {
+        self.files
+            .get(file as usize)
+            .map(|p| self.root.join(p.as_path()).display().to_string())
+            .unwrap_or_default()
+    }
+
+    /// Claims what the documents of `file` (the last file read) own; returns their resources
+    /// in force and one message per duplicate, worded and ordered as the merger reports them
+    /// for a fresh load: keys produced twice (owners in identity order), then duplicate
+    /// identities (in the order of their first document in this file).
+    fn add_file(&mut self, file: u32, mut docs: Vec<Doc>) -> (Vec<Update>, Vec<String>) {
+        let at = |index: usize| At {
+            file,
+            index: u32::try_from(index).unwrap_or(u32::MAX),
+        };
+        // Identities, in document order: the first claimant owns.
+        let mut owners: Vec<usize> = Vec::new();
+        let mut duplicates: Vec<usize> = Vec::new();
+        for (i, doc) in docs.iter().enumerate() {
+            if self.ids.contains_key(&doc.id) {
+                duplicates.push(i);
+            } else {
+                let claim = Claim {
+                    at: at(i),
+                    line: line_of(doc),
+                };
+                self.ids.insert(doc.id.clone(), claim);
+                owners.push(i);
+            }
+        }
+
+        // The owners' keys, owners in identity order; within this file a key goes to the
+        // document that sorts first, before any earlier file it is always the earlier file's.
+        owners.sort_by(|a, b| docs[*a].id.cmp(&docs[*b].id));
+        let mut messages = Vec::new();
+        let mut pending: FastMap<Key, (Claim, Value)> = FastMap::default();
+        for o in owners {
+            let claim = Claim {
+                at: at(o),
+                line: line_of(&docs[o]),
+            };
+            let Ok(kvs) = std::mem::replace(&mut docs[o].result, Ok(Vec::new())) else {
+                continue;
+            };
+            for (key, value) in kvs {
+                let first = match (self.keys.get(&key), pending.get_mut(&key)) {
+                    (Some(earlier), _) => *earlier,
+                    (None, Some((held, held_value))) => {
+                        if claim.at < held.at {
+                            let displaced = *held;
+                            *held = claim;
+                            *held_value = value;
+                            messages.push(self.shared_key(&key, claim, displaced));
+                            continue;
+                        }
+                        *held
+                    }
+                    (None, None) => {
+                        pending.insert(key, (claim, value));
+                        continue;
+                    }
+                };
+                messages.push(self.shared_key(&key, first, claim));
+            }
+        }
+
+        // Duplicate identities, grouped under the first document of each in this file.
+        let mut first_of: FastMap<&ResourceId, usize> = FastMap::default();
+        for (i, doc) in docs.iter().enumerate() {
+            first_of.entry(&doc.id).or_insert(i);
+        }
+        let mut groups: Vec<(usize, usize)> = duplicates
+            .iter()
+            .map(|&d| (first_of.get(&docs[d].id).copied().unwrap_or(d), d))
+            .collect();
+        groups.sort_unstable();
+        for (_, d) in groups {
+            let doc = &docs[d];
+            let Some(owner) = self.ids.get(&doc.id).copied() else {
+                continue;
+            };
+            let other = Claim {
+                at: at(d),
+                line: line_of(doc),
+            };
+            messages.push(format!(
+                "{}: duplicate {} ignored; the copy at {} is in force",
+                self.locate(other),
+                doc.id,
+                self.locate(owner)
+            ));
+        }
+
+        let mut updates: Vec<Update> = Vec::with_capacity(pending.len());
+        self.keys.reserve(pending.len());
+        for (key, (claim, value)) in pending {
+            self.keys.insert(key.clone(), claim);
+            updates.push(Update {
+                key,
+                value: Some(value),
+                update_type: UpdateType::New,
+            });
+        }
+        updates.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        (updates, messages)
+    }
+
+    fn shared_key(&self, key: &Key, first: Claim, second: Claim) -> String {
+        format!(
+            "{}: key {key} is also produced by {}; the copy in {} is in force",
+            self.locate(second),
+            self.locate(first),
+            self.name(first.at.file)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datastore::snapshot::load_state;
+    use std::collections::BTreeMap;
+    use std::fs;
+
+    fn tier(name: &str, order: u32) -> String {
+        format!(
+            "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata:\n  name: {name}\nspec:\n  order: {order}\n"
+        )
+    }
+
+    fn wep(name: &str, endpoint: &str, ip: &str) -> String {
+        format!(
+            "apiVersion: projectcalico.org/v3\nkind: WorkloadEndpoint\nmetadata:\n  name: {name}\n  namespace: ns\nspec:\n  node: n1\n  orchestrator: k8s\n  pod: p\n  endpoint: {endpoint}\n  interfaceName: cali1\n  ipNetworks:\n  - {ip}/32\n"
+        )
+    }
+
+    fn streamed(path: &Path) -> (BTreeMap<Key, Value>, StreamedState, usize) {
+        let mut values = BTreeMap::new();
+        let mut batches = 0;
+        let state = stream_state(path, |updates| {
+            batches += 1;
+            for u in updates {
+                let v = u.value.expect("streamed updates are sets");
+                assert!(values.insert(u.key, v).is_none(), "a key handed on twice");
+            }
+        })
+        .unwrap();
+        (values, state, batches)
+    }
+
+    #[test]
+    fn a_streamed_state_is_the_loaded_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::create_dir(root.join("sub")).unwrap();
+        let files = [
+            // Two identities in one file produce the same key (the endpoint of the same
+            // pod): the document that sorts first wins, whatever the identities' order.
+            (
+                "a.yaml",
+                format!(
+                    "{}---\n{}---\n{}---\n{}",
+                    wep("zz", "eth0", "10.0.0.1"),
+                    tier("dup", 1),
+                    wep("aa", "eth0", "10.0.0.2"),
+                    tier("dup", 9)
+                ),
+            ),
+            ("b.yaml", format!("{}---\n{}", tier("x", 1), tier("y", 1))),
+            // Duplicates of earlier files, interleaved, and a key an earlier file produces.
+            (
+                "sub/c.yaml",
+                format!(
+                    "{}---\n{}---\n{}---\n{}---\n{}",
+                    tier("y", 2),
+                    tier("x", 2),
+                    tier("y", 3),
+                    wep("mm", "eth0", "10.0.0.3"),
+                    tier("z", 1)
+                ),
+            ),
+            ("broken.yaml", "kind: [\n".to_string()),
+            (
+                "sets.yaml",
+                "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata:\n  name: bad\nspec:\n  nets:\n  - 10.0.0.0/33\n".to_string(),
+            ),
+        ];
+        for (rel, text) in &files {
+            fs::write(root.join(rel), text).unwrap();
+        }
+        let complete = load_state(root).unwrap();
+        let (values, state, batches) = streamed(root);
+        assert_eq!(values, complete.values);
+        assert_eq!(state.errors, complete.errors);
+        assert_eq!(
+            (state.files, state.resources),
+            (complete.files, complete.resources)
+        );
+        assert_eq!(batches, 3, "one batch per file with resources in force");
+        for class in [
+            ErrorClass::File,
+            ErrorClass::Resource,
+            ErrorClass::Duplicate,
+        ] {
+            assert!(
+                state.errors.iter().any(|e| e.class == class),
+                "the fixture exercises {class:?}: {:?}",
+                state.errors
+            );
+        }
+        assert!(state
+            .errors
+            .iter()
+            .any(|e| e.message.contains("is also produced by")));
+
+        // A single file is a state too.
+        let single = root.join("a.yaml");
+        let (values, state, _) = streamed(&single);
+        let complete = load_state(&single).unwrap();
+        assert_eq!(values, complete.values);
+        assert_eq!(state.errors, complete.errors);
+    }
+
+    #[test]
+    fn a_missing_state_is_a_load_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = stream_state(&dir.path().join("nope"), |_| {}).unwrap_err();
+        assert!(err.to_string().contains("nope"), "{err}");
+    }
+}
