@@ -502,77 +502,115 @@ impl DataplaneView {
 
     /// The view as one `felix calc` JSON object (INTERFACES.md §1).
     pub fn to_json(&self, state: usize) -> Json {
-        let ip_sets: serde_json::Map<String, Json> = self
-            .ip_sets
-            .iter()
-            .map(|(id, (t, members))| {
-                let type_name = pb::ip_set_update::IpSetType::try_from(*t)
-                    .map(|t| t.as_str_name())
-                    .unwrap_or("IP");
-                (
-                    id.clone(),
-                    json!({"type": type_name, "members": members.iter().collect::<Vec<_>>()}),
-                )
+        serde_json::to_value(self.json(state)).unwrap_or(Json::Null)
+    }
+
+    /// The view as one `felix calc` JSON object, for writing out as it is serialised
+    /// (without building the whole document first): the same text as [`Self::to_json`]'s.
+    pub fn json(&self, state: usize) -> ViewJson<'_> {
+        ViewJson { view: self, state }
+    }
+}
+
+/// [`DataplaneView::json`]: serialises the view's JSON object entry by entry.
+///
+/// Invariant: **the same text as the whole-document form** (`to_json`): the keys of every
+/// object in byte-wise order (serde_json's map order), each message in its proto3 JSON form.
+pub struct ViewJson<'a> {
+    view: &'a DataplaneView,
+    state: usize,
+}
+
+/// A sequence serialised from an iterator, once.
+struct Seq<I>(std::cell::Cell<Option<I>>);
+
+fn seq<I: Iterator<Item = Json>>(items: I) -> Seq<I> {
+    Seq(std::cell::Cell::new(Some(items)))
+}
+
+impl<I: Iterator<Item = Json>> serde::Serialize for Seq<I> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.take() {
+            Some(items) => s.collect_seq(items),
+            None => s.collect_seq(std::iter::empty::<Json>()),
+        }
+    }
+}
+
+/// A map serialised from an iterator of entries (keys already in order), once.
+struct MapOf<I>(std::cell::Cell<Option<I>>);
+
+impl<'k, I: Iterator<Item = (&'k String, Json)>> serde::Serialize for MapOf<I> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.take() {
+            Some(entries) => s.collect_map(entries),
+            None => s.collect_map(std::iter::empty::<(&String, Json)>()),
+        }
+    }
+}
+
+impl serde::Serialize for ViewJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let v = self.view;
+        let ip_sets = v.ip_sets.iter().map(|(id, (t, members))| {
+            let type_name = pb::ip_set_update::IpSetType::try_from(*t)
+                .map(|t| t.as_str_name())
+                .unwrap_or("IP");
+            (
+                id,
+                json!({"members": members.iter().collect::<Vec<_>>(), "type": type_name}),
+            )
+        });
+        let policies = v.policies.iter().map(|((kind, ns, name), pol)| {
+            json!({
+                "id": to_json(&pb::PolicyId { name: name.clone(), namespace: ns.clone(), kind: kind.clone() }),
+                "policy": to_json(pol),
             })
-            .collect();
-        let policies: Vec<Json> = self
-            .policies
-            .iter()
-            .map(|((kind, ns, name), pol)| {
-                json!({
-                    "id": to_json(&pb::PolicyId { name: name.clone(), namespace: ns.clone(), kind: kind.clone() }),
-                    "policy": to_json(pol),
-                })
+        });
+        let profiles = v.profiles.iter().map(|(name, prof)| {
+            json!({"id": to_json(&pb::ProfileId { name: name.clone() }), "profile": to_json(prof)})
+        });
+        let weps = v.workload_endpoints.iter().map(|((o, w, e), ep)| {
+            json!({
+                "endpoint": to_json(ep),
+                "id": to_json(&pb::WorkloadEndpointId {
+                    orchestrator_id: o.clone(),
+                    workload_id: w.clone(),
+                    endpoint_id: e.clone(),
+                }),
             })
-            .collect();
-        let profiles: Vec<Json> = self
-            .profiles
-            .iter()
-            .map(|(name, prof)| {
-                json!({"id": to_json(&pb::ProfileId { name: name.clone() }), "profile": to_json(prof)})
+        });
+        let heps = v.host_endpoints.iter().map(|(id, ep)| {
+            json!({
+                "endpoint": to_json(ep),
+                "id": to_json(&pb::HostEndpointId { endpoint_id: id.clone() }),
             })
-            .collect();
-        let weps: Vec<Json> = self
-            .workload_endpoints
-            .iter()
-            .map(|((o, w, e), ep)| {
-                json!({
-                    "id": to_json(&pb::WorkloadEndpointId {
-                        orchestrator_id: o.clone(),
-                        workload_id: w.clone(),
-                        endpoint_id: e.clone(),
-                    }),
-                    "endpoint": to_json(ep),
-                })
-            })
-            .collect();
-        let heps: Vec<Json> = self
-            .host_endpoints
-            .iter()
-            .map(|(id, ep)| {
-                json!({
-                    "id": to_json(&pb::HostEndpointId { endpoint_id: id.clone() }),
-                    "endpoint": to_json(ep),
-                })
-            })
-            .collect();
-        json!({
-            "state": state,
-            "inSync": self.in_sync,
-            "config": self.config,
-            "ipSets": ip_sets,
-            "policies": policies,
-            "profiles": profiles,
-            "workloadEndpoints": weps,
-            "hostEndpoints": heps,
-            "routes": self.routes.values().map(to_json).collect::<Vec<_>>(),
-            "vteps": self.vteps.values().map(to_json).collect::<Vec<_>>(),
-            "ipamPools": self.ipam_pools.values().map(to_json).collect::<Vec<_>>(),
-            "hostMetadata": self.host_metadata.values().map(to_json).collect::<Vec<_>>(),
-            "encapsulation": self.encapsulation.as_ref().map(to_json).unwrap_or(Json::Null),
-            "namespaces": self.namespaces.values().map(to_json).collect::<Vec<_>>(),
-            "serviceAccounts": self.service_accounts.values().map(to_json).collect::<Vec<_>>(),
-        })
+        });
+        // Keys in byte-wise order, as serde_json's map orders them.
+        let mut m = s.serialize_map(Some(15))?;
+        m.serialize_entry("config", &v.config)?;
+        m.serialize_entry(
+            "encapsulation",
+            &v.encapsulation.as_ref().map(to_json).unwrap_or(Json::Null),
+        )?;
+        m.serialize_entry("hostEndpoints", &seq(heps))?;
+        m.serialize_entry("hostMetadata", &seq(v.host_metadata.values().map(to_json)))?;
+        m.serialize_entry("inSync", &v.in_sync)?;
+        m.serialize_entry("ipSets", &MapOf(std::cell::Cell::new(Some(ip_sets))))?;
+        m.serialize_entry("ipamPools", &seq(v.ipam_pools.values().map(to_json)))?;
+        m.serialize_entry("namespaces", &seq(v.namespaces.values().map(to_json)))?;
+        m.serialize_entry("policies", &seq(policies))?;
+        m.serialize_entry("profiles", &seq(profiles))?;
+        m.serialize_entry("routes", &seq(v.routes.values().map(to_json)))?;
+        m.serialize_entry(
+            "serviceAccounts",
+            &seq(v.service_accounts.values().map(to_json)),
+        )?;
+        m.serialize_entry("state", &self.state)?;
+        m.serialize_entry("vteps", &seq(v.vteps.values().map(to_json)))?;
+        m.serialize_entry("workloadEndpoints", &seq(weps))?;
+        m.end()
     }
 }
 

@@ -100,6 +100,16 @@ pub fn replay(
     states: Vec<Vec<Update>>,
     each: impl FnMut(usize, &DataplaneView, &[Payload]) -> Result<(), CliError>,
 ) -> Result<DataplaneView, CliError> {
+    replay_with(node, paths, states, Messages::Kept, each)
+}
+
+fn replay_with(
+    node: &str,
+    paths: &[PathBuf],
+    states: Vec<Vec<Update>>,
+    messages: Messages,
+    each: impl FnMut(usize, &DataplaneView, &[Payload]) -> Result<(), CliError>,
+) -> Result<DataplaneView, CliError> {
     let options = states
         .first()
         .map(|s| {
@@ -109,31 +119,60 @@ pub fn replay(
             )
         })
         .unwrap_or_default();
-    replay_built(CalcGraph::with_options(node, options), paths, states, each)
+    let graph = CalcGraph::with_options(node, options);
+    replay_built(graph, paths, states, messages, each)
+}
+
+/// What a replay hands to its per-state callback besides the view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Messages {
+    /// Each state's emitted messages (`felix calc --stream`).
+    Kept,
+    /// None: each message is dropped once applied to the view, and the graph once the last
+    /// state is flushed, so only the view is held while the callback writes it out.
+    Dropped,
 }
 
 /// [`replay`] into an already built `graph` (which may hold updates of the first state
 /// already).
 fn replay_built(
-    mut graph: CalcGraph,
+    graph: CalcGraph,
     paths: &[PathBuf],
     states: Vec<Vec<Update>>,
+    messages: Messages,
     mut each: impl FnMut(usize, &DataplaneView, &[Payload]) -> Result<(), CliError>,
 ) -> Result<DataplaneView, CliError> {
     let mut view = DataplaneView::new();
+    let last = states.len().saturating_sub(1);
+    let mut graph = Some(graph);
     for (i, updates) in states.into_iter().enumerate() {
-        graph.on_updates(updates);
+        let Some(g) = graph.as_mut() else { break };
+        g.on_updates(updates);
         if i == 0 {
-            graph.on_status(SyncStatus::InSync);
+            g.on_status(SyncStatus::InSync);
         }
-        let flushed = graph.flush();
-        for p in &flushed {
-            view.apply(p).with_context(|| {
-                let path = paths.get(i).map(|p| p.display().to_string());
-                format!("state {i} ({})", path.unwrap_or_default())
-            })?;
+        let flushed = g.flush();
+        if i == last && messages == Messages::Dropped {
+            graph = None;
         }
-        each(i, &view, &flushed)?;
+        let context = || {
+            let path = paths.get(i).map(|p| p.display().to_string());
+            format!("state {i} ({})", path.unwrap_or_default())
+        };
+        match messages {
+            Messages::Kept => {
+                for p in &flushed {
+                    view.apply(p).with_context(context)?;
+                }
+                each(i, &view, &flushed)?;
+            }
+            Messages::Dropped => {
+                for p in flushed {
+                    view.apply(&p).with_context(context)?;
+                }
+                each(i, &view, &[])?;
+            }
+        }
     }
     Ok(view)
 }
@@ -195,12 +234,13 @@ fn report_problems(errors: &[StateError]) -> Result<(), CliError> {
 pub fn replay_paths(
     node: &str,
     paths: &[PathBuf],
+    messages: Messages,
     each: impl FnMut(usize, &DataplaneView, &[Payload]) -> Result<(), CliError>,
 ) -> Result<(DataplaneView, usize), CliError> {
     let [path] = paths else {
         let loaded = load_states(paths)?;
-        let dropped = loaded.dropped;
-        return Ok((replay(node, paths, loaded.states, each)?, dropped));
+        let view = replay_with(node, paths, loaded.states, messages, each)?;
+        return Ok((view, loaded.dropped));
     };
     let pass = |options: GraphOptions| {
         let mut graph = CalcGraph::with_options(node, options);
@@ -223,7 +263,7 @@ pub fn replay_paths(
     if options != assumed {
         graph = pass(options)?.0;
     }
-    let view = replay_built(graph, paths, vec![Vec::new()], each)?;
+    let view = replay_built(graph, paths, vec![Vec::new()], messages, each)?;
     Ok((view, state.errors.len()))
 }
 
@@ -233,7 +273,12 @@ pub fn run(args: CalcArgs) -> Result<(), CliError> {
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut seq: u64 = 0;
-    let (_, dropped) = replay_paths(&node, &args.states, |i, view, flushed| {
+    let messages = if args.stream {
+        Messages::Kept
+    } else {
+        Messages::Dropped
+    };
+    let (_, dropped) = replay_paths(&node, &args.states, messages, |i, view, flushed| {
         if args.stream {
             for p in flushed {
                 seq += 1;
@@ -241,7 +286,8 @@ pub fn run(args: CalcArgs) -> Result<(), CliError> {
             }
             writeln!(out, "{{\"endOfState\": {i}}}").context("writing output")?;
         } else {
-            writeln!(out, "{}", view.to_json(i)).context("writing output")?;
+            serde_json::to_writer(&mut out, &view.json(i)).context("writing output")?;
+            writeln!(out).context("writing output")?;
         }
         Ok(())
     })?;

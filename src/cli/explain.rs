@@ -43,7 +43,9 @@ pub fn run(args: ExplainArgs) -> Result<(), CliError> {
         return Ok(());
     }
     let node = node_name::resolve(args.node.as_deref());
-    let (view, _) = calc::replay_paths(&node, &args.states, |_, _, _| Ok(()))?;
+    let (view, _) = calc::replay_paths(&node, &args.states, calc::Messages::Dropped, |_, _, _| {
+        Ok(())
+    })?;
     let answer = explain(&view, &Settings::from_view(&view), &node, &flow)
         .map_err(|e| CliError::Input(e.to_string()))?;
     let text = serde_json::to_string(&answer)
