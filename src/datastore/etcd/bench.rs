@@ -72,6 +72,9 @@ pub struct EtcdBenchReport {
     pub etcd_cpu: Duration,
     /// CPU time of this process during the first sync.
     pub felix_cpu: Duration,
+    /// The same, per thread name (the syncer's fetch, merge and gRPC threads; the
+    /// benchmark's own thread counts the keys).
+    pub felix_threads_cpu: std::collections::BTreeMap<String, Duration>,
     /// Keys per listing page.
     pub page_size: i64,
     /// Whether the next page was read while the current one decoded.
@@ -124,6 +127,12 @@ impl std::fmt::Display for EtcdBenchReport {
             self.page_size,
             if self.prefetch { "" } else { ", no prefetch" }
         )?;
+        let threads: Vec<String> = self
+            .felix_threads_cpu
+            .iter()
+            .map(|(name, cpu)| format!("{name} {:.1} us", per_key(*cpu)))
+            .collect();
+        writeln!(f, "felix CPU per key by thread: {}", threads.join(", "))?;
         writeln!(
             f,
             "into the calc graph:     {:.2?} ({:.0} keys/s, {} messages, RSS after {} MiB)",
@@ -268,6 +277,25 @@ pub fn process_cpu(pid: &str) -> Duration {
     Duration::from_secs_f64((user + system) as f64 / hz as f64)
 }
 
+/// CPU time (scheduler nanoseconds, `/proc/self/task/*/schedstat`) of this process's threads,
+/// summed per thread name.
+pub fn threads_cpu() -> std::collections::BTreeMap<String, Duration> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        let ns = std::fs::read_to_string(dir.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        *out.entry(name.trim().to_string()).or_insert(Duration::ZERO) += Duration::from_nanos(ns);
+    }
+    out
+}
+
 /// [`run`] with explicit settings.
 pub fn run_with(
     server: &mut EtcdTestServer,
@@ -302,6 +330,7 @@ pub fn run_with(
     let etcd_pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
     let etcd_cpu_before = process_cpu(&etcd_pid);
     let felix_cpu_before = process_cpu("self");
+    let threads_before = threads_cpu();
     let start = felix_actors::clock::real_now();
     let syncer = EtcdSyncer::start(config, tx).map_err(|e| e.to_string())?;
     let mut updates = 0usize;
@@ -324,6 +353,14 @@ pub fn run_with(
     let sync_time = start.elapsed();
     let etcd_cpu = process_cpu(&etcd_pid).saturating_sub(etcd_cpu_before);
     let felix_cpu = process_cpu("self").saturating_sub(felix_cpu_before);
+    let felix_threads_cpu = threads_cpu()
+        .into_iter()
+        .map(|(name, cpu)| {
+            let before = threads_before.get(&name).copied().unwrap_or_default();
+            (name, cpu.saturating_sub(before))
+        })
+        .filter(|(_, cpu)| !cpu.is_zero())
+        .collect();
     let (rss_after, rss_peak) = rss_kib();
 
     // Recovery: kill etcd, delete one endpoint while the syncer cannot
@@ -375,6 +412,7 @@ pub fn run_with(
         graph_rss_after_kib: graph_rss_after,
         etcd_cpu,
         felix_cpu,
+        felix_threads_cpu,
         page_size,
         prefetch,
     })
