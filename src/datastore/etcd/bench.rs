@@ -127,11 +127,17 @@ impl std::fmt::Display for EtcdBenchReport {
             self.page_size,
             if self.prefetch { "" } else { ", no prefetch" }
         )?;
-        let threads: Vec<String> = self
+        let mut threads: Vec<String> = self
             .felix_threads_cpu
             .iter()
             .map(|(name, cpu)| format!("{name} {:.1} us", per_key(*cpu)))
             .collect();
+        // Threads that ended before the sync did (the listing's fetcher) are gone from /proc.
+        let seen: Duration = self.felix_threads_cpu.values().sum();
+        threads.push(format!(
+            "threads ended since (the fetcher) {:.1} us",
+            per_key(self.felix_cpu.saturating_sub(seen))
+        ));
         writeln!(f, "felix CPU per key by thread: {}", threads.join(", "))?;
         writeln!(
             f,
