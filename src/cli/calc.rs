@@ -257,12 +257,15 @@ pub fn replay_paths(
         Ok::<_, CliError>((graph, state, config))
     };
     let assumed = graph_options(node, std::iter::empty::<(&Key, &Value)>());
-    let (mut graph, state, config) = pass(assumed)?;
+    let (graph, state, config) = pass(assumed)?;
     report_problems(&state.errors)?;
     let options = graph_options(node, &config);
-    if options != assumed {
-        graph = pass(options)?.0;
-    }
+    let graph = if options == assumed {
+        graph
+    } else {
+        drop(graph);
+        pass(options)?.0
+    };
     let view = replay_built(graph, paths, vec![Vec::new()], messages, each)?;
     Ok((view, state.errors.len()))
 }
@@ -299,4 +302,65 @@ pub fn run(args: CalcArgs) -> Result<(), CliError> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPOOFING_WEP: &str = "apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata:
+  name: node1-k8s-pod1-eth0
+  namespace: default
+spec:
+  node: node1
+  orchestrator: k8s
+  pod: pod1
+  endpoint: eth0
+  interfaceName: cali1
+  ipNetworks:
+  - 10.0.0.1/32
+  allowSpoofedSourcePrefixes:
+  - 10.1.0.0/16
+";
+
+    const SPOOFING_ANY: &str = "apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata:
+  name: default
+spec:
+  workloadSourceSpoofing: Any
+";
+
+    fn both_ways(dir: &std::path::Path) -> (DataplaneView, DataplaneView) {
+        let paths = vec![dir.to_path_buf()];
+        let (streamed, _) = replay_paths("node1", &paths, Messages::Dropped, |_, _, _| Ok(()))
+            .expect("streamed replay");
+        let loaded = load_states(&paths).expect("loaded");
+        let merged = replay("node1", &paths, loaded.states, |_, _, _| Ok(())).expect("replay");
+        (streamed, merged)
+    }
+
+    /// The streamed single state builds the graph with the environment's options first; a
+    /// state whose FelixConfiguration asks for others (here `WorkloadSourceSpoofing: Any`,
+    /// which keeps an endpoint with spoofed prefixes) is computed again with those, and the
+    /// view is the merged load's.
+    #[test]
+    fn a_streamed_state_whose_configuration_changes_the_graph_options_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        // The configuration comes after the endpoint in reading order.
+        std::fs::write(dir.path().join("a-endpoints.yaml"), SPOOFING_WEP).unwrap();
+        let (streamed, merged) = both_ways(dir.path());
+        assert!(
+            streamed.workload_endpoints.is_empty(),
+            "spoofing not allowed"
+        );
+        assert_eq!(streamed.to_json(0), merged.to_json(0));
+
+        std::fs::write(dir.path().join("z-config.yaml"), SPOOFING_ANY).unwrap();
+        let (streamed, merged) = both_ways(dir.path());
+        assert_eq!(streamed.workload_endpoints.len(), 1, "spoofing allowed");
+        assert_eq!(streamed.to_json(0), merged.to_json(0));
+    }
 }

@@ -76,8 +76,10 @@ pub fn stream_state(
         ids: FastMap::default(),
         keys: FastMap::default(),
     };
+    // The duplicate rule's order, whatever order the listing came in.
+    let mut files: Vec<RelPath> = files.iter().map(|rel| RelPath::new(rel)).collect();
+    files.sort();
     for rel in files {
-        let rel = RelPath::new(&rel);
         state.files += 1;
         let decoded = read_file(&claims.root, &rel);
         let file = u32::try_from(claims.files.len()).unwrap_or(u32::MAX);
