@@ -123,6 +123,15 @@ impl StateUpdates {
     pub fn has_file_errors(&self) -> bool {
         self.errors.iter().any(|e| e.class == ErrorClass::File)
     }
+
+    /// Records `messages` as problems of `class`.
+    pub(super) fn note(&mut self, class: ErrorClass, messages: impl IntoIterator<Item = String>) {
+        self.errors.extend(
+            messages
+                .into_iter()
+                .map(|message| StateError { class, message }),
+        );
+    }
 }
 
 /// Loads consecutive complete states (for `felix calc`) into one merged view,
@@ -210,28 +219,15 @@ fn load_file(root: &Path, rel: &RelPath, merger: &mut Merger, state: &mut StateU
     match read_file(root, rel) {
         Ok(decoded) => {
             state.resources += decoded.docs.len();
-            state
-                .errors
-                .extend(decoded.invalid.into_iter().map(|message| StateError {
-                    class: ErrorClass::Resource,
-                    message,
-                }));
+            state.note(ErrorClass::Resource, decoded.invalid);
             let duplicates = merger.replace_file(rel, Some(decoded.docs));
-            state
-                .errors
-                .extend(duplicates.into_iter().map(|message| StateError {
-                    class: ErrorClass::Duplicate,
-                    message,
-                }));
+            state.note(ErrorClass::Duplicate, duplicates);
         }
         Err(message) => {
             // The state is complete: a file that cannot be read contributes nothing,
             // whatever an earlier state held under the same name.
             merger.replace_file(rel, None);
-            state.errors.push(StateError {
-                class: ErrorClass::File,
-                message,
-            });
+            state.note(ErrorClass::File, [message]);
         }
     }
 }

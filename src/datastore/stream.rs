@@ -14,28 +14,10 @@
 use std::path::{Path, PathBuf};
 
 use super::merge::{Doc, RelPath};
-use super::snapshot::{read_file, state_files, ErrorClass, LoadError, StateError};
+use super::snapshot::{read_file, state_files, ErrorClass, LoadError, StateUpdates};
 use crate::hash::FastMap;
 use crate::model::{Key, Update, UpdateType, Value};
 use crate::resources::ResourceId;
-
-/// What [`stream_state`] found besides the resources it handed on.
-#[derive(Debug, Default)]
-pub struct StreamedState {
-    /// Every problem found, in file order.
-    pub errors: Vec<StateError>,
-    /// Number of datastore files read.
-    pub files: usize,
-    /// Number of resources (documents) decoded, valid or not.
-    pub resources: usize,
-}
-
-impl StreamedState {
-    /// True if some file could not be read or parsed.
-    pub fn has_file_errors(&self) -> bool {
-        self.errors.iter().any(|e| e.class == ErrorClass::File)
-    }
-}
 
 /// Where a document is: its file (index into the files in reading order) and its position
 /// there.  The derived order is the duplicate rule's precedence.
@@ -62,13 +44,13 @@ struct Claims {
 
 /// Reads the state at `path` (a file, or a datastore directory) file by file, calling `sink`
 /// with each file's resources in force as updates (sorted by key) as soon as the file is
-/// decoded.  Only a missing or unreadable `path` is an `Err`; every other problem is in
-/// [`StreamedState::errors`].
+/// decoded.  Only a missing or unreadable `path` is an `Err`; every other problem is in the
+/// result's `errors`, whose `updates` are empty (they all went to `sink`).
 pub fn stream_state(
     path: &Path,
     mut sink: impl FnMut(Vec<Update>),
-) -> Result<StreamedState, LoadError> {
-    let mut state = StreamedState::default();
+) -> Result<StateUpdates, LoadError> {
+    let mut state = StateUpdates::default();
     let (root, files) = state_files(path, &mut state.errors)?;
     let mut claims = Claims {
         root,
@@ -87,27 +69,14 @@ pub fn stream_state(
         match decoded {
             Ok(decoded) => {
                 state.resources += decoded.docs.len();
-                state
-                    .errors
-                    .extend(decoded.invalid.into_iter().map(|message| StateError {
-                        class: ErrorClass::Resource,
-                        message,
-                    }));
+                state.note(ErrorClass::Resource, decoded.invalid);
                 let (updates, duplicates) = claims.add_file(file, decoded.docs);
-                state
-                    .errors
-                    .extend(duplicates.into_iter().map(|message| StateError {
-                        class: ErrorClass::Duplicate,
-                        message,
-                    }));
+                state.note(ErrorClass::Duplicate, duplicates);
                 if !updates.is_empty() {
                     sink(updates);
                 }
             }
-            Err(message) => state.errors.push(StateError {
-                class: ErrorClass::File,
-                message,
-            }),
+            Err(message) => state.note(ErrorClass::File, [message]),
         }
     }
     Ok(state)
@@ -260,7 +229,7 @@ mod tests {
         )
     }
 
-    fn streamed(path: &Path) -> (BTreeMap<Key, Value>, StreamedState, usize) {
+    fn streamed(path: &Path) -> (BTreeMap<Key, Value>, StateUpdates, usize) {
         let mut values = BTreeMap::new();
         let mut batches = 0;
         let state = stream_state(path, |updates| {

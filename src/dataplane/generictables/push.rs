@@ -249,8 +249,9 @@ mod tests {
         t.chains.keys().map(String::as_str).collect()
     }
 
-    #[test]
-    fn only_referenced_chains_are_written() {
+    /// Two policies' chains and an endpoint chain jumping to the first, reached from an
+    /// inserted rule; pushed once.
+    fn pushed_fixture() -> (TableDesired, PushedTable, Recorder) {
         let mut d = TableDesired::default();
         d.chains
             .set("m", "cali-po-a".into(), chain("cali-po-a", &[]));
@@ -262,6 +263,12 @@ mod tests {
             .set("m", "FORWARD".into(), vec![jump("cali-fw-x")]);
         let (mut p, mut t) = (PushedTable::default(), Recorder::default());
         push(&d, &mut p, &mut t);
+        (d, p, t)
+    }
+
+    #[test]
+    fn only_referenced_chains_are_written() {
+        let (mut d, mut p, mut t) = pushed_fixture();
         assert_eq!(names(&t), ["cali-fw-x", "cali-po-a"]);
         assert_eq!(
             written(&p).into_iter().collect::<Vec<_>>(),
@@ -279,17 +286,7 @@ mod tests {
 
     #[test]
     fn references_follow_every_change() {
-        let mut d = TableDesired::default();
-        d.chains
-            .set("m", "cali-po-a".into(), chain("cali-po-a", &[]));
-        d.chains
-            .set("m", "cali-po-b".into(), chain("cali-po-b", &[]));
-        d.chains
-            .set("m", "cali-fw-x".into(), chain("cali-fw-x", &["cali-po-a"]));
-        d.inserts
-            .set("m", "FORWARD".into(), vec![jump("cali-fw-x")]);
-        let (mut p, mut t) = (PushedTable::default(), Recorder::default());
-        push(&d, &mut p, &mut t);
+        let (mut d, mut p, mut t) = pushed_fixture();
         let sets = t.sets;
 
         // The endpoint moves from policy a to policy b: b is written, a removed, in one push.
