@@ -149,6 +149,14 @@ impl Merger {
         self.files.get(path).map_or(&[], Vec::as_slice)
     }
 
+    /// Makes room for `files` more files of one document (one key) each: a listing that knows
+    /// how many are coming grows the maps once instead of by doubling.
+    pub(crate) fn reserve(&mut self, files: usize) {
+        self.files.reserve(files);
+        self.ids.reserve(files);
+        self.keys.reserve(files);
+    }
+
     /// Number of keys that may have changed since the last
     /// [`Merger::take_updates`].
     pub(crate) fn dirty_len(&self) -> usize {

@@ -195,6 +195,8 @@ pub(crate) struct SharedPage {
     pub revision: i64,
     pub kvs: Vec<pb::KeyValue>,
     pub more: bool,
+    /// Keys in the whole range read (from this page's first key to the range's end).
+    pub count: i64,
 }
 
 /// A range read started by [`EtcdClient::start_range`].
@@ -456,6 +458,7 @@ impl EtcdClient {
             revision: resp.header.map_or(0, |h| h.revision),
             kvs: resp.kvs,
             more: resp.more,
+            count: resp.count,
         })
     }
 

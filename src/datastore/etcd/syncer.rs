@@ -475,6 +475,10 @@ impl Worker {
                         phase.resync_sent = true;
                     }
                 }
+                // Room for the rest of the prefix at once: the maps then grow once per
+                // prefix, not by doubling (a rehash of every entry each time) as keys come.
+                self.known.reserve(page.remaining);
+                self.merger.reserve(page.remaining);
                 for kv in page.kvs {
                     self.note_and_apply(kv, generation);
                 }
@@ -830,6 +834,8 @@ struct DecodedPage {
     /// The revision of the whole listing.
     revision: i64,
     kvs: Vec<DecodedKv>,
+    /// Keys from this page's first to the end of its prefix (this page's included).
+    remaining: usize,
 }
 
 /// The fetcher of a pipelined listing: reads every key under
@@ -880,8 +886,16 @@ fn fetch_decoded(
                 .as_ref()
                 .map(|(s, e)| client.start_range(s, e, revision, page_size));
         }
+        let remaining = usize::try_from(page.count).unwrap_or(0);
         let kvs = page.kvs.into_iter().filter_map(decode_kv).collect();
-        if tx.send(Ok(DecodedPage { revision, kvs })).is_err() {
+        if tx
+            .send(Ok(DecodedPage {
+                revision,
+                kvs,
+                remaining,
+            }))
+            .is_err()
+        {
             return;
         }
     }
