@@ -128,8 +128,9 @@ fn replay_with(
 pub enum Messages {
     /// Each state's emitted messages (`felix calc --stream`).
     Kept,
-    /// None: each message is dropped once applied to the view, and the graph once the last
-    /// state is flushed, so only the view is held while the callback writes it out.
+    /// None: each message goes into the view as the graph emits it, and the graph is dropped
+    /// once the last state is flushed, so only the view is held while the callback writes it
+    /// out.
     Dropped,
 }
 
@@ -151,24 +152,31 @@ fn replay_built(
         if i == 0 {
             g.on_status(SyncStatus::InSync);
         }
-        let flushed = g.flush();
-        if i == last && messages == Messages::Dropped {
-            graph = None;
-        }
         let context = || {
             let path = paths.get(i).map(|p| p.display().to_string());
             format!("state {i} ({})", path.unwrap_or_default())
         };
         match messages {
             Messages::Kept => {
+                let flushed = g.flush();
                 for p in &flushed {
                     view.apply(p).with_context(context)?;
                 }
                 each(i, &view, &flushed)?;
             }
             Messages::Dropped => {
-                for p in flushed {
-                    view.apply(&p).with_context(context)?;
+                // Each message goes into the view as the graph emits it.
+                let mut violation = None;
+                g.flush_with(|p| {
+                    if violation.is_none() {
+                        violation = view.apply(&p).err();
+                    }
+                });
+                if let Some(v) = violation {
+                    return Err(anyhow::Error::new(v).context(context()).into());
+                }
+                if i == last {
+                    graph = None;
                 }
                 each(i, &view, &[])?;
             }
