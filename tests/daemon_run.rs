@@ -231,6 +231,15 @@ fn daemon_serves_the_same_view_as_felix_calc_follows_live_changes_and_stops_on_s
 fn daemon_fault_commands_round_trip_through_the_admin_socket() {
     let mut d = Daemon::start(&[]);
     d.wait_in_sync();
+    // The fault below must not meet the first apply (it would take one of its delays).
+    d.wait_for("the first apply, every actor clean", |d| {
+        d.admin_json(&["status"]).filter(|s| {
+            s["lastApply"]["ok"] == Value::Bool(true)
+                && s["actors"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().all(|x| x["dirty"] != Value::Bool(true)))
+        })
+    });
     let out = d.admin(&[
         "fault",
         "add",
