@@ -32,6 +32,10 @@ pub(crate) fn report_rejected(table: &dyn Table, seam: &ActorSeam) {
 /// What a driver has pushed of one table's desired state: the generations of its chains and
 /// inserted rules, and which desired chains are referenced and so written.
 ///
+/// References are counted on the names the table sees (after the driver's renaming: the
+/// nftables driver puts every name in its layer, and a desired chain or a jump target may or
+/// may not carry the layer already).
+///
 /// Invariants:
 /// * **Only referenced chains are written**: after [`push_table`], the table holds exactly the
 ///   desired chains that some desired chain or inserted rule jumps or goes to.
@@ -43,11 +47,13 @@ pub(crate) struct PushedTable {
     chains: Pushed<String>,
     inserts: Pushed<String>,
     refs: References,
-    /// Desired chains (by desired name) the table was last told to hold.
+    /// The desired chain (its desired name) behind each table name.
+    desired_name: FastMap<String, String>,
+    /// Chains (table names) the table was last told to hold.
     written: FastSet<String>,
 }
 
-/// Jumps and gotos per target chain, from desired chains and inserted rules.
+/// Jumps and gotos per target chain (table names), from desired chains and inserted rules.
 #[derive(Debug, Default)]
 struct References {
     /// Per desired chain, the distinct chains its rules reference.
@@ -58,11 +64,11 @@ struct References {
     count: FastMap<String, usize>,
 }
 
-fn targets(rules: &[Rule]) -> Vec<String> {
+fn targets(rules: &[Rule], table_name: &dyn Fn(&str) -> String) -> Vec<String> {
     let mut out: Vec<String> = rules
         .iter()
         .filter_map(|r| match &r.action {
-            Action::Jump(t) | Action::Goto(t) => Some(t.clone()),
+            Action::Jump(t) | Action::Goto(t) => Some(table_name(t)),
             _ => None,
         })
         .collect();
@@ -115,7 +121,8 @@ impl References {
     }
 }
 
-/// Pushes what changed in `desired` into `table` (see [`PushedTable`]).
+/// Pushes what changed in `desired` into `table` (see [`PushedTable`]).  `rename` gives the
+/// table's form of a chain (name and jump targets), `rename_rules` that of inserted rules.
 pub(crate) fn push_table(
     desired: &TableDesired,
     pushed: &mut PushedTable,
@@ -124,21 +131,27 @@ pub(crate) fn push_table(
     insert_target: &dyn Fn(&str) -> Option<String>,
     rename_rules: &dyn Fn(&[Rule]) -> Vec<Rule>,
 ) {
-    // Chains whose written state may change: their content changed, they went, or their
-    // reference count crossed zero.
+    let table_name = |name: &str| rename(&Chain::new(name, Vec::new())).name;
+    // Chains (table names) whose written state may change: their content changed, they
+    // went, or their reference count crossed zero.
     let mut touched: Vec<String> = Vec::new();
-    let mut content_changed: FastSet<&str> = FastSet::default();
+    let mut content_changed: FastSet<String> = FastSet::default();
     let d = pushed.chains.diff(&desired.chains);
     for name in d.removed {
         pushed.refs.replace(false, &name, Vec::new(), &mut touched);
-        touched.push(name);
+        let t = table_name(&name);
+        if pushed.desired_name.get(&t) == Some(&name) {
+            pushed.desired_name.remove(&t);
+        }
+        touched.push(t);
     }
     for (name, c) in d.changed {
-        pushed
-            .refs
-            .replace(false, name, targets(&c.rules), &mut touched);
-        content_changed.insert(name.as_str());
-        touched.push(name.clone());
+        let refs = targets(&c.rules, &table_name);
+        pushed.refs.replace(false, name, refs, &mut touched);
+        let t = table_name(name);
+        pushed.desired_name.insert(t.clone(), name.clone());
+        content_changed.insert(t.clone());
+        touched.push(t);
     }
     pushed.chains.mark_pushed(&desired.chains);
 
@@ -150,7 +163,8 @@ pub(crate) fn push_table(
         }
     }
     for (kc, rules) in d.changed {
-        pushed.refs.replace(true, kc, targets(rules), &mut touched);
+        let refs = targets(rules, &table_name);
+        pushed.refs.replace(true, kc, refs, &mut touched);
         match insert_target(kc) {
             Some(t) => table.set_insert_rules(&t, rename_rules(rules)),
             None => tracing::warn!(chain = %kc, "no base chain for inserted rules; skipped"),
@@ -161,26 +175,27 @@ pub(crate) fn push_table(
     touched.sort_unstable();
     touched.dedup();
     for name in touched {
-        let wanted = desired
-            .chains
+        let wanted = pushed
+            .desired_name
             .get(&name)
+            .and_then(|d| desired.chains.get(d))
             .filter(|_| pushed.refs.count(&name) > 0);
         match wanted {
             Some(c) => {
-                if pushed.written.insert(name.clone()) || content_changed.contains(name.as_str()) {
+                if pushed.written.insert(name.clone()) || content_changed.contains(&name) {
                     table.set_chain(rename(c));
                 }
             }
             None => {
                 if pushed.written.remove(&name) {
-                    table.remove_chain(&rename(&Chain::new(&name, Vec::new())).name);
+                    table.remove_chain(&name);
                 }
             }
         }
     }
 }
 
-/// The desired chains `pushed` holds in its table (by desired name).
+/// The chains `pushed` holds in its table (table names).
 #[cfg(test)]
 pub(crate) fn written(pushed: &PushedTable) -> std::collections::BTreeSet<String> {
     pushed.written.iter().cloned().collect()
@@ -282,6 +297,62 @@ mod tests {
         );
         push(&d, &mut p, &mut t);
         assert_eq!(names(&t), ["cali-fw-x", "cali-po-a", "cali-po-b"]);
+    }
+
+    /// The nftables driver's renaming: every name in layer `filter`, whether or not the
+    /// desired name or the jump target carries it already.
+    #[test]
+    fn references_are_counted_on_the_names_the_table_sees() {
+        let layered = |n: &str| {
+            if n.starts_with("filter-") {
+                n.to_string()
+            } else {
+                format!("filter-{n}")
+            }
+        };
+        let rename = |c: &Chain| {
+            let rules = c
+                .rules
+                .iter()
+                .map(|r| match &r.action {
+                    Action::Jump(t) => jump(&layered(t)),
+                    _ => r.clone(),
+                })
+                .collect();
+            Chain::new(&layered(&c.name), rules)
+        };
+        let mut d = TableDesired::default();
+        // The dispatch chain names its target in the layer; the endpoint chain's desired name
+        // does not carry it (BPF mode's endpoint chains).
+        d.chains
+            .set("m", "cali-fw-x".into(), chain("cali-fw-x", &[]));
+        d.chains.set(
+            "m",
+            "filter-cali-dispatch".into(),
+            chain("filter-cali-dispatch", &["filter-cali-fw-x"]),
+        );
+        d.inserts
+            .set("m", "FORWARD".into(), vec![jump("cali-dispatch")]);
+        let (mut p, mut t) = (PushedTable::default(), Recorder::default());
+        let push = |d: &TableDesired, p: &mut PushedTable, t: &mut Recorder| {
+            push_table(d, p, t, &rename, &|k| Some(layered(k)), &|r| {
+                r.iter()
+                    .map(|r| match &r.action {
+                        Action::Jump(x) => jump(&layered(x)),
+                        _ => r.clone(),
+                    })
+                    .collect()
+            })
+        };
+        push(&d, &mut p, &mut t);
+        assert_eq!(names(&t), ["filter-cali-dispatch", "filter-cali-fw-x"]);
+        d.chains.set(
+            "m",
+            "filter-cali-dispatch".into(),
+            chain("filter-cali-dispatch", &[]),
+        );
+        push(&d, &mut p, &mut t);
+        assert_eq!(names(&t), ["filter-cali-dispatch"]);
     }
 
     #[test]
