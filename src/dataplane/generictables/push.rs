@@ -11,7 +11,7 @@
 use felix_actors::ActorSeam;
 
 use crate::dataplane::desired::{Pushed, TableDesired};
-use crate::dataplane::generictables::{Action, Chain, Rule, Table};
+use crate::dataplane::generictables::{Chain, Rule, Table};
 use crate::hash::{FastMap, FastSet};
 
 /// Reports the chains `table` programs as drop-everything because the
@@ -67,10 +67,7 @@ struct References {
 fn targets(rules: &[Rule], table_name: &dyn Fn(&str) -> String) -> Vec<String> {
     let mut out: Vec<String> = rules
         .iter()
-        .filter_map(|r| match &r.action {
-            Action::Jump(t) | Action::Goto(t) => Some(table_name(t)),
-            _ => None,
-        })
+        .filter_map(|r| r.jump_target().map(table_name))
         .collect();
     out.sort_unstable();
     out.dedup();
@@ -195,16 +192,10 @@ pub(crate) fn push_table(
     }
 }
 
-/// The chains `pushed` holds in its table (table names).
-#[cfg(test)]
-pub(crate) fn written(pushed: &PushedTable) -> std::collections::BTreeSet<String> {
-    pushed.written.iter().cloned().collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::generictables::{ApplyStats, MatchCriteria, TableError};
+    use crate::dataplane::generictables::{Action, ApplyStats, MatchCriteria, TableError};
     use crate::dataplane::IpVersion;
     use std::collections::BTreeMap;
 
@@ -258,6 +249,11 @@ mod tests {
         push_table(d, p, t, &|c| c.clone(), &|k| Some(k.to_string()), &|r| {
             r.to_vec()
         });
+    }
+
+    /// The chains `pushed` holds in its table (table names).
+    fn written(pushed: &PushedTable) -> std::collections::BTreeSet<String> {
+        pushed.written.iter().cloned().collect()
     }
 
     fn names(t: &Recorder) -> Vec<&str> {

@@ -487,6 +487,13 @@ impl Rule {
         self.comments.push(c.into());
         self
     }
+    /// The chain this rule jumps or goes to, if any.
+    pub fn jump_target(&self) -> Option<&str> {
+        match &self.action {
+            Action::Jump(t) | Action::Goto(t) => Some(t),
+            _ => None,
+        }
+    }
 }
 
 /// A chain we own outright (name starts `cali-` in iptables).
@@ -508,13 +515,7 @@ impl Chain {
     }
     /// Chains this chain jumps or goes to.
     pub fn referenced_chains(&self) -> Vec<&str> {
-        self.rules
-            .iter()
-            .filter_map(|r| match &r.action {
-                Action::Jump(t) | Action::Goto(t) => Some(t.as_str()),
-                _ => None,
-            })
-            .collect()
+        self.rules.iter().filter_map(Rule::jump_target).collect()
     }
     /// IP sets referenced by any rule.
     pub fn ip_set_names(&self) -> Vec<&str> {

@@ -25,7 +25,7 @@ use crate::dataplane::generictables::quarantine::{
     Quarantined, RejectedChain,
 };
 use crate::dataplane::generictables::{
-    Action, ApplyStats, Chain, Rule, Table, TableError, RULE_HASH_PREFIX,
+    ApplyStats, Chain, Rule, Table, TableError, RULE_HASH_PREFIX,
 };
 use crate::dataplane::kernel::{Commands, KernelError, RetryPolicy};
 use crate::dataplane::IpVersion;
@@ -735,9 +735,9 @@ impl IptablesTable {
             };
             let _ = writeln!(decls, ":{name} - -");
             for (rule, hash) in d.rules.iter().zip(&d.hashes) {
-                if let Action::Jump(t) | Action::Goto(t) = &rule.action {
-                    if !in_group.contains(t.as_str()) && !builtin.contains(&t.as_str()) {
-                        targets.insert(t.clone());
+                if let Some(t) = rule.jump_target() {
+                    if !in_group.contains(t) && !builtin.contains(&t) {
+                        targets.insert(t.to_string());
                     }
                 }
                 body.push_str(&self.renderer.line(&format!("-A {name}"), hash, rule));
