@@ -400,3 +400,51 @@ fn daemon_restarts_itself_in_place_when_a_restart_parameter_changes() {
     assert_eq!(d.child.id(), pid, "same process (exec in place)");
     assert_eq!(d.terminate().code(), Some(0));
 }
+
+/// Review note "a stop signal during a restart is never lost", end to end: SIGTERM sent at
+/// any moment around the re-exec (before, during or right after `exec`) stops felix with
+/// code 0. (The narrowest window, a signal handled on another thread just before `exec`,
+/// is pinned down by the unit test of the same name in `daemon::signals`.)
+/// Each round signals at a different delay after the "re-executing felix" line, so the
+/// rounds together cover the old image's last steps, the exec itself and the new image's
+/// start-up.
+#[test]
+fn a_stop_signal_around_the_re_exec_stops_felix() {
+    for delay_us in [0u64, 50, 200, 600, 2_000, 8_000] {
+        let mut d = Daemon::start(&[]);
+        d.wait_in_sync();
+        // Past the minimum uptime, so the image re-executes as soon as it logs the line.
+        std::thread::sleep(felix::daemon::restart::MIN_UPTIME + Duration::from_millis(200));
+        let cluster = d.ds().join("cluster.yaml");
+        let text = fs::read_to_string(&cluster).unwrap();
+        write_atomic(
+            &cluster,
+            &text.replace(
+                "iptablesRefreshInterval: 90s",
+                "iptablesRefreshInterval: 45s",
+            ),
+        );
+        let start = felix_actors::clock::real_now();
+        while !d.log_text().contains("re-executing felix") {
+            assert!(start.elapsed() < DEADLINE, "no restart:\n{}", d.log_text());
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        std::thread::sleep(Duration::from_micros(delay_us));
+        let pid = libc::pid_t::try_from(d.child.id()).unwrap();
+        // SAFETY: kill(2) on our own child's pid, which is not reaped yet.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let start = felix_actors::clock::real_now();
+        let st = loop {
+            if let Some(st) = d.child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "SIGTERM {delay_us} µs after the restart line was lost:\n{}",
+                d.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(st.code(), Some(0), "{delay_us} µs:\n{}", d.log_text());
+    }
+}

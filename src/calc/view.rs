@@ -194,6 +194,18 @@ impl DataplaneView {
         Ok(())
     }
 
+    /// Whether a known pool uses VXLAN. VTEPs exist only then (the graph's VXLAN resolver
+    /// is built only for such pools), so only then must a node's VTEP precede its VXLAN
+    /// routes. Without one, a node's VXLAN tunnel address still yields a route with the
+    /// VXLAN tunnel type (as upstream's route resolver emits it), and no VTEP ever comes.
+    fn has_vxlan_pool(&self) -> bool {
+        self.ipam_pools.values().any(|p| {
+            p.pool.as_ref().is_some_and(|p| {
+                !p.vxlan_mode.is_empty() && !p.vxlan_mode.eq_ignore_ascii_case("never")
+            })
+        })
+    }
+
     /// Applies one message, checking the contract first; on a violation
     /// the view is left unchanged.
     pub fn apply(&mut self, p: &Payload) -> Result<(), ContractViolation> {
@@ -428,6 +440,7 @@ impl DataplaneView {
                 let vxlan = u.tunnel_type.as_ref().is_some_and(|t| t.vxlan);
                 if vxlan
                     && !u.dst_node_name.is_empty()
+                    && self.has_vxlan_pool()
                     && !self.vteps.contains_key(&u.dst_node_name)
                 {
                     return Err(violation(
@@ -665,6 +678,52 @@ mod tests {
         assert!(v.apply(&remove).is_err());
         v.apply(&wep_update(|_| {})).unwrap();
         v.apply(&remove).unwrap();
+    }
+
+    fn pool(vxlan_mode: &str) -> Payload {
+        Payload::IpamPoolUpdate(pb::IpamPoolUpdate {
+            id: "10.65.0.0-16".into(),
+            pool: Some(pb::IpamPool {
+                cidr: "10.65.0.0/16".into(),
+                vxlan_mode: vxlan_mode.into(),
+                ..Default::default()
+            }),
+        })
+    }
+
+    fn vxlan_route() -> Payload {
+        Payload::RouteUpdate(pb::RouteUpdate {
+            dst: "10.65.1.1/32".into(),
+            dst_node_name: "node1".into(),
+            tunnel_type: Some(pb::TunnelType {
+                vxlan: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    /// A VXLAN route needs its node's VTEP first while a VXLAN pool exists; without one
+    /// (no-encap pools, a node that still has a VXLAN tunnel address) no VTEP is ever sent
+    /// and the route is no violation.
+    #[test]
+    fn vxlan_routes_need_a_vtep_only_with_a_vxlan_pool() {
+        let mut v = DataplaneView::new();
+        v.apply(&pool("")).unwrap();
+        v.apply(&vxlan_route()).unwrap();
+        let mut v = DataplaneView::new();
+        v.apply(&pool("always")).unwrap();
+        let err = v.apply(&vxlan_route()).unwrap_err();
+        assert!(
+            err.to_string().contains("before the VTEP of node1"),
+            "{err}"
+        );
+        v.apply(&Payload::VtepUpdate(pb::VxlanTunnelEndpointUpdate {
+            node: "node1".into(),
+            ..Default::default()
+        }))
+        .unwrap();
+        v.apply(&vxlan_route()).unwrap();
     }
 
     #[test]

@@ -20,18 +20,16 @@ use std::time::{Duration, Instant};
 pub const MIN_UPTIME: Duration = Duration::from_secs(1);
 
 /// Replaces this process with a fresh copy of itself. Returns only on
-/// failure, with the error.
+/// failure, with the error. Must run on the thread that will `exec` (any thread of the
+/// process may, but the signal forwarding names the calling thread).
 pub fn reexec(started: Instant) -> std::io::Error {
     let up = started.elapsed();
     if up < MIN_UPTIME {
         std::thread::sleep(MIN_UPTIME - up);
     }
-    // From here a stop signal stays pending across exec for the new image (which handles
-    // it once its handlers are installed) instead of killing the image while it starts.
-    super::signals::block_for_exec();
-    // A SIGTERM/SIGINT during the restart means stop: the handler has recorded it, and
-    // the new image would never see it.
-    if super::signals::received() {
+    // From here a stop signal either was recorded (exit) or stays pending for the new
+    // image, which handles it once its handlers are installed.
+    if super::signals::prepare_exec() {
         tracing::info!("signal received while restarting; exiting instead of re-executing");
         std::process::exit(0);
     }
