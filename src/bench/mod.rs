@@ -8,6 +8,7 @@ pub mod calc;
 pub mod dataplane;
 pub mod pipe;
 pub mod pipeline;
+mod rawchange;
 pub mod routes;
 pub mod traffic;
 pub mod v3files;

@@ -14,7 +14,8 @@
 //!   it, the raw tools loading the final ruleset, dumped from that namespace, into another.
 //! * **One changed policy**: one policy's port changed in the policy file (written aside and
 //!   renamed into place, as editors and `kubectl` do); the time from the rename to the end
-//!   of the apply that programs it, checked in the kernel's ruleset.
+//!   of the apply that programs it, checked in the kernel's ruleset.  Beside it, the raw
+//!   tools rewriting the same changed chains in the raw tools' namespace ([`rawchange`]).
 //!
 //! Figures are printed, never asserted.
 
@@ -29,6 +30,7 @@ use anyhow::{anyhow, bail, Context};
 use felix_netns::{self as netns, Netns};
 
 use super::dataplane::{self as dp, Sizes};
+use super::rawchange;
 use super::v3files::{self, FileWriter, Style};
 use crate::model::{Key, Update};
 
@@ -470,21 +472,34 @@ struct ModeFigures {
     raw: Duration,
     raw_what: String,
     changes: Vec<Duration>,
+    /// The raw tools applying the same change (median), and what they ran.
+    raw_change: Option<(Duration, String)>,
     rss_mib: f64,
 }
 
-/// Dumps the ruleset in `ns` and loads it into `replay` with the raw tools.
-fn raw_start_of_day(mode: Mode, ns: &str, replay: &str) -> anyhow::Result<(Duration, String)> {
+/// Dumps the ruleset in `ns` and loads it into `replay` with the raw tools; returns the
+/// time, what was loaded, and the listings (one per rule tool) for [`raw_change`].
+fn raw_start_of_day(
+    mode: Mode,
+    ns: &str,
+    replay: &str,
+) -> anyhow::Result<(Duration, String, Vec<String>)> {
     if mode == Mode::Nftables {
         let ((save, save_args), restore) = mode.rule_tools()[0];
         let rules = netns::run_in(ns, save, save_args, None)?.0;
         let n = dp::nft_rule_count(&String::from_utf8_lossy(&rules));
         let (_, t) = netns::run_in(replay, restore, &["-f", "-"], Some(&rules))?;
-        return Ok((t, format!("nft -f ({n} rules, both families)")));
+        let listing = String::from_utf8_lossy(&rules).into_owned();
+        return Ok((
+            t,
+            format!("nft -f ({n} rules, both families)"),
+            vec![listing],
+        ));
     }
     let sets = netns::run_in(ns, "ipset", &["save"], None)?.0;
     let (_, mut total) = netns::run_in(replay, "ipset", &["restore"], Some(&sets))?;
     let mut what = format!("ipset restore {:.0} ms", ms(total));
+    let mut listings = Vec::new();
     for &((save, save_args), restore) in mode.rule_tools() {
         let rules = netns::run_in(ns, save, save_args, None)?.0;
         let n = String::from_utf8_lossy(&rules)
@@ -494,8 +509,42 @@ fn raw_start_of_day(mode: Mode, ns: &str, replay: &str) -> anyhow::Result<(Durat
         let (_, t) = netns::run_in(replay, restore, &[], Some(&rules))?;
         total += t;
         what.push_str(&format!(" + {restore} {:.0} ms ({n} rules)", ms(t)));
+        listings.push(String::from_utf8_lossy(&rules).into_owned());
     }
-    Ok((total, what))
+    Ok((total, what, listings))
+}
+
+/// The current listings of `ns`, one per rule tool of `mode`.
+fn listings(mode: Mode, ns: &str) -> anyhow::Result<Vec<String>> {
+    mode.rule_tools()
+        .iter()
+        .map(|&((save, save_args), _)| {
+            let out = netns::run_in(ns, save, save_args, None)?.0;
+            Ok(String::from_utf8_lossy(&out).into_owned())
+        })
+        .collect()
+}
+
+/// The raw tools applying the same change as felix's changed policy, in `replay` (which
+/// holds the start-of-day rulesets, `before`), `runs` times: see [`rawchange`].
+fn raw_change(
+    mode: Mode,
+    replay: &str,
+    before: Vec<String>,
+    after: Vec<String>,
+    runs: usize,
+) -> anyhow::Result<(Duration, String)> {
+    let sets: Vec<rawchange::Listings> = mode
+        .rule_tools()
+        .iter()
+        .zip(before.into_iter().zip(after))
+        .map(|(&(_, restore), (before, after))| rawchange::Listings {
+            restore,
+            before,
+            after,
+        })
+        .collect();
+    rawchange::time_change(replay, &sets, runs)
 }
 
 fn kernel_has_port(mode: Mode, ns: &str, port: u16) -> anyhow::Result<bool> {
@@ -609,9 +658,10 @@ fn measure_running(
     let start_of_day = since(t0, settled);
     let rss_mib = super::read_proc_status_kib(&child.id().to_string(), "VmHWM:")
         .map_or(0.0, |k| k as f64 / 1024.0);
-    let (raw, raw_what) = raw_start_of_day(mode, ns, replay)?;
+    let (raw, raw_what, start_listings) = raw_start_of_day(mode, ns, replay)?;
 
     let mut changes = Vec::new();
+    let mut shifted_listings = None;
     for k in 1..=opts.changes {
         let shift = if k % 2 == 1 { 1000 } else { 0 };
         let before = apply_state(socket)
@@ -629,7 +679,14 @@ fn measure_running(
         if kernel_has_port(mode, ns, 2000)? != shifted {
             bail!("after change {k}, the kernel's rules for port 2000 do not match the policy file (policy 0 shifted: {shifted})");
         }
+        if shifted && shifted_listings.is_none() {
+            shifted_listings = Some(listings(mode, ns)?);
+        }
     }
+    let raw_change = match shifted_listings {
+        Some(after) => Some(raw_change(mode, replay, start_listings, after, opts.changes)?),
+        None => None,
+    };
     Ok(ModeFigures {
         mode,
         timeline: Vec::new(),
@@ -637,6 +694,7 @@ fn measure_running(
         raw,
         raw_what,
         changes,
+        raw_change,
         rss_mib,
     })
 }
@@ -702,14 +760,26 @@ fn run_dataplane(exe: &Path, opts: &Options, scratch: &Path) -> anyhow::Result<(
             .map(|(l, d)| format!("{l} +{:.0} ms", ms(*d)))
             .collect();
         println!("{:<16} timeline: {}", "", steps.join(", "));
+        if let Some((t, what)) = &f.raw_change {
+            println!(
+                "{:<16} raw tools, the same change: {:.1} ms (median of {}; {what})",
+                "",
+                ms(*t),
+                opts.changes
+            );
+        }
         figs.push(f);
     }
     println!();
-    println!("| mode | start of day, process start to settled | raw tools, same ruleset | ratio | one changed policy, rename to kernel (median of {}) | peak RSS |", opts.changes);
-    println!("|---|---|---|---|---|---|");
+    println!("| mode | start of day, process start to settled | raw tools, same ruleset | ratio | one changed policy, rename to kernel (median of {}) | raw tools, same change | peak RSS |", opts.changes);
+    println!("|---|---|---|---|---|---|---|");
     for f in &figs {
+        let raw_change = f
+            .raw_change
+            .as_ref()
+            .map_or("-".to_string(), |(t, _)| format!("{:.1} ms", ms(*t)));
         println!(
-            "| {} | {:.0} ms | {:.0} ms | {:.2}x | {:.1} ms | {:.0} MiB |",
+            "| {} | {:.0} ms | {:.0} ms | {:.2}x | {:.1} ms | {raw_change} | {:.0} MiB |",
             f.mode.as_str(),
             ms(f.start_of_day),
             ms(f.raw),
