@@ -684,7 +684,13 @@ fn measure_running(
         }
     }
     let raw_change = match shifted_listings {
-        Some(after) => Some(raw_change(mode, replay, start_listings, after, opts.changes)?),
+        Some(after) => Some(raw_change(
+            mode,
+            replay,
+            start_listings,
+            after,
+            opts.changes,
+        )?),
         None => None,
     };
     Ok(ModeFigures {

@@ -15,6 +15,9 @@ use felix_netns as netns;
 /// chain declared without rules has an empty body.
 pub(super) type Chains = BTreeMap<(String, String), Vec<String>>;
 
+/// One chain to rewrite: its (table, chain) and its rule lines.
+pub(super) type Changed<'a> = (&'a (String, String), &'a [String]);
+
 /// The chains of an `iptables-save` listing; tables by their `*name` line.
 pub(super) fn iptables_chains(listing: &str) -> Chains {
     let mut chains = Chains::new();
@@ -65,10 +68,7 @@ pub(super) fn nft_chains(listing: &str) -> Chains {
 
 /// The chains of `to` whose rules differ from `from`'s (new chains included). A chain only
 /// `from` has is an error: the benchmark's changes never delete chains.
-pub(super) fn changed<'a>(
-    from: &Chains,
-    to: &'a Chains,
-) -> anyhow::Result<Vec<(&'a (String, String), &'a [String])>> {
+pub(super) fn changed<'a>(from: &Chains, to: &'a Chains) -> anyhow::Result<Vec<Changed<'a>>> {
     if let Some(gone) = from.keys().find(|k| !to.contains_key(*k)) {
         bail!("chain {} {} disappeared in the change", gone.0, gone.1);
     }
@@ -81,7 +81,7 @@ pub(super) fn changed<'a>(
 
 /// An `iptables-restore --noflush` script that replaces `chains` (declaring a chain that
 /// exists flushes it).
-pub(super) fn iptables_script(chains: &[(&(String, String), &[String])]) -> String {
+pub(super) fn iptables_script(chains: &[Changed<'_>]) -> String {
     let mut by_table: BTreeMap<&str, Vec<_>> = BTreeMap::new();
     for ((table, name), body) in chains {
         by_table.entry(table).or_default().push((name, body));
@@ -104,7 +104,7 @@ pub(super) fn iptables_script(chains: &[(&(String, String), &[String])]) -> Stri
 }
 
 /// An `nft -f` script that flushes `chains` and adds their rules, in one transaction.
-pub(super) fn nft_script(chains: &[(&(String, String), &[String])]) -> String {
+pub(super) fn nft_script(chains: &[Changed<'_>]) -> String {
     let mut s = String::new();
     for ((table, name), _) in chains {
         s.push_str(&format!("flush chain {table} {name}\n"));

@@ -100,15 +100,25 @@ pub(crate) struct Doc {
     pub result: Result<Vec<(Key, Value)>, String>,
 }
 
-/// Per-key state: every owner's value (sorted by origin, usually one) and
-/// what was last handed out.
-#[derive(Default)]
-struct KeyEntry {
+/// Per-key state: every owner's value (sorted by owner, usually one) and
+/// what was last handed out. `O` names an owner and orders owners by precedence:
+/// an [`Origin`] here, an etcd key in [`super::keyed::KeyedMerger`].
+pub(crate) struct KeyEntry<O> {
     /// Inline for the usual single owner (no allocation per key).
-    claims: SmallVec<[(Origin, Value); 1]>,
+    claims: SmallVec<[(O, Value); 1]>,
     emitted: Option<Value>,
-    /// Listed in [`Merger::dirty`] (each key at most once).
+    /// Listed in the merger's dirty list (each key at most once).
     dirty: bool,
+}
+
+impl<O> Default for KeyEntry<O> {
+    fn default() -> Self {
+        KeyEntry {
+            claims: SmallVec::new(),
+            emitted: None,
+            dirty: false,
+        }
+    }
 }
 
 /// The merged state of a set of files; see the module docs.
@@ -117,7 +127,7 @@ pub(crate) struct Merger {
     files: HashMap<RelPath, Vec<Doc>>,
     /// Every claimant of an identity, sorted; the first is the owner.
     ids: HashMap<ResourceId, SmallVec<[Origin; 1]>>,
-    keys: HashMap<Key, KeyEntry>,
+    keys: HashMap<Key, KeyEntry<Origin>>,
     /// Keys whose effective value may differ from `emitted`; each key at
     /// most once (guarded by [`KeyEntry::dirty`]), and every listed key has
     /// an entry in `keys` until [`Merger::take_updates`] runs.
@@ -147,14 +157,6 @@ impl Merger {
     /// The documents last stored for `path` (empty if none).
     pub(crate) fn docs(&self, path: &RelPath) -> &[Doc] {
         self.files.get(path).map_or(&[], Vec::as_slice)
-    }
-
-    /// Makes room for `files` more files of one document (one key) each: a listing that knows
-    /// how many are coming grows the maps once instead of by doubling.
-    pub(crate) fn reserve(&mut self, files: usize) {
-        self.files.reserve(files);
-        self.ids.reserve(files);
-        self.keys.reserve(files);
     }
 
     /// Number of keys that may have changed since the last
@@ -320,37 +322,7 @@ impl Merger {
 
     /// The net per-key changes since the previous call, sorted by key.
     pub(crate) fn take_updates(&mut self) -> Vec<Update> {
-        let mut dirty = std::mem::take(&mut self.dirty);
-        dirty.sort_unstable();
-        let mut updates = Vec::new();
-        for key in dirty {
-            let Some(entry) = self.keys.get_mut(&key) else {
-                continue;
-            };
-            entry.dirty = false;
-            let effective = entry.claims.first().map(|(_, v)| v);
-            if effective != entry.emitted.as_ref() {
-                let update_type = match (&entry.emitted, effective) {
-                    (_, None) => UpdateType::Deleted,
-                    (None, Some(_)) => UpdateType::New,
-                    (Some(_), Some(_)) => UpdateType::Updated,
-                };
-                let value = effective.cloned();
-                entry.emitted = value.clone();
-                let done = entry.claims.is_empty();
-                if done {
-                    self.keys.remove(&key);
-                }
-                updates.push(Update {
-                    key,
-                    value,
-                    update_type,
-                });
-            } else if entry.claims.is_empty() {
-                self.keys.remove(&key);
-            }
-        }
-        updates
+        drain_updates(&mut self.keys, &mut self.dirty)
     }
 
     /// Names a file for messages: the datastore root joined with `path`.
@@ -385,15 +357,54 @@ fn doc_at<'a>(
     }
 }
 
+/// The net per-key changes of the `dirty` keys since they were last drained, sorted by key;
+/// empties `dirty`, forgets keys without owners once their removal is handed out.
+pub(crate) fn drain_updates<O>(
+    keys: &mut HashMap<Key, KeyEntry<O>>,
+    dirty: &mut Vec<Key>,
+) -> Vec<Update> {
+    let mut dirty = std::mem::take(dirty);
+    dirty.sort_unstable();
+    let mut updates = Vec::new();
+    for key in dirty {
+        let Some(entry) = keys.get_mut(&key) else {
+            continue;
+        };
+        entry.dirty = false;
+        let effective = entry.claims.first().map(|(_, v)| v);
+        if effective != entry.emitted.as_ref() {
+            let update_type = match (&entry.emitted, effective) {
+                (_, None) => UpdateType::Deleted,
+                (None, Some(_)) => UpdateType::New,
+                (Some(_), Some(_)) => UpdateType::Updated,
+            };
+            let value = effective.cloned();
+            entry.emitted = value.clone();
+            let done = entry.claims.is_empty();
+            if done {
+                keys.remove(&key);
+            }
+            updates.push(Update {
+                key,
+                value,
+                update_type,
+            });
+        } else if entry.claims.is_empty() {
+            keys.remove(&key);
+        }
+    }
+    updates
+}
+
 /// Adds `owner`'s value for `key`.  Returns another owner of the same key
 /// if there is one (a duplicate worth reporting).
-fn contribute(
-    keys: &mut HashMap<Key, KeyEntry>,
+pub(crate) fn contribute<O: Ord + Clone>(
+    keys: &mut HashMap<Key, KeyEntry<O>>,
     dirty: &mut Vec<Key>,
     key: &Key,
-    owner: &Origin,
+    owner: &O,
     value: Value,
-) -> Option<Origin> {
+) -> Option<O> {
     let entry = keys.entry(key.clone()).or_default();
     match entry.claims.binary_search_by(|(o, _)| o.cmp(owner)) {
         Ok(pos) => entry.claims[pos].1 = value,
@@ -412,7 +423,12 @@ fn contribute(
 }
 
 /// Removes `owner`'s value for `key`, if any.
-fn withdraw(keys: &mut HashMap<Key, KeyEntry>, dirty: &mut Vec<Key>, key: &Key, owner: &Origin) {
+pub(crate) fn withdraw<O: Ord>(
+    keys: &mut HashMap<Key, KeyEntry<O>>,
+    dirty: &mut Vec<Key>,
+    key: &Key,
+    owner: &O,
+) {
     if let Some(entry) = keys.get_mut(key) {
         if let Ok(pos) = entry.claims.binary_search_by(|(o, _)| o.cmp(owner)) {
             entry.claims.remove(pos);

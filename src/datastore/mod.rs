@@ -50,6 +50,7 @@ pub mod stream;
 
 mod chunks;
 mod emit;
+mod keyed;
 mod merge;
 mod source;
 mod walk;

@@ -77,7 +77,6 @@
 //! thread also ends when the receiver is dropped (noticed on its next send).
 
 use std::io;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender};
 use std::sync::Arc;
@@ -90,9 +89,8 @@ use super::keys;
 use super::pb;
 use super::value;
 use crate::datastore::emit;
-use crate::datastore::merge::{Doc, Merger, RelPath};
+use crate::datastore::keyed::{KeyedMerger, Produced};
 use crate::model::{SyncStatus, SyncerEvent};
-use crate::resources::ResourceId;
 
 /// Default maximum number of updates per `SyncerEvent::Updates`.
 pub const DEFAULT_BATCH_SIZE: usize = 1000;
@@ -214,7 +212,7 @@ impl EtcdSyncer {
             out,
             stop: stop.clone(),
             counters: counters.clone(),
-            merger: Merger::new(Path::new("")),
+            merger: KeyedMerger::default(),
             known: foldhash::HashMap::default(),
             generation: 0,
             resume: None,
@@ -286,6 +284,8 @@ struct Known {
     mod_revision: i64,
     /// Listing generation that last saw the key.
     generation: u64,
+    /// The model keys its value produced (none while it is invalid).
+    produced: Produced,
 }
 
 struct Worker {
@@ -296,10 +296,11 @@ struct Worker {
     out: SyncSender<SyncerEvent>,
     stop: Arc<AtomicBool>,
     counters: Arc<Counters>,
-    merger: Merger,
+    merger: KeyedMerger,
     /// Per etcd key (foldhash: the keys come from our own etcd, and
-    /// SipHash showed in the listing profile).
-    known: foldhash::HashMap<String, Known>,
+    /// SipHash showed in the listing profile). The key is shared with the merger, which
+    /// names a model key's owners by it.
+    known: foldhash::HashMap<Arc<str>, Known>,
     generation: u64,
     /// Last revision whose changes are all applied, once a listing has
     /// completed (cleared when a listing starts or history was compacted):
@@ -418,7 +419,7 @@ impl Worker {
         } else {
             self.relist(phase, generation)?
         };
-        let gone: Vec<String> = self
+        let gone: Vec<Arc<str>> = self
             .known
             .iter()
             .filter(|(_, k)| k.generation != generation)
@@ -705,91 +706,72 @@ impl Worker {
 
     /// A key was listed or written.
     fn put(&mut self, kv: KeyValue, generation: u64) {
-        let Ok(key) = String::from_utf8(kv.key) else {
+        let Ok(key) = std::str::from_utf8(&kv.key) else {
             return;
         };
-        let Some(id) = keys::parse_key(&key) else {
+        let Some(id) = keys::parse_key(key) else {
             return;
         };
-        if !self.note(&key, kv.mod_revision, generation) {
-            return;
+        if let Some(known) = self.known.get(key) {
+            if known.mod_revision == kv.mod_revision {
+                if let Some(k) = self.known.get_mut(key) {
+                    k.generation = generation;
+                }
+                return;
+            }
         }
-        let result = value::decode(&key, &id, &kv.value);
+        let result = value::decode(key, &id, &kv.value);
         if let Err(message) = &result {
             tracing::error!("{message}");
         }
-        self.apply(&key, id, result);
+        let key: Arc<str> = Arc::from(key);
+        self.note_and_apply(
+            DecodedKv {
+                key,
+                mod_revision: kv.mod_revision,
+                result,
+            },
+            generation,
+        );
     }
 
-    /// Records that `key` is present at `mod_revision` in listing
-    /// `generation`; true when that is news (new key or new revision).
-    fn note(&mut self, key: &str, mod_revision: i64, generation: u64) -> bool {
-        if let Some(known) = self.known.get_mut(key) {
-            known.generation = generation;
-            if known.mod_revision == mod_revision {
-                return false;
-            }
-            known.mod_revision = mod_revision;
-        } else {
-            self.known.insert(
-                key.to_owned(),
-                Known {
-                    mod_revision,
-                    generation,
-                },
-            );
-        }
-        true
-    }
-
-    /// [`Worker::note`] then [`Worker::apply`] for a key decoded by the
-    /// fetcher, moving the key into the known map instead of copying it.
+    /// Records a listed or written key with its decoded value and hands the value to the
+    /// merger, unless the key is known at that revision already.
     fn note_and_apply(&mut self, kv: DecodedKv, generation: u64) {
-        if let Some(known) = self.known.get_mut(kv.key.as_str()) {
+        let new = kv.result.ok();
+        if let Some(known) = self.known.get_mut(&*kv.key) {
             known.generation = generation;
             if known.mod_revision == kv.mod_revision {
                 return;
             }
             known.mod_revision = kv.mod_revision;
-            self.apply(&kv.key, kv.id, kv.result);
+            let old = std::mem::take(&mut known.produced);
+            let (produced, messages) = self.merger.replace(&kv.key, &old, new);
+            if let Some(known) = self.known.get_mut(&*kv.key) {
+                known.produced = produced;
+            }
+            log_messages(messages);
             return;
         }
-        self.apply(&kv.key, kv.id, kv.result);
+        let (produced, messages) = self.merger.replace(&kv.key, &[], new);
+        log_messages(messages);
         self.known.insert(
             kv.key,
             Known {
                 mod_revision: kv.mod_revision,
                 generation,
+                produced,
             },
         );
     }
 
-    /// Hands the decoded value of `key` to the merger.
-    fn apply(&mut self, key: &str, id: ResourceId, result: value::Entries) {
-        let doc = Doc {
-            id,
-            line: 1,
-            result,
-        };
-        for message in self
-            .merger
-            .replace_file(&RelPath::new(Path::new(key)), Some(vec![doc]))
-        {
-            tracing::error!("{message}");
-        }
-    }
-
     /// A key was deleted (or is no longer listed).
     fn delete(&mut self, key: &str) {
-        if self.known.remove(key).is_none() {
+        let Some((key, known)) = self.known.remove_entry(key) else {
             return;
-        }
-        for message in self
-            .merger
-            .replace_file(&RelPath::new(Path::new(key)), None)
-        {
-            tracing::error!("{message}");
-        }
+        };
+        let (_, messages) = self.merger.replace(&key, &known.produced, None);
+        log_messages(messages);
     }
 
     /// Sends the merger's net changes in bounded batches.
@@ -823,10 +805,16 @@ impl Worker {
 
 /// A listed key with its value decoded (by the fetcher thread).
 struct DecodedKv {
-    key: String,
+    key: Arc<str>,
     mod_revision: i64,
-    id: ResourceId,
     result: value::Entries,
+}
+
+/// Logs the merger's messages (model keys produced by several etcd keys).
+fn log_messages(messages: Vec<String>) {
+    for message in messages {
+        tracing::error!("{message}");
+    }
 }
 
 /// One listing page, decoded.
@@ -903,16 +891,15 @@ fn fetch_decoded(
 
 /// Decodes one listed key; `None` for keys outside the layout.
 fn decode_kv(kv: pb::KeyValue) -> Option<DecodedKv> {
-    let key = std::str::from_utf8(&kv.key).ok()?.to_owned();
-    let id = keys::parse_key(&key)?;
-    let result = value::decode(&key, &id, &kv.value);
+    let key = std::str::from_utf8(&kv.key).ok()?;
+    let id = keys::parse_key(key)?;
+    let result = value::decode(key, &id, &kv.value);
     if let Err(message) = &result {
         tracing::error!("{message}");
     }
     Some(DecodedKv {
-        key,
+        key: Arc::from(key),
         mod_revision: kv.mod_revision,
-        id,
         result,
     })
 }
