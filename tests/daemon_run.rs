@@ -30,6 +30,12 @@ struct Daemon {
     dir: tempfile::TempDir,
     socket: PathBuf,
     log: PathBuf,
+    /// felix's own network namespace when the tests run as root: its dataplane programs
+    /// that namespace, never the host's (felix leaves its kernel state in place when it
+    /// stops, so a daemon in the host's namespace would leave rules, sets and routes on the
+    /// test machine). Without root there is none: felix runs here and its dataplane cannot
+    /// touch the kernel. Deleted after the child is killed (field order after `Drop`).
+    _netns: Option<felix_netns::Netns>,
 }
 
 impl Daemon {
@@ -41,7 +47,12 @@ impl Daemon {
         );
         let socket = dir.path().join("run/admin.sock");
         let log = dir.path().join("felix.log");
-        let mut cmd = Command::new(FELIX);
+        let netns = felix_netns::is_root()
+            .then(|| felix_netns::Netns::unique("fdaemon-").expect("creating felix's namespace"));
+        let mut cmd = match &netns {
+            Some(ns) => ns.command(FELIX),
+            None => Command::new(FELIX),
+        };
         cmd.args(["run", "--node", "node1", "--datastore"])
             .arg(format!("file:{}", dir.path().join("ds").display()))
             .arg("--admin-socket")
@@ -58,6 +69,7 @@ impl Daemon {
             dir,
             socket,
             log,
+            _netns: netns,
         }
     }
 
