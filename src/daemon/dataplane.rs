@@ -354,8 +354,23 @@ mod tests {
         );
     }
 
+    /// Under root the dataplane runs in a throwaway network namespace (its threads, and the
+    /// commands they run, inherit the starting thread's): the default configuration programs
+    /// iptables, which must never reach the test machine's own namespace. Without root it
+    /// runs here and cannot touch the kernel.
     #[test]
     fn a_supervisor_with_no_managers_takes_batches_and_reports_in_sync() {
+        if !felix_netns::is_root() {
+            return supervisor_takes_batches_and_reports_in_sync();
+        }
+        let ns = felix_netns::Netns::unique("fdptest-").expect("creating a namespace");
+        ns.spawn_in(supervisor_takes_batches_and_reports_in_sync)
+            .join()
+            .expect("the test body panicked")
+            .expect("entering the namespace");
+    }
+
+    fn supervisor_takes_batches_and_reports_in_sync() {
         let (cfg, _) = Config::build(&[]);
         let dp = Dataplane::start(&cfg, &Shared::default(), |_| {}).unwrap();
         let inflight = super::super::calc_loop::Inflight::new();
