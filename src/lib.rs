@@ -14,6 +14,7 @@
 //! calculation graph and the label indexes.
 
 #[cfg(feature = "bench")]
+pub mod allocator;
 pub mod bench;
 pub mod calc;
 pub mod cli;

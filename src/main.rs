@@ -19,9 +19,7 @@ use felix::cli::{self, Cli};
 static GLOBAL: Mimalloc = Mimalloc;
 
 extern "C" {
-    /// mimalloc's runtime option setter (exported by the bundled v3 library).
-    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
-    // mimalloc's plain entry points (same bundled library).
+    // mimalloc's plain entry points (the bundled v3 library).
     fn mi_malloc(size: usize) -> *mut std::ffi::c_void;
     fn mi_zalloc(size: usize) -> *mut std::ffi::c_void;
     fn mi_realloc(p: *mut std::ffi::c_void, newsize: usize) -> *mut std::ffi::c_void;
@@ -92,48 +90,8 @@ unsafe impl std::alloc::GlobalAlloc for Mimalloc {
     }
 }
 
-/// `mi_option_purge_delay` in the bundled mimalloc v3 (`mimalloc.h`).
-const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
-
-/// `mi_option_allow_thp` in the bundled mimalloc v3 (`mimalloc.h`).
-const MI_OPTION_ALLOW_THP: std::ffi::c_int = 43;
-
-/// mimalloc returns freed memory to the OS 10 ms after it becomes free; with
-/// transparent huge pages every re-fault then clears 2 MiB, which cost a
-/// fifth to a quarter of the datastore-load profile (measured: 3,900 page
-/// faults per load with the default or 1 s, 490 with 10 s).  Ten seconds
-/// keeps bursts (a load, a resync) on warm memory and still hands memory
-/// back when the daemon idles.  `MIMALLOC_PURGE_DELAY` in the environment
-/// still wins.
-///
-/// Transparent huge pages are switched off for the process (mimalloc asks
-/// for them on its arenas with `madvise`).  On this kind of VM the first
-/// touch of a 2 MiB page costs far more than 512 first touches of 4 KiB
-/// pages: in the calculation benchmark's workload (a) the kernel's page
-/// clearing was 26 % of all samples with huge pages and under 1 % without,
-/// and peak RSS fell from 170 to 148 MiB (untouched parts of huge pages are
-/// no longer resident).  `MIMALLOC_ALLOW_THP` in the environment still
-/// wins.  The setting is inherited by the tools we start, which is harmless.
-fn tune_allocator() {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        // SAFETY: plain setter of a process-wide integer option; valid at
-        // any time, from any thread.
-        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 10_000) };
-    }
-    if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
-        // SAFETY: as above.  The option stops mimalloc's `madvise` on new
-        // arenas; the prctl covers mappings made before this point (the
-        // kernel checks the flag at fault time).  prctl only sets a flag on
-        // this process; its result is deliberately ignored (older kernels).
-        unsafe {
-            mi_option_set(MI_OPTION_ALLOW_THP, 0);
-            libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
-        }
-    }
-}
-
 fn main() -> ExitCode {
-    tune_allocator();
+    felix::allocator::tune();
     // Started as `DataplaneDriver` through a link named felix-dataplane-driver, with no
     // arguments (as felix starts its driver).
     let mut argv = std::env::args_os();

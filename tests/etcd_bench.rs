@@ -7,28 +7,15 @@
 //! the listing page size with FELIX_BENCH_PAGE_SIZE; FELIX_BENCH_PREFETCH=0
 //! reads each page only after the previous one was decoded).
 //!
-//! The process uses mimalloc with the daemon's purge delay, as `felix`
-//! itself does (`src/main.rs`), so the figures are the daemon's.
+//! The process uses mimalloc with the daemon's settings
+//! ([`felix::allocator::tune`]), as `felix` itself does, so the figures are
+//! the daemon's.
 
 use felix::datastore::etcd::bench;
+use felix::datastore::etcd::testing::EtcdTestServer;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-extern "C" {
-    /// mimalloc's runtime option setter (bundled with the mimalloc crate).
-    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
-}
-
-/// `mi_option_purge_delay`, set to the daemon's 10 s.
-fn tune_allocator() {
-    const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        // SAFETY: plain setter of a process-wide integer option.
-        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 10_000) };
-    }
-}
-use felix::datastore::etcd::testing::EtcdTestServer;
 
 fn size(var: &str, default: usize) -> usize {
     std::env::var(var)
@@ -40,7 +27,7 @@ fn size(var: &str, default: usize) -> usize {
 #[test]
 #[ignore = "benchmark: run with --ignored --nocapture"]
 fn etcd_initial_sync_and_recovery() {
-    tune_allocator();
+    felix::allocator::tune();
     let mut etcd = EtcdTestServer::start().unwrap();
     let weps = size("FELIX_BENCH_WEPS", 100_000);
     let policies = size("FELIX_BENCH_POLICIES", 10_000);

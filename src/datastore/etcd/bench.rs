@@ -75,6 +75,8 @@ pub struct EtcdBenchReport {
     /// The same, per thread name (the syncer's fetch, merge and gRPC threads; the
     /// benchmark's own thread counts the keys).
     pub felix_threads_cpu: std::collections::BTreeMap<String, Duration>,
+    /// The decoding stage alone, CPU time per stored value (one thread, no etcd).
+    pub decode_per_key: Duration,
     /// Keys per listing page.
     pub page_size: i64,
     /// Whether the next page was read while the current one decoded.
@@ -139,6 +141,11 @@ impl std::fmt::Display for EtcdBenchReport {
             per_key(self.felix_cpu.saturating_sub(seen))
         ));
         writeln!(f, "felix CPU per key by thread: {}", threads.join(", "))?;
+        writeln!(
+            f,
+            "stage alone:             decoding {:.1} us/key (one thread, values in memory)",
+            self.decode_per_key.as_secs_f64() * 1e6
+        )?;
         writeln!(
             f,
             "into the calc graph:     {:.2?} ({:.0} keys/s, {} messages, RSS after {} MiB)",
@@ -302,6 +309,28 @@ pub fn threads_cpu() -> std::collections::BTreeMap<String, Duration> {
     out
 }
 
+/// The decoding stage alone: the CPU time per stored value of [`super::value::decode`]
+/// (JSON, validation and conversion into model entries, as the listing's fetcher does),
+/// on this thread, best of three rounds over `kvs`.
+fn decode_alone(kvs: &[(String, String)]) -> Result<Duration, String> {
+    let parsed: Vec<_> = kvs
+        .iter()
+        .map(|(k, v)| {
+            let id = keys::parse_key(k).ok_or_else(|| format!("{k}: not a key of the layout"))?;
+            Ok((k.as_str(), id, v.as_bytes()))
+        })
+        .collect::<Result<_, String>>()?;
+    let mut best = Duration::MAX;
+    for _ in 0..3 {
+        let start = crate::cputime::thread_cpu_time();
+        for (key, id, value) in &parsed {
+            super::value::decode(key, id, value)?;
+        }
+        best = best.min(crate::cputime::thread_cpu_time().saturating_sub(start));
+    }
+    Ok(best / u32::try_from(parsed.len().max(1)).unwrap_or(u32::MAX))
+}
+
 /// [`run`] with explicit settings.
 pub fn run_with(
     server: &mut EtcdTestServer,
@@ -319,6 +348,7 @@ pub fn run_with(
     kvs.extend((0..policies).map(sample_policy));
     put_all(&client, &kvs)?;
     let load_time = t.elapsed();
+    let decode_per_key = decode_alone(&kvs)?;
     let keys = kvs.len();
     let victim = kvs.first().map(|(k, _)| k.clone());
     drop(kvs);
@@ -339,18 +369,11 @@ pub fn run_with(
     let threads_before = threads_cpu();
     let start = felix_actors::clock::real_now();
     let syncer = EtcdSyncer::start(config, tx).map_err(|e| e.to_string())?;
+    // Counting is all this thread does: its CPU time is part of the figure.
     let mut updates = 0usize;
-    let mut wep_keys = std::collections::HashSet::new();
     loop {
         match rx.recv_timeout(Duration::from_secs(120)) {
-            Ok(SyncerEvent::Updates(u)) => {
-                updates += u.len();
-                for up in u {
-                    if let Key::WorkloadEndpoint(k) = up.key {
-                        wep_keys.insert(k);
-                    }
-                }
-            }
+            Ok(SyncerEvent::Updates(u)) => updates += u.len(),
             Ok(SyncerEvent::Status(SyncStatus::InSync)) => break,
             Ok(SyncerEvent::Status(_)) => {}
             Err(e) => return Err(format!("no InSync: {e}")),
@@ -376,16 +399,14 @@ pub fn run_with(
         .offline(|c| c.delete(victim.as_bytes()).map_err(|e| e.to_string()))
         .map_err(|e| e.to_string())??;
     let back = felix_actors::clock::real_now();
-    let expected = wep_keys.len().saturating_sub(1);
+    // The victim is the only endpoint deleted.
     loop {
         match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(SyncerEvent::Updates(u)) => {
-                for up in u {
-                    if let (Key::WorkloadEndpoint(k), None) = (&up.key, &up.value) {
-                        wep_keys.remove(k);
-                    }
-                }
-                if wep_keys.len() == expected {
+                let gone = |up: &crate::model::Update| {
+                    matches!((&up.key, &up.value), (Key::WorkloadEndpoint(_), None))
+                };
+                if u.iter().any(gone) {
                     break;
                 }
             }
@@ -398,7 +419,6 @@ pub fn run_with(
     let recovery = back.elapsed();
     syncer.stop();
     drop(rx);
-    drop(wep_keys);
 
     let (graph_time, graph_messages) = sync_into_graph(server, "node0", page_size, prefetch)?;
     let (graph_rss_after, _) = rss_kib();
@@ -419,6 +439,7 @@ pub fn run_with(
         etcd_cpu,
         felix_cpu,
         felix_threads_cpu,
+        decode_per_key,
         page_size,
         prefetch,
     })
