@@ -26,11 +26,9 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-/// Label map of an endpoint, network set or profile.
-///
-/// Sorted so that iteration (and therefore anything derived from it) is
-/// deterministic.
-pub type Labels = BTreeMap<String, String>;
+mod labels;
+
+pub use labels::Labels;
 
 /// Identity of a policy.  Matches upstream's `model.PolicyKey` and the
 /// proto `PolicyID` (name, namespace, kind).

@@ -137,9 +137,9 @@ impl Gen {
         IpNet::V4(Ipv4Net::new(ip, 32).unwrap_or_default())
     }
 
-    fn labels(&mut self) -> BTreeMap<String, String> {
+    fn labels(&mut self) -> crate::model::Labels {
         self.label_seed += 1;
-        let mut l = BTreeMap::new();
+        let mut l = crate::model::Labels::new();
         for n in [10usize, 11, 20, 30, 40] {
             l.insert(
                 format!("one-in-{n}"),
@@ -227,7 +227,7 @@ fn namespace_profiles(num: usize) -> impl Iterator<Item = Update> {
         Update::set(
             Key::Profile(format!("kns.{name}")),
             Value::Profile(Arc::new(Profile {
-                labels,
+                labels: labels.into(),
                 ..Default::default()
             })),
         )
@@ -255,7 +255,7 @@ fn netset_updates(g: &mut Gen, num: usize) -> impl Iterator<Item = Update> + '_ 
             Key::NetworkSet(NetworkSetKey { name: name.clone() }),
             Value::NetworkSet(Arc::new(NetworkSet {
                 nets,
-                labels,
+                labels: labels.into(),
                 profile_ids: Vec::new(),
             })),
         );
@@ -293,7 +293,7 @@ fn deterministic_string(n: usize, len: usize) -> String {
     s
 }
 
-fn customer_pod_labels(i: usize) -> BTreeMap<String, String> {
+fn customer_pod_labels(i: usize) -> crate::model::Labels {
     const ENVS: [&str; 3] = ["dev", "staging", "prod"];
     const TIERS: [&str; 4] = ["frontend", "backend", "middleware", "data"];
     const REGIONS: [&str; 4] = ["us-east", "us-west", "eu-west", "ap-south"];
@@ -396,7 +396,7 @@ impl Customers {
         Update::set(
             Key::Profile(format!("kns.{ns}")),
             Value::Profile(Arc::new(Profile {
-                labels,
+                labels: labels.into(),
                 ..Default::default()
             })),
         )

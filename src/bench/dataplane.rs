@@ -533,7 +533,7 @@ fn workload(n: usize, sizes: &Sizes) -> Update {
         name: iface(n),
         profile_ids: vec![format!("kns.bench-ns-{}", n % NUM_PROFILES)],
         ipv4_nets: vec![net32(0x0a41_0001 + n as u32)],
-        labels,
+        labels: labels.into(),
         ..Default::default()
     };
     Update::set(
@@ -600,7 +600,7 @@ pub(super) fn network_set(k: usize, sizes: &Sizes) -> Update {
         }),
         Value::NetworkSet(Arc::new(NetworkSet {
             nets,
-            labels,
+            labels: labels.into(),
             profile_ids: Vec::new(),
         })),
     )
@@ -621,7 +621,7 @@ pub(super) fn profile(i: usize) -> Update {
         Value::Profile(Arc::new(Profile {
             inbound_rules: vec![allow.clone()],
             outbound_rules: vec![allow],
-            labels,
+            labels: labels.into(),
         })),
     )
 }

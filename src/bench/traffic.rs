@@ -200,7 +200,7 @@ fn workload(n: usize, ip: Ipv4Addr) -> Update {
             name: format!("calitr{n}"),
             profile_ids: vec!["kns.bench-ns-0".to_string()],
             ipv4_nets: vec![net32(u32::from(ip))],
-            labels,
+            labels: labels.into(),
             ..Default::default()
         })),
     )

@@ -202,7 +202,11 @@ impl Passthru {
                     ipv4_addr: node_address(n, false),
                     ipv6_addr: node_address(n, true),
                     asnumber: n.as_number.clone().unwrap_or_default(),
-                    labels: n.labels.clone(),
+                    labels: n
+                        .labels
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
                 };
                 if self.hosts.get(name) == Some(&info) {
                     return;

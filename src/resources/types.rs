@@ -41,7 +41,7 @@ pub struct Metadata {
     pub namespace: String,
     #[serde(default, deserialize_with = "nullable")]
     /// `metadata.labels`: the resource's labels, matched by selectors.
-    pub labels: BTreeMap<String, String>,
+    pub labels: crate::model::Labels,
     #[serde(default, deserialize_with = "nullable")]
     /// `metadata.annotations`.
     pub annotations: BTreeMap<String, String>,
@@ -442,7 +442,7 @@ pub struct ProfileSpec {
     pub egress: Vec<Rule>,
     #[serde(default, deserialize_with = "nullable")]
     /// `spec.labelsToApply`: labels inherited by endpoints using the profile.
-    pub labels_to_apply: BTreeMap<String, String>,
+    pub labels_to_apply: crate::model::Labels,
 }
 
 /// `WorkloadEndpoint.spec`.

@@ -164,7 +164,7 @@ pub(crate) fn is_interface_name(s: &str) -> bool {
 
 pub(crate) fn check_labels(
     field: impl fmt::Display + Copy,
-    labels: &BTreeMap<String, String>,
+    labels: &crate::model::Labels,
 ) -> VResult<()> {
     for (k, v) in labels {
         if !is_known_qualified_name(k) {

@@ -20,6 +20,12 @@ impl LabelSource for BTreeMap<String, String> {
     }
 }
 
+impl LabelSource for crate::model::Labels {
+    fn get_label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
 impl<S: BuildHasher> LabelSource for HashMap<String, String, S> {
     fn get_label(&self, key: &str) -> Option<&str> {
         self.get(key).map(String::as_str)

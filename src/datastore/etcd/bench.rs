@@ -77,6 +77,9 @@ pub struct EtcdBenchReport {
     pub felix_threads_cpu: std::collections::BTreeMap<String, Duration>,
     /// The decoding stage alone, CPU time per stored value (one thread, no etcd).
     pub decode_per_key: Duration,
+    /// Minor page faults of this process during the first sync: first touches of memory,
+    /// each a zeroed 4 KiB page from the kernel.
+    pub felix_faults: u64,
     /// Keys per listing page.
     pub page_size: i64,
     /// Whether the next page was read while the current one decoded.
@@ -141,6 +144,13 @@ impl std::fmt::Display for EtcdBenchReport {
             per_key(self.felix_cpu.saturating_sub(seen))
         ));
         writeln!(f, "felix CPU per key by thread: {}", threads.join(", "))?;
+        writeln!(
+            f,
+            "felix page faults:       {} ({:.2} per key, {} MiB first touched)",
+            self.felix_faults,
+            self.felix_faults as f64 / self.keys.max(1) as f64,
+            self.felix_faults * 4 / 1024
+        )?;
         writeln!(
             f,
             "stage alone:             decoding {:.1} us/key (one thread, values in memory)",
@@ -268,20 +278,32 @@ pub fn run(
     )
 }
 
+/// The numeric fields of `/proc/<pid>/stat` after the parenthesised command name (the
+/// state, field 3, is index 0); empty when unreadable.
+fn stat_fields(pid: &str) -> Vec<u64> {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Vec::new();
+    };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return Vec::new();
+    };
+    rest.split_whitespace()
+        .map(|f| f.parse::<u64>().unwrap_or(0))
+        .collect()
+}
+
+/// Minor page faults (first touches of memory) of process `pid` so far, its ended threads
+/// included (`/proc/<pid>/stat` field 10); zero when unreadable.
+pub fn process_minor_faults(pid: &str) -> u64 {
+    stat_fields(pid).get(7).copied().unwrap_or(0)
+}
+
 /// CPU time (user + system) of process `pid` ("self" for this one) from
 /// `/proc/<pid>/stat`; zero when unreadable.
 pub fn process_cpu(pid: &str) -> Duration {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return Duration::ZERO;
-    };
-    // Fields after the parenthesised command name: state is field 3,
     // utime and stime are fields 14 and 15.
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-        return Duration::ZERO;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
-    let (Some(user), Some(system)) = (ticks(11), ticks(12)) else {
+    let fields = stat_fields(pid);
+    let (Some(&user), Some(&system)) = (fields.get(11), fields.get(12)) else {
         return Duration::ZERO;
     };
     // SAFETY: sysconf has no preconditions.
@@ -366,6 +388,7 @@ pub fn run_with(
     let etcd_pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
     let etcd_cpu_before = process_cpu(&etcd_pid);
     let felix_cpu_before = process_cpu("self");
+    let faults_before = process_minor_faults("self");
     let threads_before = threads_cpu();
     let start = felix_actors::clock::real_now();
     let syncer = EtcdSyncer::start(config, tx).map_err(|e| e.to_string())?;
@@ -382,6 +405,7 @@ pub fn run_with(
     let sync_time = start.elapsed();
     let etcd_cpu = process_cpu(&etcd_pid).saturating_sub(etcd_cpu_before);
     let felix_cpu = process_cpu("self").saturating_sub(felix_cpu_before);
+    let felix_faults = process_minor_faults("self").saturating_sub(faults_before);
     let felix_threads_cpu = threads_cpu()
         .into_iter()
         .map(|(name, cpu)| {
@@ -440,6 +464,7 @@ pub fn run_with(
         felix_cpu,
         felix_threads_cpu,
         decode_per_key,
+        felix_faults,
         page_size,
         prefetch,
     })
