@@ -13,8 +13,8 @@
 //! [`selector`] is the Calico selector language, shared by validation, the
 //! calculation graph and the label indexes.
 
-#[cfg(feature = "bench")]
 pub mod allocator;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod calc;
 pub mod cli;
