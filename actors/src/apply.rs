@@ -1,20 +1,22 @@
 //! One apply(): the phased request/response exchange the supervisor runs on each tick.
 //!
-//! Order (upstream's, each step a set of requests whose replies are all joined before the
-//! next step unless noted):
+//! Order (upstream's, with its IP-set → tables dependency kept per IP family; each step a set
+//! of requests whose replies are all joined before the next step unless noted):
 //! 1. needs-sync is cleared by the caller before this runs;
 //! 2. **resolution** — every manager's `resolve_batch`, all replies joined, then the
 //!    cross-manager messages delivered and joined;
 //! 3. **programming** — `complete_deferred_work`, manager by manager, in registration order;
 //! 4. refresh-timer and restart resyncs travel as the `resync` flag of each driver's first
 //!    request in this apply;
-//! 5. **IP sets** — creates, updates and member additions only;
-//! 6. **VXLAN FDB**;
-//! 7. **routes and route rules** are started concurrently and overlap the next two steps;
-//! 8. **tables**;
-//! 9. **IP-set deletions** (the deferred step of the IP-set drivers): member removals, then
-//!    undesired sets;
-//! 10. the route work is **joined** before the apply returns.
+//! 5. then two strands run side by side, joined before the apply returns:
+//!    * per **lane** (IP family; [`crate::DriverSpec::in_lane`]): **IP sets** (creates,
+//!      updates and member additions only), then **tables**, then **IP-set deletions** (the
+//!      deferred step of the IP-set drivers: member removals, then undesired sets). Lanes run
+//!      concurrently: the IPv6 tables need not wait for the IPv4 sets, which no IPv6 rule can
+//!      reference. A step's observer span runs from the first lane starting it to the last
+//!      finishing it. When an IP-set or *tables driver has no lane, they all run as one lane;
+//!    * **VXLAN FDB**, then **routes and route rules** concurrently (upstream also programs
+//!      the FDB while its IP-set goroutines run and starts the routes before waiting on them).
 //!
 //! Dependency rules (no press-on past a dependency):
 //! * resolution failed (a reply missing) → nothing is programmed this apply: cross-manager
@@ -22,13 +24,19 @@
 //! * a manager failing its programming pass does not stop the others or the drivers: what it
 //!   wrote before failing is well-formed desired state (each write is atomic) and its remaining
 //!   work is retried;
-//! * any IP-set driver not clean/successful → the tables step is held (rules could reference
-//!   a set that does not exist) and so are IP-set deletions;
-//! * any tables driver not clean/successful → IP-set deletions are held (a rule may still
-//!   reference a set about to be deleted);
+//! * any IP-set driver not clean/successful → the tables step of its lane is held (rules
+//!   could reference a set that does not exist) and so are its lane's IP-set deletions;
+//! * any tables driver not clean/successful → its lane's IP-set deletions are held (a rule
+//!   may still reference a set about to be deleted);
 //! * VXLAN FDB and routes do not depend on IP sets or tables and always run.
 //!
 //! Held steps still send a probe so drivers record queued resyncs and report dirtiness.
+//!
+//! Lane invariants (tests in `actors/tests/lanes.rs`): lanes do not wait on each other
+//! (`each_lane_programs_its_tables_without_waiting_for_another_lanes_sets`); a failing IP-set
+//! driver holds its own lane only (`a_failing_ip_set_driver_holds_only_the_tables_of_its_own_lane`);
+//! a lane-less driver restores the single order
+//! (`a_driver_without_a_lane_puts_every_set_before_every_table`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,6 +44,7 @@ use std::time::Duration;
 
 use actix::Addr;
 use futures_util::future::{join, join_all};
+use parking_lot::Mutex;
 
 use crate::driver::{DriverStep, Phase};
 use crate::driver_actor::{DriverActor, DriverReply, DriverRequest};
@@ -100,6 +109,8 @@ pub(crate) struct PlanManager<M: Clone + Send + 'static> {
 pub(crate) struct PlanDriver {
     pub idx: usize,
     pub phase: Phase,
+    /// The driver's lane (see [`crate::DriverSpec`]).
+    pub lane: Option<u8>,
     pub addr: Addr<DriverActor>,
     pub resync: bool,
     /// Backing off after failures: probed only (it records resyncs and reports
@@ -187,6 +198,119 @@ fn merge(a: DriverReply, b: DriverReply) -> DriverReply {
 
 fn all_ok(replies: &[(usize, DriverReply)]) -> bool {
     replies.iter().all(|(_, r)| r.succeeded())
+}
+
+/// The lanes the IP-set and *tables drivers run in: each distinct lane in order, or a single
+/// lane-less pipeline when one of them has no lane (it may depend on any of the others).
+fn lanes(drivers: &[PlanDriver]) -> Vec<Option<u8>> {
+    let mut lanes: Vec<Option<u8>> = Vec::new();
+    for d in drivers
+        .iter()
+        .filter(|d| matches!(d.phase, Phase::IpSets | Phase::Tables))
+    {
+        if d.lane.is_none() {
+            return vec![None];
+        }
+        if !lanes.contains(&d.lane) {
+            lanes.push(d.lane);
+        }
+    }
+    if lanes.is_empty() {
+        return vec![None];
+    }
+    lanes.sort_unstable();
+    lanes
+}
+
+/// Reports a step run by several lanes as one span: `StepStarted` when the first lane starts
+/// it, `StepFinished` when the last lane finishes it.
+struct Spans {
+    obs: Option<ApplyObserver>,
+    seq: u64,
+    lanes: usize,
+    /// Per step: lanes that started it, lanes that finished it.
+    counts: Mutex<Vec<(ApplyStep, usize, usize)>>,
+}
+
+impl Spans {
+    fn new(obs: Option<ApplyObserver>, seq: u64, lanes: usize) -> Self {
+        Self {
+            obs,
+            seq,
+            lanes,
+            counts: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn update(&self, step: ApplyStep, start: bool) {
+        let kind = {
+            let mut counts = self.counts.lock();
+            let i = match counts.iter().position(|c| c.0 == step) {
+                Some(i) => i,
+                None => {
+                    counts.push((step, 0, 0));
+                    counts.len() - 1
+                }
+            };
+            let c = &mut counts[i];
+            if start {
+                c.1 += 1;
+                (c.1 == 1).then_some(ApplyEventKind::StepStarted(step))
+            } else {
+                c.2 += 1;
+                (c.2 == self.lanes).then_some(ApplyEventKind::StepFinished(step))
+            }
+        };
+        if let Some(kind) = kind {
+            emit(&self.obs, self.seq, kind);
+        }
+    }
+
+    fn start(&self, step: ApplyStep) {
+        self.update(step, true);
+    }
+
+    fn finish(&self, step: ApplyStep) {
+        self.update(step, false);
+    }
+}
+
+/// What one lane's IP-set and *tables drivers replied.
+struct LaneOutcome {
+    lane: Option<u8>,
+    ipsets: Vec<(usize, DriverReply)>,
+    ipsets_ok: bool,
+    sets_backing_off: bool,
+    tables: Vec<(usize, DriverReply)>,
+    dels: Vec<(usize, DriverReply)>,
+}
+
+/// One lane: its IP sets, then its tables (held if a set failed), then its IP-set deletions
+/// (held if a table failed).
+async fn run_lane(drivers: Vec<&PlanDriver>, spans: &Spans) -> LaneOutcome {
+    let lane = drivers.iter().find_map(|d| d.lane);
+    let of = |p: Phase| -> Vec<&PlanDriver> {
+        drivers.iter().copied().filter(|d| d.phase == p).collect()
+    };
+    spans.start(ApplyStep::IpSets);
+    let ipsets = send_step(of(Phase::IpSets), DriverStep::Main, false).await;
+    let ipsets_ok = all_ok(&ipsets);
+    spans.finish(ApplyStep::IpSets);
+    spans.start(ApplyStep::Tables);
+    let tables = send_step(of(Phase::Tables), DriverStep::Main, !ipsets_ok).await;
+    let tables_ok = ipsets_ok && all_ok(&tables);
+    spans.finish(ApplyStep::Tables);
+    spans.start(ApplyStep::IpSetDeletions);
+    let dels = send_step(of(Phase::IpSets), DriverStep::Deletions, !tables_ok).await;
+    spans.finish(ApplyStep::IpSetDeletions);
+    LaneOutcome {
+        lane,
+        sets_backing_off: of(Phase::IpSets).iter().any(|d| d.backing_off),
+        ipsets,
+        ipsets_ok,
+        tables,
+        dels,
+    }
 }
 
 /// Runs one apply; see the module docs for order and dependency rules.
@@ -330,68 +454,67 @@ pub(crate) async fn run_apply<M: Clone + Send + 'static>(plan: ApplyPlan<M>) -> 
 
     let of =
         |p: Phase| -> Vec<&PlanDriver> { plan.drivers.iter().filter(|d| d.phase == p).collect() };
-    let mut replies: Vec<(usize, DriverReply)> = Vec::new();
-
-    emit(&obs, seq, ApplyEventKind::StepStarted(ApplyStep::IpSets));
-    let ipsets = send_step(of(Phase::IpSets), DriverStep::Main, false).await;
-    let ipsets_ok = all_ok(&ipsets);
-    emit(&obs, seq, ApplyEventKind::StepFinished(ApplyStep::IpSets));
-
-    emit(&obs, seq, ApplyEventKind::StepStarted(ApplyStep::VxlanFdb));
-    replies.extend(send_step(of(Phase::VxlanFdb), DriverStep::Main, false).await);
-    emit(&obs, seq, ApplyEventKind::StepFinished(ApplyStep::VxlanFdb));
-
-    emit(&obs, seq, ApplyEventKind::StepStarted(ApplyStep::Routes));
-    let mut route_drivers = of(Phase::Routes);
-    route_drivers.extend(of(Phase::RouteRules));
-    let routes = send_step(route_drivers, DriverStep::Main, false);
-    let obs2 = obs.clone();
-    let tables_then_deletions = async {
-        emit(&obs2, seq, ApplyEventKind::StepStarted(ApplyStep::Tables));
-        let tables = send_step(of(Phase::Tables), DriverStep::Main, !ipsets_ok).await;
-        let tables_ok = ipsets_ok && all_ok(&tables);
-        emit(&obs2, seq, ApplyEventKind::StepFinished(ApplyStep::Tables));
-        emit(
-            &obs2,
-            seq,
-            ApplyEventKind::StepStarted(ApplyStep::IpSetDeletions),
-        );
-        let dels = send_step(of(Phase::IpSets), DriverStep::Deletions, !tables_ok).await;
-        emit(
-            &obs2,
-            seq,
-            ApplyEventKind::StepFinished(ApplyStep::IpSetDeletions),
-        );
-        (tables, dels)
+    let lanes = lanes(&plan.drivers);
+    let spans = Spans::new(obs.clone(), seq, lanes.len());
+    let pipelines = join_all(lanes.iter().map(|&lane| {
+        let members = plan
+            .drivers
+            .iter()
+            .filter(|d| lane.is_none() || d.lane == lane)
+            .collect();
+        run_lane(members, &spans)
+    }));
+    // Upstream's order around the IP sets: the FDB is programmed while the sets load, then
+    // the routes start and overlap everything else.
+    let fdb_then_routes = async {
+        emit(&obs, seq, ApplyEventKind::StepStarted(ApplyStep::VxlanFdb));
+        let fdb = send_step(of(Phase::VxlanFdb), DriverStep::Main, false).await;
+        emit(&obs, seq, ApplyEventKind::StepFinished(ApplyStep::VxlanFdb));
+        emit(&obs, seq, ApplyEventKind::StepStarted(ApplyStep::Routes));
+        let mut route_drivers = of(Phase::Routes);
+        route_drivers.extend(of(Phase::RouteRules));
+        let routes = send_step(route_drivers, DriverStep::Main, false).await;
+        emit(&obs, seq, ApplyEventKind::StepFinished(ApplyStep::Routes));
+        (fdb, routes)
     };
-    let (route_replies, (tables, dels)) = join(routes, tables_then_deletions).await;
-    emit(&obs, seq, ApplyEventKind::StepFinished(ApplyStep::Routes));
+    let (lane_outcomes, (fdb, routes)) = join(pipelines, fdb_then_routes).await;
 
-    // A tables driver held only because an IP-set driver is backing off after a
-    // failure was not tried: that apply does not count towards the fail-closed exit
-    // (the IP-set driver's own tries do, one per backoff).
-    let sets_backing_off = of(Phase::IpSets).iter().any(|d| d.backing_off);
-    out.tables_failed = tables.iter().any(|(_, r)| {
-        !r.succeeded()
-            && r.dirty()
-            && !(sets_backing_off && matches!(r, DriverReply::Skipped { .. }))
-    });
-    if !ipsets_ok {
-        out.blocked = Some("IP-set phase failed; tables and IP-set deletions held".to_string());
-    } else if !all_ok(&tables) {
-        out.blocked = Some("tables phase failed; IP-set deletions held".to_string());
-    }
-    replies.extend(route_replies);
-    replies.extend(tables);
-    let mut ipset_main: BTreeMap<usize, DriverReply> = ipsets.into_iter().collect();
-    for (idx, del) in dels {
-        let merged = match ipset_main.remove(&idx) {
-            Some(main) => merge(main, del),
-            None => del,
+    let mut replies: Vec<(usize, DriverReply)> = Vec::new();
+    replies.extend(fdb);
+    replies.extend(routes);
+    for lane in lane_outcomes {
+        // A tables driver held only because an IP-set driver of its lane is backing off
+        // after a failure was not tried: that apply does not count towards the fail-closed
+        // exit (the IP-set driver's own tries do, one per backoff).
+        out.tables_failed |= lane.tables.iter().any(|(_, r)| {
+            !r.succeeded()
+                && r.dirty()
+                && !(lane.sets_backing_off && matches!(r, DriverReply::Skipped { .. }))
+        });
+        let blocked = if !lane.ipsets_ok {
+            Some("IP-set phase failed; tables and IP-set deletions held")
+        } else if !all_ok(&lane.tables) {
+            Some("tables phase failed; IP-set deletions held")
+        } else {
+            None
         };
-        replies.push((idx, merged));
+        if let (Some(why), None) = (blocked, &out.blocked) {
+            out.blocked = Some(match lane.lane {
+                Some(l) => format!("{why} (lane {l})"),
+                None => why.to_string(),
+            });
+        }
+        replies.extend(lane.tables);
+        let mut ipset_main: BTreeMap<usize, DriverReply> = lane.ipsets.into_iter().collect();
+        for (idx, del) in lane.dels {
+            let merged = match ipset_main.remove(&idx) {
+                Some(main) => merge(main, del),
+                None => del,
+            };
+            replies.push((idx, merged));
+        }
+        replies.extend(ipset_main);
     }
-    replies.extend(ipset_main);
     for (idx, r) in replies {
         if !r.succeeded() {
             out.ok = false;

@@ -305,11 +305,17 @@ impl<D: Driver> ErasedDriver for Bound<D> {
 /// driver's seam.
 pub(crate) type ErasedFactory = Arc<dyn Fn(&ActorSeam) -> Box<dyn ErasedDriver> + Send + Sync>;
 
-/// Registration of one driver: stable name, phase, input and factory.
+/// Registration of one driver: stable name, phase, lane, input and factory.
+///
+/// A **lane** groups the IP-set and *tables drivers whose state can refer to each other (one
+/// per IP family: an IPv6 rule can only match an IPv6 set). The apply orders IP sets before
+/// tables before IP-set deletions within a lane and runs the lanes side by side; a driver
+/// without a lane belongs to every lane, which then run as one (see [`crate::apply`]).
 #[derive(Clone)]
 pub struct DriverSpec {
     pub(crate) name: String,
     pub(crate) phase: Phase,
+    pub(crate) lane: Option<u8>,
     pub(crate) factory: ErasedFactory,
     pub(crate) ops: Vec<&'static str>,
 }
@@ -319,6 +325,7 @@ impl std::fmt::Debug for DriverSpec {
         f.debug_struct("DriverSpec")
             .field("name", &self.name)
             .field("phase", &self.phase)
+            .field("lane", &self.lane)
             .finish_non_exhaustive()
     }
 }
@@ -344,9 +351,17 @@ impl DriverSpec {
         Self {
             name: name.to_string(),
             phase,
+            lane: None,
             factory,
             ops: Vec::new(),
         }
+    }
+
+    /// Puts the driver in `lane` (e.g. its IP version): its IP-set and *tables ordering
+    /// then only waits on drivers of the same lane.
+    pub fn in_lane(mut self, lane: u8) -> Self {
+        self.lane = Some(lane);
+        self
     }
 
     /// Declares the kernel operations the driver runs through its seam (what a fault can
@@ -364,5 +379,10 @@ impl DriverSpec {
     /// The driver's phase.
     pub fn phase(&self) -> Phase {
         self.phase
+    }
+
+    /// The driver's lane, if it has one.
+    pub fn lane(&self) -> Option<u8> {
+        self.lane
     }
 }

@@ -859,6 +859,7 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
                 .map(|(idx, d)| PlanDriver {
                     idx,
                     phase: d.spec.phase,
+                    lane: d.spec.lane,
                     addr: d.addr.clone(),
                     resync: d.resync,
                     backing_off: d.retry_at.is_some_and(|t| now < t),
@@ -992,11 +993,22 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
     fn schedule_retry(&mut self, out: &ApplyOutcome, ctx: &mut Context<Self>) {
         let now = self.clock.now();
         let backing_off = |d: &DriverSlot| d.retry_at.is_some_and(|t| now < t);
-        let sets_wait = self
-            .drivers
-            .iter()
-            .any(|d| d.spec.phase == Phase::IpSets && d.dirty && backing_off(d));
-        let waits = |d: &DriverSlot| backing_off(d) || (sets_wait && d.spec.phase == Phase::Tables);
+        // *tables wait on the IP-set drivers of their lane (on all of them when one of the
+        // ordered drivers has no lane: the apply then runs a single lane).
+        let one_lane = self.drivers.iter().any(|d| {
+            matches!(d.spec.phase, Phase::IpSets | Phase::Tables) && d.spec.lane.is_none()
+        });
+        let sets_wait = |lane: Option<u8>| {
+            self.drivers.iter().any(|d| {
+                d.spec.phase == Phase::IpSets
+                    && d.dirty
+                    && backing_off(d)
+                    && (one_lane || d.spec.lane == lane)
+            })
+        };
+        let waits = |d: &DriverSlot| {
+            backing_off(d) || (d.spec.phase == Phase::Tables && sets_wait(d.spec.lane))
+        };
         let now_work = (!out.ok && out.drivers.is_empty())
             || out.managers.iter().any(|(_, r)| *r != ManagerResult::Ok)
             || self

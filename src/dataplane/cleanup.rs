@@ -23,7 +23,7 @@ pub const OPS: &[&str] = &[
     "nft-cleanup",
     "nft-list-chain",
     "nft-list-chains",
-    "nft-list-tables",
+    "nft-list-table",
 ];
 
 use std::time::{Duration, Instant};

@@ -17,7 +17,7 @@
 //! | `felix_ipset_calls` / `_errors` | counter | every operation of `driver/ipsets-*` (`ipset-restore`, `ipset-list`, ...) |
 //!
 //! | `felix_nft_calls` / `_errors` | counter | `nft-apply` of `driver/nftables-*` |
-//! | `felix_nft_list_calls` / `_errors` | counter | `nft-list-table` / `nft-list-tables` of `driver/nftables-*` |
+//! | `felix_nft_list_calls` / `_errors` | counter | `nft-list-table` of `driver/nftables-*` |
 //!
 //! Summaries carry `_sum` and `_count` (no quantiles: the seam keeps totals, not samples).
 //!
@@ -113,7 +113,7 @@ fn render_tables(m: &Metrics) -> String {
         ipset.1,
     );
     let nft = m.seam_totals("driver/nftables-", &["nft-apply"]);
-    let list = m.seam_totals("driver/nftables-", &["nft-list-table", "nft-list-tables"]);
+    let list = m.seam_totals("driver/nftables-", &["nft-list-table"]);
     counter(&mut out, "felix_nft_calls", "Number of nft calls.", nft.0);
     counter(&mut out, "felix_nft_errors", "Number of nft errors.", nft.1);
     counter(

@@ -32,7 +32,6 @@ use felix_actors::{DriverError, FailureKind, Injected};
 pub const READ_ONLY_OPS: &[&str] = &[
     "iptables-save",
     "nft-list-table",
-    "nft-list-tables",
     "nft-list-chain",
     "nft-list-chains",
     "ipset-list",

@@ -9,7 +9,6 @@ pub const OPS: &[&str] = &[
     "nft-check",
     "nft-delete-table",
     "nft-list-table",
-    "nft-list-tables",
 ];
 
 mod actor;

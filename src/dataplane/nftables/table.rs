@@ -765,19 +765,26 @@ impl NftablesTable {
         }
         let fam = self.family.name();
         let t = self.opts.table_name.clone();
-        let out = self
+        // `list table` of the one table, not `list tables`: nft 1.0.6 fetches every rule
+        // of the namespace for the latter (2.9 s with iptables-nft's 72,000 rules loaded),
+        // while a missing table fails at once.
+        match self
             .cmds
-            .run("nft-list-tables", "nft", &["list", "tables", fam], None)
-            .map_err(|source| TableError::ReadBack {
-                table: self.desc(),
-                source,
-            })?;
-        let wanted = format!("table {fam} {t}");
-        if !out.stdout.lines().any(|l| l.trim() == wanted) {
-            return Ok(ApplyStats {
-                read_backs: 1,
-                ..Default::default()
-            });
+            .run("nft-list-table", "nft", &["list", "table", fam, &t], None)
+        {
+            Ok(_) => {}
+            Err(e) if e.stderr().contains("No such file or directory") => {
+                return Ok(ApplyStats {
+                    read_backs: 1,
+                    ..Default::default()
+                });
+            }
+            Err(source) => {
+                return Err(TableError::ReadBack {
+                    table: self.desc(),
+                    source,
+                })
+            }
         }
         self.cmds
             .run(

@@ -2,6 +2,7 @@
 //! unit tests and kernel tests in throwaway namespaces.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -369,12 +370,52 @@ fn refused_policy_chain_fails_closed_alone_and_everything_else_is_programmed() {
 
 #[test]
 fn cleanup_mode_deletes_our_table_only_when_present() {
-    let fake = ScriptedCommands::new(|req: &CommandRequest| {
-        if req.args.iter().any(|a| a == "tables") {
-            FakeResponse::Ok("table ip other\ntable ip calico\n".into())
+    let present = Arc::new(AtomicBool::new(true));
+    let p = present.clone();
+    let fake = ScriptedCommands::new(move |req: &CommandRequest| {
+        if req.args.first().map(String::as_str) == Some("list") {
+            if p.load(Ordering::SeqCst) {
+                FakeResponse::Ok("table ip calico {\n}\n".into())
+            } else {
+                FakeResponse::Fail(1, "Error: No such file or directory\n".into())
+            }
         } else {
             FakeResponse::Ok(String::new())
         }
+    });
+    let opts = NftablesOptions {
+        refresh_interval: Duration::ZERO,
+        ..quiet_opts()
+    };
+    let mut t = NftablesTable::new(
+        IpVersion::V4,
+        NftablesMode::CleanupOnly,
+        Commands::standalone(fake.clone(), "nft"),
+        opts,
+    );
+    let s = t.apply().unwrap();
+    assert_eq!(s.chains_deleted, 1);
+    let calls = fake.calls();
+    // Only our table is listed: `list tables` makes nft 1.0.6 fetch every rule.
+    assert_eq!(calls[0].args, vec!["list", "table", "ip", "calico"]);
+    let deletes: Vec<_> = calls
+        .iter()
+        .filter(|c| c.args.first().map(String::as_str) == Some("delete"))
+        .collect();
+    assert_eq!(deletes.len(), 1);
+    assert_eq!(deletes[0].args, vec!["delete", "table", "ip", "calico"]);
+    // Gone: the next sweep lists it, finds nothing and deletes nothing.
+    present.store(false, Ordering::SeqCst);
+    fake.clear_calls();
+    let s = t.apply().unwrap();
+    assert_eq!((s.read_backs, s.chains_deleted), (1, 0));
+    assert_eq!(fake.calls().len(), 1);
+}
+
+#[test]
+fn cleanup_sweeps_are_paced_by_the_refresh_interval() {
+    let fake = ScriptedCommands::new(|_: &CommandRequest| {
+        FakeResponse::Fail(1, "Error: No such file or directory\n".into())
     });
     let mut t = NftablesTable::new(
         IpVersion::V4,
@@ -382,19 +423,27 @@ fn cleanup_mode_deletes_our_table_only_when_present() {
         Commands::standalone(fake.clone(), "nft"),
         quiet_opts(),
     );
-    let s = t.apply().unwrap();
-    assert_eq!(s.chains_deleted, 1);
-    let deletes: Vec<_> = fake
-        .calls()
-        .into_iter()
-        .filter(|c| c.args.first().map(String::as_str) == Some("delete"))
-        .collect();
-    assert_eq!(deletes.len(), 1);
-    assert_eq!(deletes[0].args, vec!["delete", "table", "ip", "calico"]);
+    t.apply().unwrap();
+    assert_eq!(fake.calls().len(), 1);
     // Paced: an immediate second apply does nothing.
     fake.clear_calls();
     t.apply().unwrap();
     assert!(fake.calls().is_empty());
+}
+
+#[test]
+fn cleanup_reports_a_listing_that_fails_for_another_reason() {
+    let fake = ScriptedCommands::new(|_: &CommandRequest| {
+        FakeResponse::Fail(1, "Error: Operation not permitted\n".into())
+    });
+    let mut t = NftablesTable::new(
+        IpVersion::V4,
+        NftablesMode::CleanupOnly,
+        Commands::standalone(fake.clone(), "nft"),
+        quiet_opts(),
+    );
+    let e = t.apply().unwrap_err();
+    assert!(e.to_string().contains("Operation not permitted"), "{e}");
 }
 
 // ---- kernel tests -------------------------------------------------------

@@ -110,12 +110,12 @@ impl Shared {
         }
     }
 
-    /// Registers driver `name` over rtnetlink: `make` gets the driver's netlink handle, on the
-    /// driver's seam.
+    /// Registers driver `name` of IP family `ipv` (its lane) over rtnetlink: `make` gets the
+    /// driver's netlink handle, on the driver's seam.
     pub fn netlink_driver<D: Driver>(
         &self,
         builder: SupervisorBuilder<Payload>,
-        name: &str,
+        (name, ipv): (&str, IpVersion),
         phase: Phase,
         input: DesiredInput<D::Desired>,
         make: impl Fn(Seamed) -> D + Send + Sync + 'static,
@@ -125,17 +125,19 @@ impl Shared {
             DriverSpec::new(name, phase, input, move |seam: &ActorSeam| {
                 make(Seamed::new(provider.clone(), seam.clone()))
             })
+            .in_lane(ipv.number())
             .with_ops(crate::dataplane::netlink::OPS),
         )
     }
 
-    /// Registers driver `name`, built by `make` from its `Commands` (the runtime's seam for
-    /// that driver plus the shared runner) at start and at every restart.
+    /// Registers driver `name` of IP family `ipv` (its lane, see `DriverSpec::in_lane`),
+    /// built by `make` from its `Commands` (the runtime's seam for that driver plus the shared
+    /// runner) at start and at every restart.
     /// `ops`: the command operations the driver runs (fault targets).
     pub fn driver<D: Driver>(
         &self,
         builder: SupervisorBuilder<Payload>,
-        name: &str,
+        (name, ipv): (&str, IpVersion),
         phase: Phase,
         input: DesiredInput<D::Desired>,
         ops: &[&'static str],
@@ -146,6 +148,7 @@ impl Shared {
             DriverSpec::new(name, phase, input, move |seam: &ActorSeam| {
                 make(Commands::new(runner.clone(), seam.clone()))
             })
+            .in_lane(ipv.number())
             .with_ops(ops),
         )
     }
@@ -198,7 +201,7 @@ impl Family {
         let ipv = self.ipv;
         b = shared.netlink_driver(
             b,
-            &self.name("driver", "vxlan"),
+            (&self.name("driver", "vxlan"), ipv),
             Phase::VxlanFdb,
             self.vxlan.clone(),
             move |nl| VxlanDriver::new(ipv, nl),
@@ -221,7 +224,7 @@ impl Family {
             );
             b = shared.netlink_driver(
                 b,
-                &self.name("driver", "routes"),
+                (&self.name("driver", "routes"), ipv),
                 Phase::Routes,
                 self.routes.clone(),
                 move |nl| {
@@ -233,7 +236,7 @@ impl Family {
         let (fwd, st) = (shared.ip_forwarding, shared.ifaces.clone());
         b = shared.driver(
             b,
-            &self.name("driver", "ifaces"),
+            (&self.name("driver", "ifaces"), ipv),
             Phase::Routes,
             self.ifaces.clone(),
             crate::dataplane::iproute::OPS,
@@ -248,7 +251,7 @@ impl Family {
         let refresh = shared.refresh;
         shared.driver(
             b,
-            &self.name("driver", "cleanup"),
+            (&self.name("driver", "cleanup"), ipv),
             Phase::Tables,
             DesiredInput::new(()),
             crate::dataplane::cleanup::OPS,

@@ -25,7 +25,7 @@ pub(super) fn register(
     let opts = ipset_options();
     b = shared.driver(
         b,
-        &fam.name("driver", "ipsets"),
+        (&fam.name("driver", "ipsets"), ipv),
         Phase::IpSets,
         set_cell.clone(),
         crate::dataplane::ipsets::OPS,
@@ -44,9 +44,14 @@ pub(super) fn register(
             let (opts, backend) = (opts.clone(), shared.backend.clone());
             let name = fam.name("driver", &format!("iptables-{}", table.as_str()));
             let ops = crate::dataplane::iptables::OPS;
-            b = shared.driver(b, &name, Phase::Tables, cell.clone(), ops, move |c| {
-                IptablesDriver::new(table, ipv, c, backend.clone(), opts.clone())
-            });
+            b = shared.driver(
+                b,
+                (&name, ipv),
+                Phase::Tables,
+                cell.clone(),
+                ops,
+                move |c| IptablesDriver::new(table, ipv, c, backend.clone(), opts.clone()),
+            );
         }
     }
     (b, tables, SetInputs::Ipset(set_cell))
