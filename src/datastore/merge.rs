@@ -171,7 +171,38 @@ impl Merger {
         let old = self.files.remove(path).unwrap_or_default();
         let new = docs.unwrap_or_default();
 
-        let mut affected: Vec<&ResourceId> = old.iter().chain(new.iter()).map(|d| &d.id).collect();
+        // A document with the identity and content its index held before, whose identity
+        // and keys nobody else claims, changes nothing and has nothing to report: its claim
+        // (same origin), its ownership and its contributions stay as they are.  Editing one
+        // policy of a file of 2,000 so touches one identity, not 2,000
+        // (`an_edit_touches_only_the_changed_documents_keys`); documents involved in a
+        // duplicate go through the full path, so their messages are given again, as for a
+        // file whose every document is new
+        // (`an_unchanged_duplicate_is_reported_again_when_its_file_changes`).
+        let kept_flags: Vec<bool> = new
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                old.get(i).is_some_and(|o| {
+                    o.id == n.id
+                        && o.result == n.result
+                        && self.ids.get(&o.id).is_some_and(|c| c.len() == 1)
+                        && o.result.as_ref().map_or(true, |kvs| {
+                            kvs.iter()
+                                .all(|(k, _)| self.keys.get(k).is_some_and(|e| e.claims.len() == 1))
+                        })
+                })
+            })
+            .collect();
+        let kept = |i: usize| kept_flags.get(i).copied().unwrap_or(false);
+        let old_changed: Vec<usize> = (0..old.len()).filter(|&i| !kept(i)).collect();
+        let new_changed: Vec<usize> = (0..new.len()).filter(|&i| !kept(i)).collect();
+
+        let mut affected: Vec<&ResourceId> = old_changed
+            .iter()
+            .map(|&i| &old[i].id)
+            .chain(new_changed.iter().map(|&i| &new[i].id))
+            .collect();
         affected.sort_unstable();
         affected.dedup();
         let old_owners: Vec<Option<Origin>> = affected
@@ -179,8 +210,8 @@ impl Merger {
             .map(|id| self.ids.get(id).and_then(|c| c.first().cloned()))
             .collect();
 
-        for (index, doc) in old.iter().enumerate() {
-            let id = &doc.id;
+        for &index in &old_changed {
+            let id = &old[index].id;
             let origin = Origin {
                 path: path.clone(),
                 index,
@@ -194,16 +225,18 @@ impl Merger {
         }
         // Grow the maps once per file rather than rehashing (and re-hashing
         // every key) repeatedly while a large first load streams in.
-        self.ids.reserve(new.len());
+        self.ids.reserve(new_changed.len());
         self.keys.reserve(
-            new.iter()
-                .map(|d| d.result.as_ref().map_or(0, Vec::len))
+            new_changed
+                .iter()
+                .map(|&i| new[i].result.as_ref().map_or(0, Vec::len))
                 .sum(),
         );
         // Whether any identity of this file has another claimant: if not,
         // there is no duplicate to report below.
         let mut shared_ids = false;
-        for (index, doc) in new.iter().enumerate() {
+        for &index in &new_changed {
+            let doc = &new[index];
             let origin = Origin {
                 path: path.clone(),
                 index,
@@ -616,6 +649,49 @@ mod tests {
         m.replace_file(&rel("a.yaml"), None);
         m.replace_file(&rel("a.yaml"), Some(vec![tier_doc("t", 1.0, 1)]));
         assert!(m.take_updates().is_empty());
+    }
+
+    #[test]
+    fn an_edit_touches_only_the_changed_documents_keys() {
+        let mut m = Merger::new(Path::new("/ds"));
+        let file = |changed: f64| -> Vec<Doc> {
+            (0..100)
+                .map(|i| {
+                    let order = if i == 42 { changed } else { f64::from(i) };
+                    tier_doc(&format!("t{i}"), order, i as usize * 5 + 1)
+                })
+                .collect()
+        };
+        m.replace_file(&rel("a.yaml"), Some(file(42.0)));
+        assert_eq!(m.take_updates().len(), 100);
+        m.replace_file(&rel("a.yaml"), Some(file(4200.0)));
+        assert_eq!(m.dirty_len(), 1, "only t42's key is looked at again");
+        let updates = m.take_updates();
+        assert_eq!(updates.len(), 1);
+        assert_eq!(updates[0].key, Key::Tier("t42".to_string()));
+    }
+
+    #[test]
+    fn an_unchanged_duplicate_is_reported_again_when_its_file_changes() {
+        let mut m = Merger::new(Path::new("/ds"));
+        let first = m.replace_file(
+            &rel("a.yaml"),
+            Some(vec![
+                tier_doc("t", 1.0, 1),
+                tier_doc("t", 2.0, 5),
+                tier_doc("u", 1.0, 9),
+            ]),
+        );
+        assert_eq!(first.len(), 1, "{first:?}");
+        let again = m.replace_file(
+            &rel("a.yaml"),
+            Some(vec![
+                tier_doc("t", 1.0, 1),
+                tier_doc("t", 2.0, 5),
+                tier_doc("u", 3.0, 9),
+            ]),
+        );
+        assert_eq!(again, first);
     }
 
     /// Docs of one file: (tier name index, order, valid).
