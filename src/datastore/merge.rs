@@ -674,23 +674,17 @@ mod tests {
     #[test]
     fn an_unchanged_duplicate_is_reported_again_when_its_file_changes() {
         let mut m = Merger::new(Path::new("/ds"));
-        let first = m.replace_file(
-            &rel("a.yaml"),
+        // "t" twice (a duplicate), then "u" with the given order.
+        let file = |u: f64| {
             Some(vec![
                 tier_doc("t", 1.0, 1),
                 tier_doc("t", 2.0, 5),
-                tier_doc("u", 1.0, 9),
-            ]),
-        );
+                tier_doc("u", u, 9),
+            ])
+        };
+        let first = m.replace_file(&rel("a.yaml"), file(1.0));
         assert_eq!(first.len(), 1, "{first:?}");
-        let again = m.replace_file(
-            &rel("a.yaml"),
-            Some(vec![
-                tier_doc("t", 1.0, 1),
-                tier_doc("t", 2.0, 5),
-                tier_doc("u", 3.0, 9),
-            ]),
-        );
+        let again = m.replace_file(&rel("a.yaml"), file(3.0));
         assert_eq!(again, first);
     }
 

@@ -412,17 +412,22 @@ fn cleanup_mode_deletes_our_table_only_when_present() {
     assert_eq!(fake.calls().len(), 1);
 }
 
-#[test]
-fn cleanup_sweeps_are_paced_by_the_refresh_interval() {
-    let fake = ScriptedCommands::new(|_: &CommandRequest| {
-        FakeResponse::Fail(1, "Error: No such file or directory\n".into())
-    });
-    let mut t = NftablesTable::new(
+/// A cleanup-only table whose every `nft` call fails with `stderr`.
+fn cleanup_failing_with(stderr: &'static str) -> (NftablesTable, Arc<ScriptedCommands>) {
+    let fake =
+        ScriptedCommands::new(move |_: &CommandRequest| FakeResponse::Fail(1, stderr.into()));
+    let t = NftablesTable::new(
         IpVersion::V4,
         NftablesMode::CleanupOnly,
         Commands::standalone(fake.clone(), "nft"),
         quiet_opts(),
     );
+    (t, fake)
+}
+
+#[test]
+fn cleanup_sweeps_are_paced_by_the_refresh_interval() {
+    let (mut t, fake) = cleanup_failing_with("Error: No such file or directory\n");
     t.apply().unwrap();
     assert_eq!(fake.calls().len(), 1);
     // Paced: an immediate second apply does nothing.
@@ -433,15 +438,7 @@ fn cleanup_sweeps_are_paced_by_the_refresh_interval() {
 
 #[test]
 fn cleanup_reports_a_listing_that_fails_for_another_reason() {
-    let fake = ScriptedCommands::new(|_: &CommandRequest| {
-        FakeResponse::Fail(1, "Error: Operation not permitted\n".into())
-    });
-    let mut t = NftablesTable::new(
-        IpVersion::V4,
-        NftablesMode::CleanupOnly,
-        Commands::standalone(fake.clone(), "nft"),
-        quiet_opts(),
-    );
+    let (mut t, _) = cleanup_failing_with("Error: Operation not permitted\n");
     let e = t.apply().unwrap_err();
     assert!(e.to_string().contains("Operation not permitted"), "{e}");
 }
