@@ -287,8 +287,7 @@ struct LaneOutcome {
 
 /// One lane: its IP sets, then its tables (held if a set failed), then its IP-set deletions
 /// (held if a table failed).
-async fn run_lane(drivers: Vec<&PlanDriver>, spans: &Spans) -> LaneOutcome {
-    let lane = drivers.iter().find_map(|d| d.lane);
+async fn run_lane(lane: Option<u8>, drivers: Vec<&PlanDriver>, spans: &Spans) -> LaneOutcome {
     let of = |p: Phase| -> Vec<&PlanDriver> {
         drivers.iter().copied().filter(|d| d.phase == p).collect()
     };
@@ -462,7 +461,7 @@ pub(crate) async fn run_apply<M: Clone + Send + 'static>(plan: ApplyPlan<M>) -> 
             .iter()
             .filter(|d| lane.is_none() || d.lane == lane)
             .collect();
-        run_lane(members, &spans)
+        run_lane(lane, members, &spans)
     }));
     // Upstream's order around the IP sets: the FDB is programmed while the sets load, then
     // the routes start and overlap everything else.
