@@ -200,25 +200,30 @@ fn all_ok(replies: &[(usize, DriverReply)]) -> bool {
     replies.iter().all(|(_, r)| r.succeeded())
 }
 
+/// Whether the IP-set and *tables drivers run as a single lane: one of them has no lane, so
+/// it may depend on any of the others. Shared by the apply and the supervisor's retry pacing.
+pub(crate) fn one_lane(drivers: impl IntoIterator<Item = (Phase, Option<u8>)>) -> bool {
+    drivers
+        .into_iter()
+        .any(|(phase, lane)| matches!(phase, Phase::IpSets | Phase::Tables) && lane.is_none())
+}
+
 /// The lanes the IP-set and *tables drivers run in: each distinct lane in order, or a single
-/// lane-less pipeline when one of them has no lane (it may depend on any of the others).
+/// lane-less pipeline (see [`one_lane`]).
 fn lanes(drivers: &[PlanDriver]) -> Vec<Option<u8>> {
-    let mut lanes: Vec<Option<u8>> = Vec::new();
-    for d in drivers
-        .iter()
-        .filter(|d| matches!(d.phase, Phase::IpSets | Phase::Tables))
-    {
-        if d.lane.is_none() {
-            return vec![None];
-        }
-        if !lanes.contains(&d.lane) {
-            lanes.push(d.lane);
-        }
-    }
-    if lanes.is_empty() {
+    if one_lane(drivers.iter().map(|d| (d.phase, d.lane))) {
         return vec![None];
     }
+    let mut lanes: Vec<Option<u8>> = drivers
+        .iter()
+        .filter(|d| matches!(d.phase, Phase::IpSets | Phase::Tables))
+        .map(|d| d.lane)
+        .collect();
     lanes.sort_unstable();
+    lanes.dedup();
+    if lanes.is_empty() {
+        lanes.push(None);
+    }
     lanes
 }
 
@@ -291,8 +296,10 @@ async fn run_lane(lane: Option<u8>, drivers: Vec<&PlanDriver>, spans: &Spans) ->
     let of = |p: Phase| -> Vec<&PlanDriver> {
         drivers.iter().copied().filter(|d| d.phase == p).collect()
     };
+    let sets = of(Phase::IpSets);
+    let sets_backing_off = sets.iter().any(|d| d.backing_off);
     spans.start(ApplyStep::IpSets);
-    let ipsets = send_step(of(Phase::IpSets), DriverStep::Main, false).await;
+    let ipsets = send_step(sets.clone(), DriverStep::Main, false).await;
     let ipsets_ok = all_ok(&ipsets);
     spans.finish(ApplyStep::IpSets);
     spans.start(ApplyStep::Tables);
@@ -300,11 +307,11 @@ async fn run_lane(lane: Option<u8>, drivers: Vec<&PlanDriver>, spans: &Spans) ->
     let tables_ok = ipsets_ok && all_ok(&tables);
     spans.finish(ApplyStep::Tables);
     spans.start(ApplyStep::IpSetDeletions);
-    let dels = send_step(of(Phase::IpSets), DriverStep::Deletions, !tables_ok).await;
+    let dels = send_step(sets, DriverStep::Deletions, !tables_ok).await;
     spans.finish(ApplyStep::IpSetDeletions);
     LaneOutcome {
         lane,
-        sets_backing_off: of(Phase::IpSets).iter().any(|d| d.backing_off),
+        sets_backing_off,
         ipsets,
         ipsets_ok,
         tables,

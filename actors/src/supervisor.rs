@@ -47,7 +47,8 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 use crate::admin::AdminContext;
 use crate::apply::{
-    run_apply, ApplyObserver, ApplyOutcome, ApplyPlan, ManagerResult, PlanDriver, PlanManager,
+    one_lane, run_apply, ApplyObserver, ApplyOutcome, ApplyPlan, ManagerResult, PlanDriver,
+    PlanManager,
 };
 use crate::clock::SharedClock;
 use crate::driver::{DriverSpec, Phase};
@@ -995,15 +996,13 @@ impl<M: Clone + Send + 'static> Supervisor<M> {
         let backing_off = |d: &DriverSlot| d.retry_at.is_some_and(|t| now < t);
         // *tables wait on the IP-set drivers of their lane (on all of them when one of the
         // ordered drivers has no lane: the apply then runs a single lane).
-        let one_lane = self.drivers.iter().any(|d| {
-            matches!(d.spec.phase, Phase::IpSets | Phase::Tables) && d.spec.lane.is_none()
-        });
+        let single = one_lane(self.drivers.iter().map(|d| (d.spec.phase, d.spec.lane)));
         let sets_wait = |lane: Option<u8>| {
             self.drivers.iter().any(|d| {
                 d.spec.phase == Phase::IpSets
                     && d.dirty
                     && backing_off(d)
-                    && (one_lane || d.spec.lane == lane)
+                    && (single || d.spec.lane == lane)
             })
         };
         let waits = |d: &DriverSlot| {

@@ -478,7 +478,9 @@ impl NftablesTable {
         format!("{} {}", self.family.name(), self.opts.table_name)
     }
 
-    fn read_back(&self) -> Result<NftState, TableError> {
+    /// Our table as `nft -j list table` gives it, or `None` when it does not exist (nft
+    /// then fails at once, without fetching the rest of the namespace).
+    fn list_own_table(&self) -> Result<Option<String>, TableError> {
         let fam = self.family.name();
         let t = &self.opts.table_name;
         match self.cmds.run(
@@ -487,20 +489,25 @@ impl NftablesTable {
             &["-j", "list", "table", fam, t],
             None,
         ) {
-            Ok(out) => {
-                parse_table(&out.stdout, self.ipv, &self.opts.hash_prefix).map_err(|detail| {
-                    TableError::Parse {
-                        table: self.desc(),
-                        detail,
-                    }
-                })
-            }
-            Err(e) if e.stderr().contains("No such file or directory") => Ok(NftState::default()),
+            Ok(out) => Ok(Some(out.stdout)),
+            Err(e) if e.stderr().contains("No such file or directory") => Ok(None),
             Err(source) => Err(TableError::ReadBack {
                 table: self.desc(),
                 source,
             }),
         }
+    }
+
+    fn read_back(&self) -> Result<NftState, TableError> {
+        let Some(listing) = self.list_own_table()? else {
+            return Ok(NftState::default());
+        };
+        parse_table(&listing, self.ipv, &self.opts.hash_prefix).map_err(|detail| {
+            TableError::Parse {
+                table: self.desc(),
+                detail,
+            }
+        })
     }
 
     fn chain_decl(&self, name: &str, base: Option<BaseChain>) -> String {
@@ -765,26 +772,13 @@ impl NftablesTable {
         }
         let fam = self.family.name();
         let t = self.opts.table_name.clone();
-        // `list table` of the one table, not `list tables`: nft 1.0.6 fetches every rule
-        // of the namespace for the latter (2.9 s with iptables-nft's 72,000 rules loaded),
-        // while a missing table fails at once.
-        match self
-            .cmds
-            .run("nft-list-table", "nft", &["list", "table", fam, &t], None)
-        {
-            Ok(_) => {}
-            Err(e) if e.stderr().contains("No such file or directory") => {
-                return Ok(ApplyStats {
-                    read_backs: 1,
-                    ..Default::default()
-                });
-            }
-            Err(source) => {
-                return Err(TableError::ReadBack {
-                    table: self.desc(),
-                    source,
-                })
-            }
+        // Our one table, not `nft list tables`: nft 1.0.6 fetches every rule of the namespace
+        // for the latter (2.9 s with iptables-nft's 72,000 rules loaded).
+        if self.list_own_table()?.is_none() {
+            return Ok(ApplyStats {
+                read_backs: 1,
+                ..Default::default()
+            });
         }
         self.cmds
             .run(

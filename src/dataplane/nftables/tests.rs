@@ -373,7 +373,7 @@ fn cleanup_mode_deletes_our_table_only_when_present() {
     let present = Arc::new(AtomicBool::new(true));
     let p = present.clone();
     let fake = ScriptedCommands::new(move |req: &CommandRequest| {
-        if req.args.first().map(String::as_str) == Some("list") {
+        if req.args.iter().any(|a| a == "list") {
             if p.load(Ordering::SeqCst) {
                 FakeResponse::Ok("table ip calico {\n}\n".into())
             } else {
@@ -397,7 +397,7 @@ fn cleanup_mode_deletes_our_table_only_when_present() {
     assert_eq!(s.chains_deleted, 1);
     let calls = fake.calls();
     // Only our table is listed: `list tables` makes nft 1.0.6 fetch every rule.
-    assert_eq!(calls[0].args, vec!["list", "table", "ip", "calico"]);
+    assert_eq!(calls[0].args, vec!["-j", "list", "table", "ip", "calico"]);
     let deletes: Vec<_> = calls
         .iter()
         .filter(|c| c.args.first().map(String::as_str) == Some("delete"))

@@ -110,34 +110,37 @@ impl Shared {
         }
     }
 
-    /// Registers driver `name` of IP family `ipv` (its lane) over rtnetlink: `make` gets the
-    /// driver's netlink handle, on the driver's seam.
+    /// Registers `driver/<what>-vN` of `fam` (in its family's lane) over rtnetlink: `make`
+    /// gets the driver's netlink handle, on the driver's seam.
     pub fn netlink_driver<D: Driver>(
         &self,
         builder: SupervisorBuilder<Payload>,
-        (name, ipv): (&str, IpVersion),
+        (fam, what): (&Family, &str),
         phase: Phase,
         input: DesiredInput<D::Desired>,
         make: impl Fn(Seamed) -> D + Send + Sync + 'static,
     ) -> SupervisorBuilder<Payload> {
         let provider = self.netlink.clone();
         builder.driver(
-            DriverSpec::new(name, phase, input, move |seam: &ActorSeam| {
-                make(Seamed::new(provider.clone(), seam.clone()))
-            })
-            .in_lane(ipv.number())
+            DriverSpec::new(
+                &fam.name("driver", what),
+                phase,
+                input,
+                move |seam: &ActorSeam| make(Seamed::new(provider.clone(), seam.clone())),
+            )
+            .in_lane(fam.ipv.number())
             .with_ops(crate::dataplane::netlink::OPS),
         )
     }
 
-    /// Registers driver `name` of IP family `ipv` (its lane, see `DriverSpec::in_lane`),
-    /// built by `make` from its `Commands` (the runtime's seam for that driver plus the shared
-    /// runner) at start and at every restart.
+    /// Registers `driver/<what>-vN` of `fam` (in its family's lane, see
+    /// `DriverSpec::in_lane`), built by `make` from its `Commands` (the runtime's seam for that
+    /// driver plus the shared runner) at start and at every restart.
     /// `ops`: the command operations the driver runs (fault targets).
     pub fn driver<D: Driver>(
         &self,
         builder: SupervisorBuilder<Payload>,
-        (name, ipv): (&str, IpVersion),
+        (fam, what): (&Family, &str),
         phase: Phase,
         input: DesiredInput<D::Desired>,
         ops: &[&'static str],
@@ -145,10 +148,13 @@ impl Shared {
     ) -> SupervisorBuilder<Payload> {
         let runner = self.runner.clone();
         builder.driver(
-            DriverSpec::new(name, phase, input, move |seam: &ActorSeam| {
-                make(Commands::new(runner.clone(), seam.clone()))
-            })
-            .in_lane(ipv.number())
+            DriverSpec::new(
+                &fam.name("driver", what),
+                phase,
+                input,
+                move |seam: &ActorSeam| make(Commands::new(runner.clone(), seam.clone())),
+            )
+            .in_lane(fam.ipv.number())
             .with_ops(ops),
         )
     }
@@ -201,7 +207,7 @@ impl Family {
         let ipv = self.ipv;
         b = shared.netlink_driver(
             b,
-            (&self.name("driver", "vxlan"), ipv),
+            (self, "vxlan"),
             Phase::VxlanFdb,
             self.vxlan.clone(),
             move |nl| VxlanDriver::new(ipv, nl),
@@ -224,7 +230,7 @@ impl Family {
             );
             b = shared.netlink_driver(
                 b,
-                (&self.name("driver", "routes"), ipv),
+                (self, "routes"),
                 Phase::Routes,
                 self.routes.clone(),
                 move |nl| {
@@ -236,7 +242,7 @@ impl Family {
         let (fwd, st) = (shared.ip_forwarding, shared.ifaces.clone());
         b = shared.driver(
             b,
-            (&self.name("driver", "ifaces"), ipv),
+            (self, "ifaces"),
             Phase::Routes,
             self.ifaces.clone(),
             crate::dataplane::iproute::OPS,
@@ -251,7 +257,7 @@ impl Family {
         let refresh = shared.refresh;
         shared.driver(
             b,
-            (&self.name("driver", "cleanup"), ipv),
+            (self, "cleanup"),
             Phase::Tables,
             DesiredInput::new(()),
             crate::dataplane::cleanup::OPS,

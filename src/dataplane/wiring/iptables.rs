@@ -25,7 +25,7 @@ pub(super) fn register(
     let opts = ipset_options();
     b = shared.driver(
         b,
-        (&fam.name("driver", "ipsets"), ipv),
+        (fam, "ipsets"),
         Phase::IpSets,
         set_cell.clone(),
         crate::dataplane::ipsets::OPS,
@@ -42,11 +42,11 @@ pub(super) fn register(
         };
         for (&table, cell) in cells {
             let (opts, backend) = (opts.clone(), shared.backend.clone());
-            let name = fam.name("driver", &format!("iptables-{}", table.as_str()));
+            let what = format!("iptables-{}", table.as_str());
             let ops = crate::dataplane::iptables::OPS;
             b = shared.driver(
                 b,
-                (&name, ipv),
+                (fam, &what),
                 Phase::Tables,
                 cell.clone(),
                 ops,

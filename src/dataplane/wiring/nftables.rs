@@ -27,7 +27,7 @@ pub(super) fn register(
     };
     b = shared.driver(
         b,
-        (&fam.name("driver", "nftables"), ipv),
+        (fam, "nftables"),
         Phase::Tables,
         cell.clone(),
         crate::dataplane::nftables::OPS,
@@ -36,7 +36,7 @@ pub(super) fn register(
     let opts = ipset_options();
     b = shared.driver(
         b,
-        (&fam.name("driver", "ipset-cleanup"), ipv),
+        (fam, "ipset-cleanup"),
         Phase::IpSets,
         DesiredInput::new(IpSetsDesired::default()),
         crate::dataplane::ipsets::OPS,
