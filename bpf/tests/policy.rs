@@ -742,6 +742,27 @@ fn a_policy_update_is_new_records_and_one_index_swap_that_every_sharing_endpoint
     });
 }
 
+/// Invariant: **the interpreter verifies in a small share of the verifier's budget** (one
+/// million processed instructions). `walk_list` is a global BPF function, verified once
+/// rather than at each of its five call sites: inlined, a 6.18 stable kernel processed
+/// over a million instructions and refused the program (`E2BIG`). A quarter of the budget
+/// leaves room for a kernel whose verifier explores more states.
+#[test]
+fn the_interpreter_verifies_in_a_small_share_of_the_verifiers_budget() {
+    felix_netns::require!(netns["ip"]);
+    common::in_netns(|| {
+        for debug in [false, true] {
+            let rig = Rig::new(debug);
+            let insns = rig.prog.verified_insns(&rig.ops).expect("program info");
+            assert!(insns > 0, "the kernel reports verified instructions");
+            assert!(
+                insns < 250_000,
+                "debug {debug}: {insns} instructions processed by the verifier"
+            );
+        }
+    });
+}
+
 #[test]
 fn fast_and_debug_paths_give_the_same_verdicts() {
     felix_netns::require!(netns["ip"]);
