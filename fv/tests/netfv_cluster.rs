@@ -459,18 +459,29 @@ fn vxlan_always(c: &mut Cluster) -> Result<()> {
 
 /// Node 1's routing state: routes of both families, the VXLAN devices with their
 /// neighbour and FDB entries (interface indices included, so a recreated device shows).
+/// Neighbour and FDB entries are compared as sets: the kernel lists them in hash-table
+/// order, which changes when its table grows or shrinks (node4's entry coming and going
+/// swapped two untouched neighbours in one run).
 fn routing_state(c: &Cluster) -> Result<String> {
     let ns = &c.node(1)?.ns;
     let mut out = Vec::new();
     for fam in ["-4", "-6"] {
         out.push(serde_json::to_string(&kernel::routes(ns, fam)?)?);
     }
+    let as_set = |entries: Vec<Value>| -> Result<String> {
+        let mut v = entries
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<Vec<_>, _>>()?;
+        v.sort();
+        Ok(format!("[{}]", v.join(",")))
+    };
     for dev in [VXLAN_V4, VXLAN_V6] {
         let link =
             kernel::link_details(ns, dev)?.map(|l| (l["ifindex"].clone(), l["address"].clone()));
         out.push(format!("{link:?}"));
-        out.push(serde_json::to_string(&kernel::neighbours(ns, dev)?)?);
-        out.push(serde_json::to_string(&kernel::fdb(ns, dev)?)?);
+        out.push(as_set(kernel::neighbours(ns, dev)?)?);
+        out.push(as_set(kernel::fdb(ns, dev)?)?);
     }
     Ok(out.join("\n"))
 }
