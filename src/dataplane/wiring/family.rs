@@ -121,16 +121,13 @@ impl Shared {
         make: impl Fn(Seamed) -> D + Send + Sync + 'static,
     ) -> SupervisorBuilder<Payload> {
         let provider = self.netlink.clone();
-        builder.driver(
-            DriverSpec::new(
-                &fam.name("driver", what),
-                phase,
-                input,
-                move |seam: &ActorSeam| make(Seamed::new(provider.clone(), seam.clone())),
-            )
-            .in_lane(fam.ipv.number())
-            .with_ops(crate::dataplane::netlink::OPS),
-        )
+        builder.driver(family_driver(
+            (fam, what),
+            phase,
+            input,
+            crate::dataplane::netlink::OPS,
+            move |seam: &ActorSeam| make(Seamed::new(provider.clone(), seam.clone())),
+        ))
     }
 
     /// Registers `driver/<what>-vN` of `fam` (in its family's lane, see
@@ -147,17 +144,28 @@ impl Shared {
         make: impl Fn(Commands) -> D + Send + Sync + 'static,
     ) -> SupervisorBuilder<Payload> {
         let runner = self.runner.clone();
-        builder.driver(
-            DriverSpec::new(
-                &fam.name("driver", what),
-                phase,
-                input,
-                move |seam: &ActorSeam| make(Commands::new(runner.clone(), seam.clone())),
-            )
-            .in_lane(fam.ipv.number())
-            .with_ops(ops),
-        )
+        builder.driver(family_driver(
+            (fam, what),
+            phase,
+            input,
+            ops,
+            move |seam: &ActorSeam| make(Commands::new(runner.clone(), seam.clone())),
+        ))
     }
+}
+
+/// The spec of `driver/<what>-vN` of `fam`: named and put in its family's lane (see
+/// `DriverSpec::in_lane`), with `ops` as its fault targets; `make` builds it from its seam.
+fn family_driver<D: Driver>(
+    (fam, what): (&Family, &str),
+    phase: Phase,
+    input: DesiredInput<D::Desired>,
+    ops: &[&'static str],
+    make: impl Fn(&ActorSeam) -> D + Send + Sync + 'static,
+) -> DriverSpec {
+    DriverSpec::new(&fam.name("driver", what), phase, input, make)
+        .in_lane(fam.ipv.number())
+        .with_ops(ops)
 }
 
 /// One IP family's names, renderer and desired-state cells shared by its managers and drivers.
