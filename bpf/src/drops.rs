@@ -441,10 +441,15 @@ impl DropRingReader {
         self.id
     }
 
-    /// Waits up to `timeout` for events and hands each to the callback.
+    /// Waits up to `timeout` for events and hands each to the callback. A wait a signal
+    /// handler interrupted (`EINTR` from `epoll_wait`) is a short wait, not an error: the
+    /// events stay in the ring for the next call.
     pub fn poll(&self, ops: &BpfOps, timeout: Duration) -> Result<(), BpfError> {
         ops.run(op::RING_POLL, DROPS_RING_MAP.name, || {
-            self.rb.poll(timeout).map_err(os_error)
+            match self.rb.poll(timeout) {
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => Ok(()),
+                r => r.map_err(os_error),
+            }
         })
     }
 }

@@ -75,8 +75,9 @@ fn drops(backend: Backend) -> Result<()> {
     })
     .map_err(|e| {
         anyhow!(
-            "drops not all reported ({e}): {:?}",
-            d.admin_json(&["drops"])
+            "drops not all reported ({e}): {:?}\n{}",
+            d.admin_json(&["drops"]),
+            d.log_tail(80)
         )
     })?;
 

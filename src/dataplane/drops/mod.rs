@@ -66,9 +66,14 @@ pub struct DropRecord {
 }
 
 /// The latest drops (bounded), shared by the reader and the admin socket.
+///
+/// Invariant: a reader that stopped says so. Once [`DropRing::stopped`] recorded why,
+/// `GET /drops` answers 503 with the reason instead of a list that would silently stay
+/// empty.
 #[derive(Debug, Clone, Default)]
 pub struct DropRing {
     inner: Arc<Mutex<(u64, VecDeque<DropRecord>)>>,
+    stopped: Arc<Mutex<Option<String>>>,
 }
 
 impl DropRing {
@@ -98,15 +103,23 @@ impl DropRing {
         self.inner.lock().0
     }
 
-    /// `GET /drops`: the kept records as a JSON array.
+    /// Records that the reader stopped, and why.
+    pub fn stopped(&self, why: String) {
+        *self.stopped.lock() = Some(why);
+    }
+
+    /// `GET /drops`: the kept records as a JSON array, or 503 naming why the reader stopped.
     pub fn handler(&self) -> Handler {
         let me = self.clone();
-        Arc::new(
-            move |_req: &Request| match serde_json::to_string(&me.list()) {
+        Arc::new(move |_req: &Request| {
+            if let Some(why) = me.stopped.lock().as_deref() {
+                return Response::error(503, &format!("the drop reader stopped: {why}"));
+            }
+            match serde_json::to_string(&me.list()) {
                 Ok(b) => Response::json(200, b),
                 Err(e) => Response::error(500, &e.to_string()),
-            },
-        )
+            }
+        })
     }
 }
 
@@ -137,5 +150,20 @@ mod tests {
         assert_eq!(l.len(), KEPT);
         assert_eq!((l[0].seq, l[KEPT - 1].seq), (6, KEPT as u64 + 5));
         assert_eq!(ring.total(), KEPT as u64 + 5);
+    }
+
+    #[test]
+    fn a_reader_that_stopped_says_so() {
+        let ring = DropRing::new();
+        let get = Request {
+            method: "GET".into(),
+            path: "/drops".into(),
+            body: String::new(),
+        };
+        assert_eq!((ring.handler())(&get).status, 200);
+        ring.stopped("NFLOG group 30: Bad file descriptor".into());
+        let r = (ring.handler())(&get);
+        assert_eq!(r.status, 503);
+        assert!(r.body.contains("Bad file descriptor"), "{}", r.body);
     }
 }

@@ -108,6 +108,33 @@ fn set_recv_timeout(sock: &Socket, t: Duration) -> std::io::Result<()> {
     }
 }
 
+/// What the reader does after a failed `recv`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterRecvError {
+    /// Nothing was lost: read again (the timeout passed, or a signal arrived).
+    Retry,
+    /// The socket's buffer overflowed: some reports were lost; read on.
+    Overflowed,
+    /// The socket is unusable.
+    Stop,
+}
+
+/// Classifies a `recv` error.
+///
+/// Invariant (review note "a signal never stops the drop reader"): the socket has a receive
+/// timeout, and a `recv` with `SO_RCVTIMEO` set is never restarted after a signal handler
+/// ran on its thread, whatever `SA_RESTART` says (signal(7)): it fails with `EINTR`. A
+/// process with any handler installed (felix's stop signals, the external driver's) can
+/// have it run on this thread, so `EINTR` is a retry, never the end of drop attribution.
+fn after_recv_error(e: &std::io::Error) -> AfterRecvError {
+    use std::io::ErrorKind::{Interrupted, TimedOut, WouldBlock};
+    match e.kind() {
+        WouldBlock | TimedOut | Interrupted => AfterRecvError::Retry,
+        _ if e.raw_os_error() == Some(libc::ENOBUFS) => AfterRecvError::Overflowed,
+        _ => AfterRecvError::Stop,
+    }
+}
+
 /// Sends `req` and waits for its acknowledgement.
 fn request(
     sock: &Socket,
@@ -120,7 +147,11 @@ fn request(
     sock.send(req, 0).map_err(os)?;
     let mut buf = vec![0u8; 8192];
     for _ in 0..16 {
-        let n = sock.recv(&mut &mut buf[..], 0).map_err(os)?;
+        let n = match sock.recv(&mut &mut buf[..], 0) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(os(e)),
+        };
         for m in parse_datagram(&buf[..n]) {
             if let Message::Ack { seq: s, errno } = m {
                 if s == seq {
@@ -172,22 +203,21 @@ pub fn start(
             while !flag.load(Ordering::Acquire) {
                 let n = match sock.recv(&mut &mut buf[..], 0) {
                     Ok(n) => n,
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                        ) =>
-                    {
-                        continue
-                    }
-                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                        tracing::warn!(group, "drop reports overflowed the socket; some were lost");
-                        continue;
-                    }
-                    Err(e) => {
-                        tracing::error!(group, error = %e, "drop reader stopped");
-                        return;
-                    }
+                    Err(e) => match after_recv_error(&e) {
+                        AfterRecvError::Retry => continue,
+                        AfterRecvError::Overflowed => {
+                            tracing::warn!(
+                                group,
+                                "drop reports overflowed the socket; some were lost"
+                            );
+                            continue;
+                        }
+                        AfterRecvError::Stop => {
+                            tracing::error!(group, error = %e, "drop reader stopped");
+                            ring.stopped(format!("NFLOG group {group}: {e}"));
+                            return;
+                        }
+                    },
                 };
                 for m in parse_datagram(&buf[..n]) {
                     if let Message::Packet(p) = m {
@@ -207,4 +237,21 @@ pub fn start(
         stop,
         thread: Some(thread),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signal_never_stops_the_drop_reader() {
+        let eintr = std::io::Error::from_raw_os_error(libc::EINTR);
+        assert_eq!(after_recv_error(&eintr), AfterRecvError::Retry);
+        let timeout = std::io::Error::from_raw_os_error(libc::EAGAIN);
+        assert_eq!(after_recv_error(&timeout), AfterRecvError::Retry);
+        let overflow = std::io::Error::from_raw_os_error(libc::ENOBUFS);
+        assert_eq!(after_recv_error(&overflow), AfterRecvError::Overflowed);
+        let closed = std::io::Error::from_raw_os_error(libc::EBADF);
+        assert_eq!(after_recv_error(&closed), AfterRecvError::Stop);
+    }
 }
