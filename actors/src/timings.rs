@@ -137,6 +137,8 @@ impl ApplyTimings {
                         let total_ms = ms(now - t0);
                         if total_ms >= SLOW_MS {
                             tracing::info!(seq, ok, total_ms, ?steps, "slow apply");
+                        } else {
+                            tracing::debug!(seq, ok, total_ms, ?steps, "apply finished");
                         }
                         st.applies.push_back(ApplyTiming {
                             seq,
@@ -163,6 +165,8 @@ impl ApplyTimings {
         let m = ms(took);
         if m >= SLOW_MS {
             tracing::info!(driver, ms = m, "slow driver call");
+        } else {
+            tracing::debug!(driver, ms = m, "driver call");
         }
         t.calls += 1;
         t.total_ms += m;

@@ -122,10 +122,13 @@ enum AfterRecvError {
 /// Classifies a `recv` error.
 ///
 /// Invariant (review note "a signal never stops the drop reader"): the socket has a receive
-/// timeout, and a `recv` with `SO_RCVTIMEO` set is never restarted after a signal handler
-/// ran on its thread, whatever `SA_RESTART` says (signal(7)): it fails with `EINTR`. A
-/// process with any handler installed (felix's stop signals, the external driver's) can
-/// have it run on this thread, so `EINTR` is a retry, never the end of drop attribution.
+/// timeout, and a `recv` with `SO_RCVTIMEO` set is never restarted after a signal
+/// interrupted it, whatever `SA_RESTART` says (signal(7)): it fails with `EINTR`. Signals
+/// reach this thread without any handler of ours: the tools felix runs exit with a
+/// `SIGCHLD`, which the kernel queues to the process instead of discarding it whenever the
+/// thread that started the tool has it blocked at that moment (seen here with `perf` on
+/// `signal:signal_deliver`: `SIGCHLD`, default action, delivered to felix's threads), and
+/// the `recv` it wakes fails. So `EINTR` is a retry, never the end of drop attribution.
 fn after_recv_error(e: &std::io::Error) -> AfterRecvError {
     use std::io::ErrorKind::{Interrupted, TimedOut, WouldBlock};
     match e.kind() {
