@@ -486,12 +486,34 @@ fn routing_state(c: &Cluster) -> Result<String> {
     Ok(out.join("\n"))
 }
 
+/// Node 1's counts of the VXLAN drivers' removals of devices, addresses and neighbours
+/// (`felix_seam_ops_total` of `link-del`, `addr-del`, `neigh-del`; absent counts as 0).
+fn vxlan_removals(c: &mut Cluster) -> Result<Vec<(String, &'static str, u64)>> {
+    let metrics = c.node_mut(1)?.d()?.metrics()?;
+    let mut out = Vec::new();
+    for actor in ["driver/vxlan-v4", "driver/vxlan-v6"] {
+        for op in ["link-del", "addr-del", "neigh-del"] {
+            let key = format!("felix_seam_ops_total{{actor=\"{actor}\",op=\"{op}\"}} ");
+            let n = metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(&key))
+                .map(|v| v.trim().parse::<u64>())
+                .transpose()
+                .with_context(|| format!("{key}: not a count"))?
+                .unwrap_or(0);
+            out.push((actor.to_string(), op, n));
+        }
+    }
+    Ok(out)
+}
+
 /// The cluster-route managers and the routing drivers of node 1 are restarted by injected
 /// panics while a fourth node and a second local block come and go (the managers replay
 /// routes, VTEPs and pools; a restarted driver reads the kernel back): afterwards the
 /// kernel's routing state is exactly what it was, and traffic still flows.
 fn restarted_managers_and_drivers_leave_routing_state_unchanged(c: &mut Cluster) -> Result<()> {
     let before = routing_state(c)?;
+    let removals_before = vxlan_removals(c)?;
     let actors: Vec<String> = ["v4", "v6"]
         .iter()
         .flat_map(|f| {
@@ -539,6 +561,20 @@ fn restarted_managers_and_drivers_leave_routing_state_unchanged(c: &mut Cluster)
         let peer = "10.65.4.1".to_string();
         route_check(c, 1, "10.65.4.0/26", Some((&peer, VXLAN_V4, true)))
     })?;
+    expect_kernel(
+        "node4's VXLAN neighbours on node1 after the restarts",
+        || {
+            let ns = &c.node(1)?.ns;
+            let mut missing = Vec::new();
+            for (dev, vtep) in [(VXLAN_V4, "10.65.4.1"), (VXLAN_V6, "fd00:65:4::1")] {
+                let n = kernel::neighbours(ns, dev)?;
+                if !n.iter().any(|e| e["dst"].as_str() == Some(vtep)) {
+                    missing.push(format!("{dev}: no {vtep} in {}", Value::Array(n)));
+                }
+            }
+            Ok((!missing.is_empty()).then(|| missing.join("; ")))
+        },
+    )?;
     c.remove("node4.yaml")?;
     c.remove("extra-blocks.yaml")?;
     poll(SETTLE, || {
@@ -550,6 +586,35 @@ fn restarted_managers_and_drivers_leave_routing_state_unchanged(c: &mut Cluster)
             "routing state differs after the restarts and removals:\nbefore:\n{before}\nafter:\n{after}"
         )
     })?;
+    // Minimal disruption: the restarted VXLAN drivers read the device back and kept it and
+    // its address; their only removals were node 4's neighbours (and FDB entries).
+    // The counts are read until node 4's two neighbour deletions are counted (a count follows
+    // its kernel operation).
+    let changed = |after: &[(String, &'static str, u64)]| -> Vec<(String, &'static str)> {
+        removals_before
+            .iter()
+            .zip(after)
+            .filter(|(b, a)| b != a)
+            .map(|(_, a)| (a.0.clone(), a.1))
+            .collect()
+    };
+    let expected = [
+        ("driver/vxlan-v4".to_string(), "neigh-del"),
+        ("driver/vxlan-v6".to_string(), "neigh-del"),
+    ];
+    let counted = poll(SETTLE, || {
+        let after = vxlan_removals(c).ok()?;
+        (changed(&after).len() >= expected.len()).then_some(after)
+    });
+    let removals_after = match counted {
+        Ok(a) => a,
+        Err(_) => vxlan_removals(c)?,
+    };
+    ensure!(
+        changed(&removals_after) == expected,
+        "the restarted VXLAN drivers' removals: only node 4's neighbours (neigh-del) expected; \
+         (actor, op, count) before {removals_before:?}, after {removals_after:?}"
+    );
     c.expect_traffic(
         "all pairs v4 after restarts",
         &c.all_pairs(8080, false),
