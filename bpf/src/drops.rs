@@ -442,8 +442,8 @@ impl DropRingReader {
     }
 
     /// Waits up to `timeout` for events and hands each to the callback. A wait a signal
-    /// handler interrupted (`EINTR` from `epoll_wait`) is a short wait, not an error: the
-    /// events stay in the ring for the next call.
+    /// interrupted (`EINTR` from `epoll_wait`; a child's `SIGCHLD` can do it without any
+    /// handler) is a short wait, not an error: the events stay in the ring for the next call.
     pub fn poll(&self, ops: &BpfOps, timeout: Duration) -> Result<(), BpfError> {
         ops.run(op::RING_POLL, DROPS_RING_MAP.name, || {
             match self.rb.poll(timeout) {
